@@ -1,0 +1,2 @@
+//! The lionagi `Branch` aggregate.
+pub mod model;
