@@ -1,0 +1,2 @@
+//! lionagi-rs.
+pub use branch_core as core;
