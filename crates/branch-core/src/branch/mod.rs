@@ -323,9 +323,23 @@ impl Branch {
         self.operations.write().unwrap_or_else(|e| e.into_inner()).register(name, func, update)
     }
 
-    /// Looks up an operation: a built-in verb or attribute of the branch
-    /// always wins over a registered name (see [`BUILTIN_NAMES`]).
+    /// Looks up an operation, attribute first as in the reference: a
+    /// built-in verb or method of the branch always wins over a registered
+    /// name ([`BUILTIN_NAMES`]); a data field (`id`, `created_at`,
+    /// `metadata`, `user`, `name`) resolves to its value, and a field that
+    /// is unset resolves to nothing, still shadowing the registry.
     pub fn get_operation(&self, name: &str) -> Option<OperationLookup> {
+        let field = match name {
+            "id" => Some(Value::String(self.id().to_string())),
+            "created_at" => Some(serde_json::json!(self.created_at())),
+            "metadata" => Some(Value::Object(self.element.metadata.clone())),
+            "user" => Some(self.user.as_ref().map_or(Value::Null, |u| Value::String(u.to_string()))),
+            "name" => Some(self.name.clone().map_or(Value::Null, Value::String)),
+            _ => None,
+        };
+        if let Some(value) = field {
+            return (!value.is_null()).then_some(OperationLookup::Attribute(value));
+        }
         if BUILTIN_NAMES.contains(&name) {
             return Some(OperationLookup::Builtin(name.to_owned()));
         }
@@ -379,8 +393,10 @@ impl Branch {
 /// What `get_operation` found.
 #[derive(Clone)]
 pub enum OperationLookup {
-    /// A built-in verb or attribute of `Branch` (always wins).
+    /// A built-in verb or method of `Branch` (always wins).
     Builtin(String),
+    /// The value of a data field of `Branch` (always wins).
+    Attribute(Value),
     /// A registered async operation.
     Registered(Operation),
 }
@@ -389,6 +405,7 @@ impl std::fmt::Debug for OperationLookup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             OperationLookup::Builtin(n) => write!(f, "Builtin({n})"),
+            OperationLookup::Attribute(v) => write!(f, "Attribute({v})"),
             OperationLookup::Registered(_) => f.write_str("Registered(..)"),
         }
     }

@@ -111,7 +111,9 @@ impl Serialize for BranchMetadata<'_> {
             }
         }
         if let Some(view) = b.msgs.view() {
-            m.serialize_entry("current_progression", view)?;
+            // Written as the reference stores it inside metadata: a plain
+            // field dump, without `lion_class`.
+            m.serialize_entry("current_progression", &PlainProgression(view))?;
         }
         m.serialize_entry("lion_class", lion_class::BRANCH)?;
         m.end()
@@ -154,6 +156,22 @@ impl Serialize for BranchOut<'_> {
         if let Some(p) = &self.parse {
             m.serialize_entry("parse_model", p)?;
         }
+        m.end()
+    }
+}
+
+/// A progression as a plain field dump (no `lion_class`).
+struct PlainProgression<'a>(&'a Progression);
+
+impl Serialize for PlainProgression<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let p = self.0;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("id", &p.element.id)?;
+        m.serialize_entry("created_at", &Finite(p.element.created_at))?;
+        m.serialize_entry("metadata", &p.element.metadata)?;
+        m.serialize_entry("order", &p.order)?;
+        m.serialize_entry("name", &p.name)?;
         m.end()
     }
 }
