@@ -36,7 +36,10 @@ fn read_json(path: &std::path::Path) -> Value {
 pub fn fixture(path: &str) -> Fixture {
     let dir = fixtures_root().join(path);
     let output = read_json(&dir.join("output.json"));
-    let input = dir.join("input.json").exists().then(|| read_json(&dir.join("input.json")));
+    let input = dir
+        .join("input.json")
+        .exists()
+        .then(|| read_json(&dir.join("input.json")));
     let nd = read_json(&dir.join("nondeterministic.json"));
     let mut volatile = HashSet::new();
     let mut text = HashSet::new();
@@ -53,16 +56,32 @@ pub fn fixture(path: &str) -> Fixture {
         }
     }
     let requests = std::fs::read_to_string(dir.join("requests.jsonl"))
-        .map(|t| t.lines().filter(|l| !l.trim().is_empty()).map(|l| serde_json::from_str(l).unwrap()).collect())
+        .map(|t| {
+            t.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect()
+        })
         .unwrap_or_default();
-    Fixture { name: path.to_owned(), output, input, volatile, text, requests }
+    Fixture {
+        name: path.to_owned(),
+        output,
+        input,
+        volatile,
+        text,
+        requests,
+    }
 }
 
 /// Whether `s` is a UUID in canonical hyphenated form.
 pub fn is_uuid(s: &str) -> bool {
     s.len() == 36
         && s.char_indices().all(|(i, c)| {
-            if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() }
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
         })
 }
 
@@ -126,8 +145,12 @@ impl Comparer {
 
     fn map_id(&mut self, at: &str, e: &str, a: &str) {
         match (self.forward.get(e), self.backward.get(a)) {
-            (Some(x), _) if x != a => self.errors.push(format!("{at}: id {e} already maps to {x}, now {a}")),
-            (_, Some(y)) if y != e => self.errors.push(format!("{at}: id {a} already stands for {y}, now {e}")),
+            (Some(x), _) if x != a => self
+                .errors
+                .push(format!("{at}: id {e} already maps to {x}, now {a}")),
+            (_, Some(y)) if y != e => self
+                .errors
+                .push(format!("{at}: id {a} already stands for {y}, now {e}")),
             _ => {
                 self.forward.insert(e.to_owned(), a.to_owned());
                 self.backward.insert(a.to_owned(), e.to_owned());
@@ -143,7 +166,8 @@ impl Comparer {
                 _ => true,
             };
             if !ok {
-                self.errors.push(format!("{at}: expected a generated {e}, got {a}"));
+                self.errors
+                    .push(format!("{at}: expected a generated {e}, got {a}"));
             }
             return;
         }
@@ -152,12 +176,15 @@ impl Comparer {
                 if is_uuid(as_) {
                     self.map_id(at, es, as_);
                 } else {
-                    self.errors.push(format!("{at}: expected an id, got {as_:?}"));
+                    self.errors
+                        .push(format!("{at}: expected an id, got {as_:?}"));
                 }
             }
             (Value::String(es), Value::String(as_)) if self.text.contains(at) => {
                 if scrub(es) != scrub(as_) {
-                    self.errors.push(format!("{at}: text differs\n  expected {es:?}\n  actual   {as_:?}"));
+                    self.errors.push(format!(
+                        "{at}: text differs\n  expected {es:?}\n  actual   {as_:?}"
+                    ));
                 }
             }
             (Value::Object(em), Value::Object(am)) => {
@@ -179,27 +206,41 @@ impl Comparer {
             }
             (Value::Array(ea), Value::Array(aa)) => {
                 if ea.len() != aa.len() {
-                    self.errors.push(format!("{at}: expected {} items, got {}", ea.len(), aa.len()));
+                    self.errors.push(format!(
+                        "{at}: expected {} items, got {}",
+                        ea.len(),
+                        aa.len()
+                    ));
                 }
                 for (i, (ev, av)) in ea.iter().zip(aa).enumerate() {
                     self.walk(&format!("{at}/{i}"), ev, av);
                 }
             }
             (Value::Number(en), Value::Number(an)) if en.as_f64().is_some_and(is_fake_clock) => {
-                let (e, a) = (en.as_f64().unwrap().to_bits(), an.as_f64().unwrap_or(f64::NAN).to_bits());
+                let (e, a) = (
+                    en.as_f64().unwrap().to_bits(),
+                    an.as_f64().unwrap_or(f64::NAN).to_bits(),
+                );
                 // Only expected -> actual must be consistent: two readings of a
                 // real clock may fall in the same microsecond.
                 match (self.times.get(&e), None::<&u64>) {
-                    (Some(x), _) if *x != a => self.errors.push(format!("{at}: time {en} already maps to {}, now {an}", f64::from_bits(*x))),
+                    (Some(x), _) if *x != a => self.errors.push(format!(
+                        "{at}: time {en} already maps to {}, now {an}",
+                        f64::from_bits(*x)
+                    )),
                     _ => {
                         self.times.insert(e, a);
                         self.times_back.insert(a, e);
                     }
                 }
             }
-            (Value::String(es), Value::String(as_)) if es.starts_with("2025-01-01") && datetime_len(es.as_bytes()) == Some(es.len()) => {
+            (Value::String(es), Value::String(as_))
+                if es.starts_with("2025-01-01")
+                    && datetime_len(es.as_bytes()) == Some(es.len()) =>
+            {
                 if datetime_len(as_.as_bytes()) != Some(as_.len()) {
-                    self.errors.push(format!("{at}: expected a generated date-time, got {as_:?}"));
+                    self.errors
+                        .push(format!("{at}: expected a generated date-time, got {as_:?}"));
                 }
             }
             (Value::Number(en), Value::Number(an)) => {
@@ -218,7 +259,11 @@ impl Comparer {
     /// Panics with every difference found so far.
     pub fn finish(&mut self) {
         if !self.errors.is_empty() {
-            panic!("{} difference(s):\n{}", self.errors.len(), self.errors.join("\n"));
+            panic!(
+                "{} difference(s):\n{}",
+                self.errors.len(),
+                self.errors.join("\n")
+            );
         }
     }
 }
@@ -231,7 +276,9 @@ fn is_fake_clock(t: f64) -> bool {
 
 fn collect_times(v: &Value, out: &mut Vec<u64>) {
     match v {
-        Value::Number(n) if n.as_f64().is_some_and(is_fake_clock) => out.push(n.as_f64().unwrap().to_bits()),
+        Value::Number(n) if n.as_f64().is_some_and(is_fake_clock) => {
+            out.push(n.as_f64().unwrap().to_bits())
+        }
         Value::Array(a) => a.iter().for_each(|x| collect_times(x, out)),
         Value::Object(m) => m.values().for_each(|x| collect_times(x, out)),
         _ => {}
@@ -295,7 +342,13 @@ fn datetime_len(b: &[u8]) -> Option<usize> {
     }
     if is(n, b'Z') {
         n += 1;
-    } else if (is(n, b'+') || is(n, b'-')) && d(n + 1) && d(n + 2) && is(n + 3, b':') && d(n + 4) && d(n + 5) {
+    } else if (is(n, b'+') || is(n, b'-'))
+        && d(n + 1)
+        && d(n + 2)
+        && is(n + 3, b':')
+        && d(n + 4)
+        && d(n + 5)
+    {
         n += 6;
     }
     Some(n)
@@ -312,7 +365,9 @@ pub fn without(v: &Value, key: &str) -> Value {
 
 /// The keys of an object value, in order.
 pub fn keys(v: &Value) -> Vec<String> {
-    v.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default()
+    v.as_object()
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default()
 }
 
 /// `iModel(provider="openai", model=NAME, base_url=<mock>, api_key=..., allow_local_network=True)`

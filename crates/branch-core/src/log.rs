@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::element::{self, de_metadata, lion_class, Element, Finite, MetadataOut};
+use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
 use crate::error::{BranchError, Result};
 use crate::pile::{Pile, Stored};
 use crate::progression::de_opt_created_at;
@@ -38,7 +38,10 @@ impl Log {
         } else {
             content
         };
-        Self { element: Element::new(), content }
+        Self {
+            element: Element::new(),
+            content,
+        }
     }
 
     /// A log of any JSON value; a non-object is stored under `"value"`.
@@ -82,7 +85,10 @@ impl Serialize for Log {
         m.serialize_entry("created_at", &Finite(self.element.created_at))?;
         m.serialize_entry(
             "metadata",
-            &MetadataOut { metadata: &self.element.metadata, lion_class: lion_class::LOG },
+            &MetadataOut {
+                metadata: &self.element.metadata,
+                lion_class: lion_class::LOG,
+            },
         )?;
         m.serialize_entry("content", &self.content)?;
         m.end()
@@ -224,13 +230,20 @@ impl DataLoggerConfig {
             persist_dir: env_var("LOG_PERSIST_DIR").unwrap_or(d.persist_dir),
             subfolder: env_var("LOG_SUBFOLDER"),
             file_prefix: Some(env_var("LOG_FILE_PREFIX").unwrap_or_else(|| "log".into())),
-            capacity: Some(env_var("LOG_CAPACITY").and_then(|v| v.parse().ok()).unwrap_or(50)),
+            capacity: Some(
+                env_var("LOG_CAPACITY")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(50),
+            ),
             extension: env_var("LOG_EXTENSION")
                 .and_then(|v| LogExtension::parse(&v))
                 .unwrap_or(d.extension),
             use_timestamp: env_bool("LOG_USE_TIMESTAMP", true),
             hash_digits: Some(
-                env_var("LOG_HASH_DIGITS").and_then(|v| v.parse().ok()).filter(|n| *n <= 10).unwrap_or(5),
+                env_var("LOG_HASH_DIGITS")
+                    .and_then(|v| v.parse().ok())
+                    .filter(|n| *n <= 10)
+                    .unwrap_or(5),
             ),
             auto_save_on_exit: env_bool("LOG_AUTO_SAVE_ON_EXIT", true),
             clear_after_dump: env_bool("LOG_CLEAR_AFTER_DUMP", true),
@@ -272,7 +285,10 @@ impl DataLoggerConfig {
                 "capacity" => {
                     c.capacity = match v {
                         Value::Null => None,
-                        _ => Some(v.as_u64().ok_or_else(|| bad(k, "must be a non-negative integer"))?),
+                        _ => Some(
+                            v.as_u64()
+                                .ok_or_else(|| bad(k, "must be a non-negative integer"))?,
+                        ),
                     }
                 }
                 "extension" => {
@@ -297,8 +313,9 @@ impl DataLoggerConfig {
                 "clear_after_dump" => c.clear_after_dump = boolean(k, v)?,
                 "redact_binary" => c.redact_binary = boolean(k, v)?,
                 "redact_binary_threshold" => {
-                    c.redact_binary_threshold =
-                        v.as_u64().ok_or_else(|| bad(k, "must be a non-negative integer"))?
+                    c.redact_binary_threshold = v
+                        .as_u64()
+                        .ok_or_else(|| bad(k, "must be a non-negative integer"))?
                 }
                 _ => return Err(bad(k, "is not a log configuration field")),
             }
@@ -319,7 +336,10 @@ impl DataLoggerConfig {
         m.insert("auto_save_on_exit".into(), self.auto_save_on_exit.into());
         m.insert("clear_after_dump".into(), self.clear_after_dump.into());
         m.insert("redact_binary".into(), self.redact_binary.into());
-        m.insert("redact_binary_threshold".into(), self.redact_binary_threshold.into());
+        m.insert(
+            "redact_binary_threshold".into(),
+            self.redact_binary_threshold.into(),
+        );
         Value::Object(m)
     }
 
@@ -376,7 +396,10 @@ impl Default for DataLogger {
 impl DataLogger {
     /// An empty logger with this configuration.
     pub fn new(config: DataLoggerConfig) -> Self {
-        Self { logs: Pile::new(true), config }
+        Self {
+            logs: Pile::new(true),
+            config,
+        }
     }
 
     /// A logger over existing logs.
@@ -412,7 +435,10 @@ impl DataLogger {
     /// Writes the logs to `path` (one JSON object per line, or CSV) and
     /// clears them when `clear`. Returns the number of logs written.
     pub fn dump_to(&mut self, path: &Path, clear: bool) -> Result<usize> {
-        let io = |source| BranchError::LogIo { path: path.to_owned(), source };
+        let io = |source| BranchError::LogIo {
+            path: path.to_owned(),
+            source,
+        };
         if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
             std::fs::create_dir_all(parent).map_err(io)?;
         }
@@ -470,7 +496,8 @@ mod tests {
 
     #[test]
     fn dict_config_uses_class_defaults() {
-        let c = DataLoggerConfig::from_value(&json!({"capacity": 3, "extension": "jsonl"})).unwrap();
+        let c =
+            DataLoggerConfig::from_value(&json!({"capacity": 3, "extension": "jsonl"})).unwrap();
         assert_eq!(c.file_prefix, None);
         assert_eq!(c.extension, LogExtension::Jsonl);
         assert!(DataLoggerConfig::from_value(&json!({"hash_digits": 11})).is_err());
@@ -499,6 +526,9 @@ mod tests {
 
     #[test]
     fn empty_log_content() {
-        assert_eq!(Log::new(Map::new()).content()["error"], "No content to log.");
+        assert_eq!(
+            Log::new(Map::new()).content()["error"],
+            "No content to log."
+        );
     }
 }

@@ -5,14 +5,14 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::system::{build_system, SystemDatetime, SystemSpec};
+use super::system::{SystemDatetime, SystemSpec, build_system};
 use super::{Branch, ModelManager};
 use crate::action::{ActionManager, Tool};
 use crate::element::Element;
 use crate::error::Result;
 use crate::log::{DataLogger, DataLoggerConfig, Log};
 use crate::memory::MemoryStore;
-use crate::message::{truthy, Message, MessageManager};
+use crate::message::{Message, MessageManager, truthy};
 use crate::model::{ChatModel, ModelConfig};
 use crate::participant::{Participant, Role};
 use crate::pile::Pile;
@@ -220,8 +220,11 @@ impl BranchBuilder {
     /// A dict log configuration: a non-empty object is validated against the
     /// class defaults; `null` or `{}` means the settings values.
     pub fn log_config_value(mut self, v: &Value) -> Result<Self> {
-        self.log_config =
-            if truthy(v) { Some(DataLoggerConfig::from_value(v)?) } else { None };
+        self.log_config = if truthy(v) {
+            Some(DataLoggerConfig::from_value(v)?)
+        } else {
+            None
+        };
         Ok(self)
     }
 
@@ -290,9 +293,11 @@ impl BranchBuilder {
             Some(pile) => MessageManager::from_pile(pile),
             None => MessageManager::new(),
         };
-        if let Some(mut system) =
-            build_system(self.system, self.system_datetime.as_ref(), self.use_lion_system_message)
-        {
+        if let Some(mut system) = build_system(
+            self.system,
+            self.system_datetime.as_ref(),
+            self.use_lion_system_message,
+        ) {
             let sender = self
                 .system_sender
                 .or_else(|| self.user.clone())
@@ -314,14 +319,25 @@ impl BranchBuilder {
             Some(logs) => DataLogger::with_logs(config, logs),
             None => DataLogger::new(config),
         };
-        Ok(Branch::assemble(element, self.user, self.name, msgs, acts, models, logger, self.memory))
+        Ok(Branch::assemble(
+            element,
+            self.user,
+            self.name,
+            msgs,
+            acts,
+            models,
+            logger,
+            self.memory,
+        ))
     }
 }
 
 /// The settings' log configuration, read from the environment once.
 pub(crate) fn settings_log_config() -> DataLoggerConfig {
     static SETTINGS: OnceLock<DataLoggerConfig> = OnceLock::new();
-    SETTINGS.get_or_init(DataLoggerConfig::from_settings).clone()
+    SETTINGS
+        .get_or_init(DataLoggerConfig::from_settings)
+        .clone()
 }
 
 /// A new default chat model from the settings.

@@ -39,8 +39,12 @@ impl Branch {
 
     fn clone_branch_as(&self, sender: Participant) -> Branch {
         let clone_id = Uuid::new_v4();
-        let source_order: Vec<Value> =
-            self.messages().progression().iter().map(|id| Value::String(id.to_string())).collect();
+        let source_order: Vec<Value> = self
+            .messages()
+            .progression()
+            .iter()
+            .map(|id| Value::String(id.to_string()))
+            .collect();
         let clone_from = serde_json::json!({
             "id": self.id().to_string(),
             "user": self.user().map_or_else(|| "None".to_owned(), ToString::to_string),
@@ -97,7 +101,11 @@ impl Branch {
         for t in self.acts.iter() {
             acts.adopt(t.clone());
         }
-        let element = Element { id: clone_id, created_at: crate::element::now(), metadata };
+        let element = Element {
+            id: clone_id,
+            created_at: crate::element::now(),
+            metadata,
+        };
         Branch::assemble(
             element,
             self.user.clone(),

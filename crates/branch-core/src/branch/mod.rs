@@ -7,9 +7,9 @@ mod serialize;
 mod system;
 
 pub use builder::{BranchBuilder, ModelChoice};
-pub use models::{same_model, ModelManager};
+pub use models::{ModelManager, same_model};
 pub use serialize::{FromDictOptions, SerializationMode, ToDictOptions};
-pub use system::{SystemDatetime, SystemSpec, LION_SYSTEM_MESSAGE};
+pub use system::{LION_SYSTEM_MESSAGE, SystemDatetime, SystemSpec};
 
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -101,7 +101,10 @@ impl Branch {
             EMIT_CALLBACK,
             Arc::new(move |m: &Message| {
                 if let Some(o) = slot.get() {
-                    o.observe(Signal::MessageAdded { branch_id, message: m.clone() });
+                    o.observe(Signal::MessageAdded {
+                        branch_id,
+                        message: m.clone(),
+                    });
                 }
             }),
         );
@@ -320,7 +323,10 @@ impl Branch {
             + Send
             + 'static,
     {
-        self.operations.write().unwrap_or_else(|e| e.into_inner()).register(name, func, update)
+        self.operations
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(name, func, update)
     }
 
     /// Looks up an operation, attribute first as in the reference: a
@@ -333,7 +339,11 @@ impl Branch {
             "id" => Some(Value::String(self.id().to_string())),
             "created_at" => Some(serde_json::json!(self.created_at())),
             "metadata" => Some(Value::Object(self.element.metadata.clone())),
-            "user" => Some(self.user.as_ref().map_or(Value::Null, |u| Value::String(u.to_string()))),
+            "user" => Some(
+                self.user
+                    .as_ref()
+                    .map_or(Value::Null, |u| Value::String(u.to_string())),
+            ),
             "name" => Some(self.name.clone().map_or(Value::Null, Value::String)),
             _ => None,
         };
@@ -416,14 +426,57 @@ impl std::fmt::Debug for OperationLookup {
 /// operation can never shadow them.
 pub const BUILTIN_NAMES: &[&str] = &[
     // verbs
-    "chat", "communicate", "parse", "operate", "act", "interpret", "ReAct", "ReActStream",
-    "run", "instruct", "select", "translate", "connect", "chat_and_record",
+    "chat",
+    "communicate",
+    "parse",
+    "operate",
+    "act",
+    "interpret",
+    "ReAct",
+    "ReActStream",
+    "run",
+    "instruct",
+    "select",
+    "translate",
+    "connect",
+    "chat_and_record",
     // fields and properties
-    "id", "created_at", "metadata", "user", "name", "msgs", "acts", "mdls", "messages",
-    "progression", "system", "logs", "tools", "chat_model", "parse_model", "memory",
-    "providers", "last_context_report", "capabilities", "on_message_added", "token_budget",
+    "id",
+    "created_at",
+    "metadata",
+    "user",
+    "name",
+    "msgs",
+    "acts",
+    "mdls",
+    "messages",
+    "progression",
+    "system",
+    "logs",
+    "tools",
+    "chat_model",
+    "parse_model",
+    "memory",
+    "providers",
+    "last_context_report",
+    "capabilities",
+    "on_message_added",
+    "token_budget",
     // methods
-    "to_dict", "from_dict", "clone", "aclone", "get_operation", "register_tools",
-    "grant_capabilities", "revoke_capabilities", "emit", "authorize", "emit_and_log",
-    "control", "drain_signals", "dump_logs", "adump_logs", "to_df",
+    "to_dict",
+    "from_dict",
+    "clone",
+    "aclone",
+    "get_operation",
+    "register_tools",
+    "grant_capabilities",
+    "revoke_capabilities",
+    "emit",
+    "authorize",
+    "emit_and_log",
+    "control",
+    "drain_signals",
+    "dump_logs",
+    "adump_logs",
+    "to_df",
 ];

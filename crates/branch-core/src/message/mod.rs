@@ -8,11 +8,11 @@
 mod content;
 mod manager;
 
-pub use content::{
-    ActionRequestContent, ActionResponseContent, AssistantResponseContent, ImageDetail,
-    InstructionContent, SystemContent, DEFAULT_SYSTEM_MESSAGE,
-};
 pub(crate) use content::truthy;
+pub use content::{
+    ActionRequestContent, ActionResponseContent, AssistantResponseContent, DEFAULT_SYSTEM_MESSAGE,
+    ImageDetail, InstructionContent, SystemContent,
+};
 pub use manager::{MessageCallback, MessageManager};
 
 use serde::de::{self, Deserializer};
@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::element::{self, lion_class, Element, Finite, MetadataOut};
-use crate::participant::{de_participant, Participant, Role};
+use crate::element::{self, Element, Finite, MetadataOut, lion_class};
+use crate::participant::{Participant, Role, de_participant};
 use crate::pile::{MetaPlacement, Stored};
 use crate::progression::de_opt_created_at;
 
@@ -201,9 +201,11 @@ impl Message {
 
     /// A model reply with this text.
     pub fn assistant(text: impl Into<String>) -> Self {
-        Self::new(MessageContent::AssistantResponse(AssistantResponseContent {
-            assistant_response: text.into(),
-        }))
+        Self::new(MessageContent::AssistantResponse(
+            AssistantResponseContent {
+                assistant_response: text.into(),
+            },
+        ))
     }
 
     /// A tool call.
@@ -272,7 +274,9 @@ impl Message {
         let mut m = self.clone();
         m.element = Element::new();
         m.element.metadata = self.element.metadata.clone();
-        m.element.metadata.insert("clone_from".into(), Value::String(self.id().to_string()));
+        m.element
+            .metadata
+            .insert("clone_from".into(), Value::String(self.id().to_string()));
         m
     }
 
@@ -304,8 +308,10 @@ pub(crate) struct MessageOut<'a> {
 impl Serialize for MessageOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let msg = self.msg;
-        let meta =
-            MetadataOut { metadata: &msg.element.metadata, lion_class: msg.kind().lion_class() };
+        let meta = MetadataOut {
+            metadata: &msg.element.metadata,
+            lion_class: msg.kind().lion_class(),
+        };
         let mut m = s.serialize_map(Some(9))?;
         m.serialize_entry("id", &msg.element.id)?;
         m.serialize_entry("created_at", &Finite(msg.element.created_at))?;
@@ -333,7 +339,11 @@ impl Serialize for MessageOut<'_> {
 
 impl Serialize for Message {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        MessageOut { msg: self, meta: MetaPlacement::Head }.serialize(s)
+        MessageOut {
+            msg: self,
+            meta: MetaPlacement::Head,
+        }
+        .serialize(s)
     }
 }
 
