@@ -2,6 +2,7 @@
 //! calls, tool calls and custom events.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
@@ -384,7 +385,8 @@ impl DataLoggerConfig {
 #[derive(Debug, Clone)]
 pub struct DataLogger {
     logs: Pile<Log>,
-    config: DataLoggerConfig,
+    // Shared: most branches use the same settings configuration.
+    config: Arc<DataLoggerConfig>,
 }
 
 impl Default for DataLogger {
@@ -395,16 +397,19 @@ impl Default for DataLogger {
 
 impl DataLogger {
     /// An empty logger with this configuration.
-    pub fn new(config: DataLoggerConfig) -> Self {
+    pub fn new(config: impl Into<Arc<DataLoggerConfig>>) -> Self {
         Self {
             logs: Pile::new(true),
-            config,
+            config: config.into(),
         }
     }
 
     /// A logger over existing logs.
-    pub fn with_logs(config: DataLoggerConfig, logs: Pile<Log>) -> Self {
-        Self { logs, config }
+    pub fn with_logs(config: impl Into<Arc<DataLoggerConfig>>, logs: Pile<Log>) -> Self {
+        Self {
+            logs,
+            config: config.into(),
+        }
     }
 
     /// The logs.

@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::builder::{default_chat_model, settings_log_config};
-use super::{Branch, ModelManager};
+use super::{Branch, ModelManager, Parts};
 use crate::action::ActionManager;
 use crate::element::{self, Element, Finite, lion_class};
 use crate::error::{BranchError, Result};
@@ -491,23 +491,23 @@ impl BranchWire {
         };
 
         let config = match &self.log_config {
-            Some(v) if crate::message::truthy(v) => DataLoggerConfig::from_value(v)?,
+            Some(v) if crate::message::truthy(v) => Arc::new(DataLoggerConfig::from_value(v)?),
             _ => settings_log_config(),
         };
         let logger = match self.logs {
             Some(logs) => DataLogger::with_logs(config, logs),
             None => DataLogger::new(config),
         };
-        Ok(Branch::assemble(
+        Ok(Branch::assemble(Parts {
             element,
-            self.user,
-            self.name,
+            user: self.user,
+            name: self.name,
             msgs,
-            ActionManager::new(),
-            ModelManager::new(chat, parse),
+            acts: ActionManager::new(),
+            models: ModelManager::new(chat, parse),
             logger,
-            None,
-        ))
+            memory: None,
+        }))
     }
 }
 
