@@ -1,43 +1,54 @@
-//! TEMPORARY interface stub, replaced by the model-config work.
-use std::sync::Arc;
-use serde_json::Value;
-use uuid::Uuid;
+//! The chat-model seam of a Branch and the plain-data model configuration.
+//!
+//! [`ModelConfig`] is what the reference's `iModel.to_dict` writes
+//! (serialization.md §7) and what `from_dict` restores (§7.1). It holds no
+//! API key. [`ChatModel`] is the seam a `Branch` holds its chat and parse
+//! models through; `branch-models` implements it for real providers.
 
-/// Stub.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelConfig { id: Uuid, provider: String, model: Option<String>, raw: Value }
-/// Stub.
-#[derive(Debug, thiserror::Error)]
-#[error("model config: {0}")]
-pub struct ModelConfigError(pub String);
-impl ModelConfig {
-    /// Stub.
-    pub fn new(provider: &str, model: &str) -> Result<Self, ModelConfigError> { Ok(Self { id: Uuid::new_v4(), provider: provider.into(), model: Some(model.into()), raw: Value::Null }) }
-    /// Stub.
-    pub fn from_model_string(spec: &str) -> Result<Self, ModelConfigError> { match spec.split_once('/') { Some((p, m)) => Self::new(p, m), None => Self::new("openai", spec) } }
-    /// Stub.
-    pub fn default_chat() -> Result<Self, ModelConfigError> { Self::new("openai", "gpt-4.1-mini") }
-    /// Stub.
-    pub fn from_dict(value: &Value) -> Result<Self, ModelConfigError> { Ok(Self { id: value.get("id").and_then(|v| v.as_str()).and_then(|s| s.parse().ok()).unwrap_or_else(Uuid::new_v4), provider: "openai".into(), model: None, raw: value.clone() }) }
-    /// Stub.
-    pub fn to_dict(&self, _include_request_options: bool, _include_processor_config: bool) -> Value { if self.raw.is_null() { serde_json::json!({"id": self.id.to_string(), "provider": self.provider, "model": self.model}) } else { self.raw.clone() } }
-    /// Stub.
-    pub fn provider(&self) -> &str { &self.provider }
-    /// Stub.
-    pub fn model_name(&self) -> Option<&str> { self.model.as_deref() }
-    /// Stub.
-    pub fn id(&self) -> Uuid { self.id }
-}
-/// Stub.
+mod config;
+mod error;
+pub mod registry;
+pub mod sanitize;
+
+use std::sync::Arc;
+
+pub use config::{
+    AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,
+    ModelConfig, ModelConfigBuilder, ProcessorConfig, RequestOptions, RetryConfig, Seconds,
+    now_timestamp, openai_chat_request_schema,
+};
+pub use error::ModelConfigError;
+
+/// A chat model a `Branch` can hold, serialize (through [`ChatModel::config`])
+/// and call.
 pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
-    /// Stub.
+    /// The plain-data configuration (what `to_dict` writes).
     fn config(&self) -> &ModelConfig;
-    /// Stub.
-    fn is_cli(&self) -> bool { false }
-    /// Stub.
+
+    /// Whether this is a CLI model; CLI models are copied by `Branch::clone`.
+    fn is_cli(&self) -> bool {
+        false
+    }
+
+    /// A copy of this model (used for CLI models on clone).
     fn duplicate(&self) -> Arc<dyn ChatModel>;
 }
+
+/// A configuration-only model: a `Branch` can hold and serialize it; the
+/// operations layer upgrades it to a connected model on first use.
 impl ChatModel for ModelConfig {
-    fn config(&self) -> &ModelConfig { self }
-    fn duplicate(&self) -> Arc<dyn ChatModel> { Arc::new(self.clone()) }
+    fn config(&self) -> &ModelConfig {
+        self
+    }
+
+    fn is_cli(&self) -> bool {
+        ModelConfig::is_cli(self)
+    }
+
+    fn duplicate(&self) -> Arc<dyn ChatModel> {
+        Arc::new(self.clone())
+    }
 }
+
+#[cfg(test)]
+mod tests;

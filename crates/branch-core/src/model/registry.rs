@@ -1,0 +1,368 @@
+//! The registered providers and their endpoints (providers.md §1).
+
+use super::config::AuthType;
+
+/// What kind of backend a provider is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProviderKind {
+    /// An HTTP API.
+    Api,
+    /// A local CLI subprocess (agentic, streaming).
+    Cli,
+    /// An agent framework (not usable as a chat model of a Branch).
+    Agentic,
+}
+
+/// One registered endpoint of a provider.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct EndpointSpec {
+    /// Path appended to the base URL, e.g. `chat/completions`.
+    pub path: &'static str,
+    /// Other names that select this endpoint (e.g. `chat`).
+    pub aliases: &'static [&'static str],
+    /// Registered base URL (`None` for CLI endpoints).
+    pub base_url: Option<&'static str>,
+    /// How the key is sent.
+    pub auth_type: AuthType,
+    /// Whether request tokens are estimated for rate limiting.
+    pub requires_tokens: bool,
+    /// Whether the endpoint validates payloads against the OpenAI chat
+    /// request model (and writes its JSON schema as `request_options`).
+    pub openai_chat_request: bool,
+    /// Headers sent with every request.
+    pub default_headers: &'static [(&'static str, &'static str)],
+    /// Whether loopback targets are allowed by default (local servers).
+    pub allow_local_network: bool,
+}
+
+impl EndpointSpec {
+    fn matches(&self, name: &str) -> bool {
+        self.path.eq_ignore_ascii_case(name)
+            || self.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+    }
+}
+
+/// A registered provider.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub struct ProviderSpec {
+    /// Canonical (lower-case) name.
+    pub name: &'static str,
+    /// Other accepted names.
+    pub aliases: &'static [&'static str],
+    /// API, CLI or agentic.
+    pub kind: ProviderKind,
+    /// Environment variable holding the API key, if the provider takes one.
+    pub key_env: Option<&'static str>,
+    /// Endpoints, in registry order.
+    pub endpoints: &'static [EndpointSpec],
+}
+
+impl ProviderSpec {
+    /// The endpoint selected by `endpoint` (providers.md §2 step 4): the first
+    /// whose path or alias equals it (any, if empty); else, if the provider
+    /// has exactly one endpoint, that one.
+    pub fn endpoint(&self, endpoint: &str) -> Option<&'static EndpointSpec> {
+        if endpoint.is_empty() {
+            return self.endpoints.first();
+        }
+        self.endpoints
+            .iter()
+            .find(|e| e.matches(endpoint))
+            .or(if self.endpoints.len() == 1 {
+                self.endpoints.first()
+            } else {
+                None
+            })
+    }
+
+    /// Default timeout of this provider's endpoints, in seconds.
+    pub fn default_timeout_secs(&self) -> u64 {
+        match self.kind {
+            ProviderKind::Api => 600,
+            ProviderKind::Cli | ProviderKind::Agentic => 3600,
+        }
+    }
+}
+
+const fn api(
+    path: &'static str,
+    aliases: &'static [&'static str],
+    base_url: &'static str,
+    auth_type: AuthType,
+) -> EndpointSpec {
+    EndpointSpec {
+        path,
+        aliases,
+        base_url: Some(base_url),
+        auth_type,
+        requires_tokens: false,
+        openai_chat_request: false,
+        default_headers: &[],
+        allow_local_network: false,
+    }
+}
+
+/// An OpenAI-family chat-completions endpoint.
+const fn openai_chat(base_url: &'static str, auth_type: AuthType) -> EndpointSpec {
+    EndpointSpec {
+        requires_tokens: true,
+        openai_chat_request: true,
+        ..api("chat/completions", &["chat"], base_url, auth_type)
+    }
+}
+
+const fn tokens(spec: EndpointSpec) -> EndpointSpec {
+    EndpointSpec {
+        requires_tokens: true,
+        ..spec
+    }
+}
+
+const fn local(spec: EndpointSpec) -> EndpointSpec {
+    EndpointSpec {
+        allow_local_network: true,
+        ..spec
+    }
+}
+
+const fn cli(path: &'static str, aliases: &'static [&'static str]) -> EndpointSpec {
+    EndpointSpec {
+        path,
+        aliases,
+        base_url: Some("internal"),
+        auth_type: AuthType::Bearer,
+        requires_tokens: false,
+        openai_chat_request: false,
+        default_headers: &[],
+        allow_local_network: false,
+    }
+}
+
+const OPENAI: &str = "https://api.openai.com/v1";
+const OLLAMA_V1: &str = "http://localhost:11434/v1";
+const OLLAMA_API: &str = "http://localhost:11434/api";
+const B: AuthType = AuthType::Bearer;
+const X: AuthType = AuthType::XApiKey;
+const N: AuthType = AuthType::None;
+
+/// Every registered provider, in the order of providers.md §1.
+pub static PROVIDERS: &[ProviderSpec] = &[
+    ProviderSpec {
+        name: "openai",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("OPENAI_API_KEY"),
+        endpoints: &[
+            openai_chat(OPENAI, B),
+            tokens(api("responses", &["response"], OPENAI, B)),
+            tokens(api("embeddings", &["embed"], OPENAI, B)),
+            api("audio/speech", &["tts"], OPENAI, B),
+            api("audio/transcriptions", &["stt", "whisper"], OPENAI, B),
+            api("images/generations", &["dalle", "image"], OPENAI, B),
+            api("images/edits", &["image_edit"], OPENAI, B),
+            api("batches", &["batch"], OPENAI, B),
+        ],
+    },
+    ProviderSpec {
+        name: "anthropic",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("ANTHROPIC_API_KEY"),
+        endpoints: &[EndpointSpec {
+            default_headers: &[("anthropic-version", "2023-06-01")],
+            ..api("messages", &["chat"], "https://api.anthropic.com/v1", X)
+        }],
+    },
+    ProviderSpec {
+        name: "ollama",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: None,
+        endpoints: &[
+            local(openai_chat(OLLAMA_V1, N)),
+            local(api("embeddings", &["embed"], OLLAMA_API, N)),
+            local(api("generate", &["generate", "completion"], OLLAMA_API, N)),
+        ],
+    },
+    ProviderSpec {
+        name: "lattice",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: None,
+        endpoints: &[
+            local(openai_chat("http://127.0.0.1:8080/v1", N)),
+            local(api("embeddings", &["embed"], "http://127.0.0.1:8080/v1", N)),
+        ],
+    },
+    ProviderSpec {
+        name: "openrouter",
+        aliases: &["open-router"],
+        kind: ProviderKind::Api,
+        key_env: Some("OPENROUTER_API_KEY"),
+        endpoints: &[openai_chat("https://openrouter.ai/api/v1", B)],
+    },
+    ProviderSpec {
+        name: "groq",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("GROQ_API_KEY"),
+        endpoints: &[
+            openai_chat("https://api.groq.com/openai/v1", B),
+            api(
+                "audio/transcriptions",
+                &[],
+                "https://api.groq.com/openai/v1",
+                B,
+            ),
+        ],
+    },
+    ProviderSpec {
+        name: "deepseek",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("DEEPSEEK_API_KEY"),
+        endpoints: &[openai_chat("https://api.deepseek.com/v1", B)],
+    },
+    ProviderSpec {
+        name: "gemini",
+        aliases: &["gemini-api"],
+        kind: ProviderKind::Api,
+        key_env: Some("GEMINI_API_KEY"),
+        endpoints: &[openai_chat(
+            "https://generativelanguage.googleapis.com/v1beta/openai",
+            B,
+        )],
+    },
+    ProviderSpec {
+        name: "perplexity",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("PERPLEXITY_API_KEY"),
+        endpoints: &[openai_chat("https://api.perplexity.ai", B)],
+    },
+    ProviderSpec {
+        name: "nvidia_nim",
+        aliases: &["nvidia", "nim"],
+        kind: ProviderKind::Api,
+        key_env: Some("NVIDIA_NIM_API_KEY"),
+        endpoints: &[
+            openai_chat("https://integrate.api.nvidia.com/v1", B),
+            tokens(api(
+                "embeddings",
+                &[],
+                "https://integrate.api.nvidia.com/v1",
+                B,
+            )),
+        ],
+    },
+    ProviderSpec {
+        name: "tavily",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("TAVILY_API_KEY"),
+        endpoints: &[
+            api("search", &[], "https://api.tavily.com", B),
+            api("extract", &[], "https://api.tavily.com", B),
+        ],
+    },
+    ProviderSpec {
+        name: "exa",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("EXA_API_KEY"),
+        endpoints: &[
+            api("search", &[], "https://api.exa.ai", X),
+            api("contents", &[], "https://api.exa.ai", X),
+            api("findSimilar", &[], "https://api.exa.ai", X),
+        ],
+    },
+    ProviderSpec {
+        name: "firecrawl",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("FIRECRAWL_API_KEY"),
+        endpoints: &[
+            api("v1/scrape", &[], "https://api.firecrawl.dev", B),
+            api("v1/map", &[], "https://api.firecrawl.dev", B),
+            api("v1/crawl", &[], "https://api.firecrawl.dev", B),
+        ],
+    },
+    ProviderSpec {
+        name: "claude_code",
+        aliases: &["claude-code", "claude"],
+        kind: ProviderKind::Cli,
+        key_env: None,
+        endpoints: &[cli("query_cli", &["cli", "code"])],
+    },
+    ProviderSpec {
+        name: "codex",
+        aliases: &["openai-codex"],
+        kind: ProviderKind::Cli,
+        key_env: None,
+        endpoints: &[cli("query_cli", &["cli", "code"])],
+    },
+    ProviderSpec {
+        name: "gemini_code",
+        aliases: &["gemini-code", "gemini_cli", "gemini-cli"],
+        kind: ProviderKind::Cli,
+        key_env: None,
+        endpoints: &[cli("query_cli", &["cli"])],
+    },
+    ProviderSpec {
+        name: "pi",
+        aliases: &["pi-code", "pi_code"],
+        kind: ProviderKind::Cli,
+        key_env: None,
+        endpoints: &[cli("query_cli", &[])],
+    },
+    ProviderSpec {
+        name: "ag2",
+        aliases: &["autogen"],
+        kind: ProviderKind::Agentic,
+        key_env: None,
+        endpoints: &[cli("group_chat", &[]), cli("agent", &[]), cli("nlip", &[])],
+    },
+    ProviderSpec {
+        name: "scripted",
+        aliases: &[],
+        kind: ProviderKind::Cli,
+        key_env: None,
+        endpoints: &[cli("chat/completions", &["chat", "query_cli", "cli"])],
+    },
+];
+
+/// The registered provider called `name` (case-insensitive, aliases honoured).
+pub fn lookup_provider(name: &str) -> Option<&'static ProviderSpec> {
+    PROVIDERS.iter().find(|p| {
+        p.name.eq_ignore_ascii_case(name) || p.aliases.iter().any(|a| a.eq_ignore_ascii_case(name))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_matching() {
+        let openai = lookup_provider("OpenAI").unwrap();
+        assert_eq!(openai.endpoint("chat").unwrap().path, "chat/completions");
+        assert_eq!(openai.endpoint("embed").unwrap().path, "embeddings");
+        assert_eq!(openai.endpoint("").unwrap().path, "chat/completions");
+        assert!(openai.endpoint("foo").is_none());
+        let anthropic = lookup_provider("anthropic").unwrap();
+        assert_eq!(anthropic.endpoint("foo").unwrap().path, "messages");
+        assert_eq!(lookup_provider("open-router").unwrap().name, "openrouter");
+        assert_eq!(
+            lookup_provider("claude")
+                .unwrap()
+                .endpoint("chat")
+                .unwrap()
+                .path,
+            "query_cli"
+        );
+        assert!(lookup_provider("nope").is_none());
+    }
+}
