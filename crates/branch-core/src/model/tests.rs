@@ -627,3 +627,20 @@ fn ids_are_v4_and_created_at_is_now() {
     d.renew_identity();
     assert_ne!(c.id(), d.id());
 }
+
+#[tokio::test]
+async fn configuration_only_model_is_not_connected() {
+    let c = ModelConfig::new("openai", "gpt-4.1-mini").unwrap();
+    let model: std::sync::Arc<dyn ChatModel> = std::sync::Arc::new(c.clone());
+    let err = model
+        .chat(ChatRequest::new(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::NotConnected);
+    assert_eq!(err.provider, "openai");
+    assert_eq!(err.model.as_deref(), Some("gpt-4.1-mini"));
+    assert!(err.to_string().contains("openai/gpt-4.1-mini"));
+    assert!(model.stream(ChatRequest::default()).await.is_err());
+    assert_eq!(model.to_dict(false, false), c.to_dict(false, false));
+    assert_eq!(model.snapshot(), c);
+}
