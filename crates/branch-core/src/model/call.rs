@@ -107,6 +107,24 @@ impl ChatRequest {
     pub fn messages_value(&self) -> Value {
         Value::Array(self.messages.iter().map(ChatMessage::to_value).collect())
     }
+
+    /// The provider-independent payload: `kwargs`, updated with `fields`,
+    /// then `messages` (and `stream: true`). Providers refine it (field
+    /// filters, Anthropic system hoisting) in `branch-models`.
+    pub fn generic_payload(&self, kwargs: &Map<String, Value>, stream: bool) -> Value {
+        let mut payload = kwargs.clone();
+        for (k, v) in &self.fields {
+            payload.insert(k.clone(), v.clone());
+        }
+        if !stream {
+            payload.shift_remove("stream");
+        }
+        payload.insert("messages".into(), self.messages_value());
+        if stream {
+            payload.insert("stream".into(), true.into());
+        }
+        Value::Object(payload)
+    }
 }
 
 /// A tool call requested by the model.

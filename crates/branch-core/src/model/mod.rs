@@ -48,6 +48,12 @@ pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
             .to_dict(include_request_options, include_processor_config)
     }
 
+    /// The exact JSON body a call with `request` sends (what the Branch logs
+    /// as the API call's `payload`).
+    fn request_payload(&self, request: &ChatRequest, stream: bool) -> serde_json::Value {
+        request.generic_payload(self.config().kwargs(), stream)
+    }
+
     /// Whether this is a CLI model; CLI models are copied by `Branch::clone`.
     fn is_cli(&self) -> bool {
         false
