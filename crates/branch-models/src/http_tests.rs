@@ -647,3 +647,134 @@ async fn configuration_round_trip_through_imodel() {
     let dup = model.duplicate();
     assert_eq!(dup.to_dict(false, true), after);
 }
+
+const ANTHROPIC_SSE: &str = r#"event: message_start
+data: {"type":"message_start","message":{"id":"msg_1","type":"message","role":"assistant","model":"claude-sonnet-4-5","content":[],"usage":{"input_tokens":25,"output_tokens":1}}}
+
+event: ping
+data: {"type": "ping"}
+
+event: content_block_start
+data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hel"}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"lo"}}
+
+event: content_block_stop
+data: {"type":"content_block_stop","index":0}
+
+event: content_block_start
+data: {"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"toolu_1","name":"get_weather","input":{}}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"{\"city\": "}}
+
+event: content_block_delta
+data: {"type":"content_block_delta","index":1,"delta":{"type":"input_json_delta","partial_json":"\"Paris\"}"}}
+
+event: message_delta
+data: {"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":15}}
+
+event: message_stop
+data: {"type":"message_stop"}
+
+"#;
+
+#[tokio::test]
+async fn anthropic_stream_assembles_text_tool_calls_and_usage() {
+    let server = MockServer::start().await;
+    server.push(MockReply::raw(200, ANTHROPIC_SSE).header("content-type", "text/event-stream"));
+    let c = ModelConfig::builder()
+        .provider("anthropic")
+        .model("claude-sonnet-4-5")
+        .base_url(&server.base_url())
+        .allow_local_network(true)
+        .build()
+        .unwrap();
+    let model = IModel::with_api_key(c, ApiKey::new("dummy-key-anth")).unwrap();
+    let mut stream = model.stream(user("weather?")).await.unwrap();
+    let mut acc = StreamAccumulator::new();
+    while let Some(chunk) = stream.next().await {
+        acc.push(&chunk.unwrap());
+    }
+    let r = acc.finish();
+    assert_eq!(r.text, "Hello");
+    assert_eq!(r.tool_calls.len(), 1);
+    assert_eq!(r.tool_calls[0].id, "toolu_1");
+    assert_eq!(r.tool_calls[0].name, "get_weather");
+    assert_eq!(r.tool_calls[0].arguments, r#"{"city": "Paris"}"#);
+    let u = r.usage.unwrap();
+    assert_eq!(
+        (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+        (25, 15, 40)
+    );
+    assert_eq!(r.finish_reason.as_deref(), Some("tool_use"));
+    assert_eq!(r.served_model.as_deref(), Some("claude-sonnet-4-5"));
+    assert_eq!(server.bodies()[0]["stream"], json!(true));
+    assert_eq!(server.bodies()[0]["max_tokens"], json!(8192));
+}
+
+#[tokio::test]
+async fn openai_compatible_family_bodies_and_auth() {
+    let server = MockServer::start().await;
+    server.script((0..4).map(|_| MockReply::text("ok")));
+    for (provider, model, auth) in [
+        ("ollama", "llama3", None),
+        ("gemini", "gemini-2.5-flash", Some("Bearer g-key")),
+        (
+            "openrouter",
+            "anthropic/claude-3.5-sonnet",
+            Some("Bearer g-key"),
+        ),
+        ("groq", "llama-3.3-70b", Some("Bearer g-key")),
+    ] {
+        let c = ModelConfig::builder()
+            .provider(provider)
+            .model(model)
+            .base_url(&server.base_url())
+            .allow_local_network(true)
+            .build()
+            .unwrap();
+        let m = IModel::with_api_key(c, ApiKey::new("g-key")).unwrap();
+        let req = user("hi")
+            .with_field("reasoning_effort", "low")
+            .with_field("not_a_field", 1);
+        assert_eq!(m.chat(req).await.unwrap().text, "ok", "{provider}");
+        let sent = server.requests().pop().unwrap();
+        assert_eq!(sent.header("authorization"), auth, "{provider}");
+        assert_eq!(sent.path, "/v1/chat/completions");
+        assert_eq!(sent.body["model"], model);
+        assert!(
+            sent.body.get("not_a_field").is_none(),
+            "{provider}: request model filters"
+        );
+        assert_eq!(
+            sent.body.get("reasoning_effort").is_some(),
+            provider != "ollama",
+            "{provider}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn input_token_scale_calibrates_on_large_calls() {
+    let server = MockServer::start().await;
+    // The provider reports far more input tokens than the estimate counted.
+    server.push(MockReply::raw(
+        200,
+        r#"{"object":"chat.completion","model":"m","choices":[{"message":{"content":"k"}}],"usage":{"prompt_tokens":40000,"completion_tokens":1,"total_tokens":40001}}"#,
+    ));
+    let model = mock_model(&server, "m");
+    model.chat(user(&"word ".repeat(4000))).await.unwrap();
+    let scale = model.snapshot().input_token_scale();
+    assert!(scale > 1.5, "{scale}");
+    assert!(
+        model.to_dict(false, false)["input_token_scale"]
+            .as_f64()
+            .unwrap()
+            > 1.5
+    );
+}

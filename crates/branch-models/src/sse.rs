@@ -115,6 +115,23 @@ pub fn normalize(event_name: &str, data: &str) -> Normalized {
         .map(str::to_owned);
         c.is_delta = true;
         c
+    } else if ty == "content_block_start" && str_at(&raw, "/content_block/type") == Some("tool_use")
+    {
+        // Anthropic tool call start (the reference reports it as `system`;
+        // normalised here so tool calls assemble across providers).
+        let mut c = with_raw(ChunkKind::ToolUse, &raw);
+        c.tool_name = str_at(&raw, "/content_block/name").map(str::to_owned);
+        c.tool_id = str_at(&raw, "/content_block/id").map(str::to_owned);
+        c.tool_input = Some(json!({"arguments": ""}));
+        c.is_delta = true;
+        c
+    } else if ty == "content_block_delta" && str_at(&raw, "/delta/type") == Some("input_json_delta")
+    {
+        let mut c = with_raw(ChunkKind::ToolUse, &raw);
+        c.tool_input =
+            Some(json!({"arguments": str_at(&raw, "/delta/partial_json").unwrap_or_default()}));
+        c.is_delta = true;
+        c
     } else if let Some(text) = str_at(&raw, "/choices/0/delta/content").filter(|t| !t.is_empty()) {
         let mut c = with_raw(ChunkKind::Text, &raw);
         c.content = Some(text.to_owned());

@@ -181,7 +181,24 @@ impl Usage {
         self.prompt_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
     }
 
-    /// Adds another report (stream accumulation).
+    /// Keeps the larger of each count (streams that report cumulative
+    /// counts several times).
+    pub fn merge_max(&mut self, other: &Usage) {
+        self.prompt_tokens = self.prompt_tokens.max(other.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.max(other.completion_tokens);
+        self.cache_read_input_tokens = self
+            .cache_read_input_tokens
+            .max(other.cache_read_input_tokens);
+        self.cache_creation_input_tokens = self
+            .cache_creation_input_tokens
+            .max(other.cache_creation_input_tokens);
+        self.total_tokens = self
+            .total_tokens
+            .max(other.total_tokens)
+            .max(self.prompt_tokens + self.completion_tokens);
+    }
+
+    /// Adds another report.
     pub fn add(&mut self, other: &Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
@@ -462,64 +479,75 @@ impl StreamAccumulator {
     /// Takes one chunk into account.
     pub fn push(&mut self, chunk: &ChatChunk) {
         let raw = chunk.raw();
-        if let Some(model) = raw.and_then(|r| r.get("model")).and_then(Value::as_str) {
+        let model = raw.and_then(|r| r.get("model").or_else(|| r.pointer("/message/model")));
+        if let Some(model) = model.and_then(Value::as_str) {
             self.served_model = Some(model.to_owned());
         }
-        if let Some(reason) = raw
-            .and_then(|r| r.pointer("/choices/0/finish_reason"))
-            .and_then(Value::as_str)
-        {
+        let reason = raw.and_then(|r| {
+            r.pointer("/choices/0/finish_reason")
+                .or_else(|| r.pointer("/delta/stop_reason"))
+        });
+        if let Some(reason) = reason.and_then(Value::as_str) {
             self.finish_reason = Some(reason.to_owned());
+        }
+        // Usage: OpenAI's final usage chunk; Anthropic's message_start /
+        // message_delta (cumulative counts, so merged by maximum).
+        let usage = match chunk.kind {
+            ChunkKind::Result => chunk.metadata.get("usage"),
+            _ => raw.and_then(|r| r.pointer("/message/usage").or_else(|| r.get("usage"))),
+        };
+        if let Some(u) = usage.and_then(Usage::from_provider) {
+            self.usage.get_or_insert_with(Usage::default).merge_max(&u);
         }
         match chunk.kind {
             ChunkKind::Text => self
                 .text
                 .push_str(chunk.content.as_deref().unwrap_or_default()),
-            ChunkKind::ToolUse => {
-                let index = raw
-                    .and_then(|r| r.pointer("/choices/0/delta/tool_calls/0/index"))
-                    .and_then(Value::as_u64)
-                    .unwrap_or(self.tools.len().saturating_sub(1) as u64);
-                let args = chunk
-                    .tool_input
-                    .as_ref()
-                    .and_then(|v| v.get("arguments"))
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                let pos = match self.tools.iter().position(|(i, _)| *i == index) {
-                    Some(p) if chunk.tool_id.is_none() || self.tools[p].1.id.is_empty() => p,
-                    Some(p) if chunk.tool_id.as_deref() == Some(self.tools[p].1.id.as_str()) => p,
-                    _ => {
-                        self.tools.push((
-                            index,
-                            ToolCall {
-                                id: String::new(),
-                                name: String::new(),
-                                arguments: String::new(),
-                            },
-                        ));
-                        self.tools.len() - 1
-                    }
-                };
-                let call = &mut self.tools[pos].1;
-                if let Some(id) = &chunk.tool_id {
-                    call.id.clone_from(id);
-                }
-                if let Some(name) = &chunk.tool_name {
-                    call.name.clone_from(name);
-                }
-                call.arguments.push_str(args);
-            }
-            ChunkKind::Result => {
-                if let Some(u) = chunk.metadata.get("usage").and_then(Usage::from_provider) {
-                    self.usage.get_or_insert_with(Usage::default).add(&u);
-                }
-                if chunk.metadata.get("done") == Some(&Value::Bool(true)) {
-                    self.done = true;
-                }
+            ChunkKind::ToolUse => self.push_tool(chunk, raw),
+            ChunkKind::Result if chunk.metadata.get("done") == Some(&Value::Bool(true)) => {
+                self.done = true;
             }
             _ => {}
         }
+    }
+
+    fn push_tool(&mut self, chunk: &ChatChunk, raw: Option<&Value>) {
+        let index = raw
+            .and_then(|r| {
+                r.pointer("/choices/0/delta/tool_calls/0/index")
+                    .or_else(|| r.get("index"))
+            })
+            .and_then(Value::as_u64)
+            .unwrap_or(self.tools.last().map_or(0, |(i, _)| *i));
+        let args = chunk
+            .tool_input
+            .as_ref()
+            .and_then(|v| v.get("arguments"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let existing = self.tools.iter().rposition(|(i, c)| {
+            *i == index
+                && (chunk.tool_id.is_none()
+                    || c.id.is_empty()
+                    || chunk.tool_id.as_deref() == Some(c.id.as_str()))
+        });
+        let pos = existing.unwrap_or_else(|| {
+            let empty = ToolCall {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            };
+            self.tools.push((index, empty));
+            self.tools.len() - 1
+        });
+        let call = &mut self.tools[pos].1;
+        if let Some(id) = &chunk.tool_id {
+            call.id.clone_from(id);
+        }
+        if let Some(name) = &chunk.tool_name {
+            call.name.clone_from(name);
+        }
+        call.arguments.push_str(args);
     }
 
     /// Whether the end-of-stream marker was seen.
