@@ -778,3 +778,41 @@ async fn input_token_scale_calibrates_on_large_calls() {
             > 1.5
     );
 }
+
+#[tokio::test]
+async fn circuit_breaker_opens_after_failures() {
+    let server = MockServer::start().await;
+    server.script((0..4).map(|_| MockReply::error(500, "down")));
+    server.push(MockReply::text("back"));
+    let mut c = mock_config(&server, "gpt-4.1-mini");
+    c.set_retry_config(Some(RetryConfig {
+        max_retries: 0,
+        ..fast_retry()
+    }));
+    c.set_circuit_breaker(Some(branch_core::model::CircuitBreakerConfig {
+        failure_threshold: 2,
+        recovery_time: 0.05,
+        half_open_max_calls: 1,
+        name: None,
+    }));
+    let model = IModel::with_api_key(c, "test").unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            model.chat(user("q")).await.unwrap_err().kind,
+            ModelErrorKind::Transient
+        );
+    }
+    let e = model.chat(user("q")).await.unwrap_err();
+    assert_eq!((e.kind, e.attempts), (ModelErrorKind::CircuitOpen, 0));
+    assert_eq!(server.request_count(), 2);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(
+        model.chat(user("q")).await.unwrap_err().kind,
+        ModelErrorKind::Transient,
+        "half-open trial fails"
+    );
+    assert_eq!(
+        model.chat(user("q")).await.unwrap_err().kind,
+        ModelErrorKind::CircuitOpen
+    );
+}

@@ -13,6 +13,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 use tracing::Instrument;
 
+use crate::breaker::Breaker;
 use crate::dialect::{self, Dialect};
 use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
@@ -48,6 +49,7 @@ struct Inner {
     dialect: Dialect,
     state: Mutex<State>,
     max_rate_limit_wait: Option<Duration>,
+    breaker: Option<Breaker>,
 }
 
 /// A chat model connected to its provider over HTTP. Cheap to clone (shared
@@ -123,6 +125,7 @@ impl IModelBuilder {
             .build()
             .map_err(|_| err(ModelErrorKind::Config, "the HTTP client could not be built"))?;
         let limiter = Limiter::new(config.processor_config(), self.max_rate_limit_wait);
+        let config_breaker = config.circuit_breaker().cloned().map(Breaker::new);
         let state = State {
             served_model: None,
             input_token_scale: config.input_token_scale(),
@@ -137,6 +140,7 @@ impl IModelBuilder {
                 limiter,
                 state: Mutex::new(state),
                 max_rate_limit_wait: self.max_rate_limit_wait,
+                breaker: config_breaker,
             }),
         })
     }
@@ -441,6 +445,25 @@ impl IModel {
     }
 
     async fn chat_inner(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        if let Some(b) = &self.inner.breaker {
+            b.admit().map_err(|_| {
+                self.err(
+                    ModelErrorKind::CircuitOpen,
+                    "too many consecutive failures; waiting to recover",
+                )
+            })?;
+        }
+        let result = self.chat_attempts(request).await;
+        if let Some(b) = &self.inner.breaker {
+            let failed = result.as_ref().err().is_some_and(|e| {
+                e.attempts > 0 && (e.is_retryable() || e.kind == ModelErrorKind::MalformedResponse)
+            });
+            b.record(failed);
+        }
+        result
+    }
+
+    async fn chat_attempts(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(&request, false)?;
         let _permit = self

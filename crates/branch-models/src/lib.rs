@@ -17,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod breaker;
 pub mod dialect;
 pub mod guard;
 #[cfg(test)]

@@ -81,6 +81,8 @@ pub enum ModelErrorKind {
     StreamFailed,
     /// The model configuration cannot produce a request.
     Config,
+    /// The circuit breaker is open after repeated failures.
+    CircuitOpen,
 }
 
 impl ModelErrorKind {
@@ -109,6 +111,7 @@ impl ModelErrorKind {
             Self::InputTokenCap => "input token cap exceeded",
             Self::StreamFailed => "stream failed",
             Self::Config => "model configuration error",
+            Self::CircuitOpen => "circuit breaker open",
         }
     }
 }
