@@ -1,2 +1,49 @@
-//! The lionagi `Branch` aggregate.
+//! The lionagi `Branch` aggregate: one conversation, its managers, and the
+//! vocabulary and seams every other lionagi-rs crate shares.
+//!
+//! Charter: `branch-core` owns the conversation state and its exact JSON
+//! form: [`Element`], [`Progression`], [`Pile`], the five message kinds and
+//! [`MessageManager`], [`Log`] / [`DataLogger`] / [`DataLoggerConfig`], the
+//! plain-data model configuration ([`model::ModelConfig`]), the tool
+//! registry ([`ActionManager`]), named operations ([`OperationManager`]),
+//! memory ([`MemoryStore`], [`InMemoryStore`]) and the [`Branch`] itself
+//! with construction, `to_dict` / `from_dict` and clone. It defines the
+//! seams other crates plug into: [`model::ChatModel`], [`Tool`],
+//! [`ContextProvider`], [`MemoryStore`], [`Observer`] and named
+//! [`Operation`]s. It must not know HTTP, tool implementations, the verbs'
+//! algorithms, storage engines or sessions' membership rules.
+
+pub mod action;
+pub mod branch;
+pub mod context;
+pub mod element;
+pub mod error;
+pub mod extensions;
+mod load;
+pub mod log;
+pub mod memory;
+pub mod message;
 pub mod model;
+pub mod observer;
+pub mod operation;
+pub mod participant;
+pub mod pile;
+pub mod progression;
+
+pub use action::{ActionManager, RegisteredTool, Tool, ToolError};
+pub use branch::{
+    Branch, BranchBuilder, FromDictOptions, ModelChoice, ModelManager, OperationLookup,
+    SerializationMode, SharedOperations, SystemDatetime, SystemSpec, ToDictOptions,
+};
+pub use context::{ContextProvider, ProviderError};
+pub use element::{Element, lion_class};
+pub use error::{BranchError, Result};
+pub use extensions::Extensions;
+pub use log::{DataLogger, DataLoggerConfig, Log, LogExtension};
+pub use memory::{InMemoryStore, MemoryError, MemoryItem, MemoryQuery, MemoryStore};
+pub use message::{Message, MessageContent, MessageKind, MessageManager};
+pub use observer::{Observer, Signal};
+pub use operation::{Operation, OperationError, OperationManager};
+pub use participant::{Participant, Role};
+pub use pile::{Pile, Stored};
+pub use progression::Progression;

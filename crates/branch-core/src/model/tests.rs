@@ -7,12 +7,12 @@ use serde_json::{Value, json};
 
 use super::*;
 
+/// The vendored reference fixtures (`tests/fixtures/lionagi-0.36.0` at the
+/// repository root), or `$LIONAGI_FIXTURES`.
 fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("LIONAGI_FIXTURES_DIR") {
+    match std::env::var_os("LIONAGI_FIXTURES") {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/lionagi-0.36.0")
-        }
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0"),
     }
 }
 

@@ -1,0 +1,516 @@
+//! `to_dict` / `from_dict` (ADR-0016 D2).
+
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use super::builder::{default_chat_model, settings_log_config};
+use super::{Branch, ModelManager};
+use crate::action::ActionManager;
+use crate::element::{self, Element, Finite, lion_class};
+use crate::error::{BranchError, Result};
+use crate::log::{DataLogger, DataLoggerConfig, Log};
+use crate::message::{Message, MessageManager, MessageOut};
+use crate::model::{ChatModel, ModelConfig};
+use crate::participant::{Participant, de_participant};
+use crate::pile::{MetaPlacement, Pile, PileOut};
+use crate::progression::{Progression, de_opt_created_at};
+
+/// The `mode` of `to_dict`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SerializationMode {
+    /// Plain data (identical to json mode here: Rust holds JSON values).
+    #[default]
+    Python,
+    /// JSON-native values; non-finite floats fail.
+    Json,
+    /// json mode with `metadata` renamed and moved after the object's own
+    /// keys (`db_meta_key` on the branch, `node_metadata` on nested objects).
+    Db,
+}
+
+impl FromStr for SerializationMode {
+    type Err = BranchError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s {
+            "python" => Ok(Self::Python),
+            "json" => Ok(Self::Json),
+            "db" => Ok(Self::Db),
+            other => Err(BranchError::UnsupportedMode(other.to_owned())),
+        }
+    }
+}
+
+/// Options of [`Branch::to_dict`], defaults as in the reference.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToDictOptions {
+    /// python (default), json or db.
+    pub mode: SerializationMode,
+    /// The branch's metadata key in db mode (default `node_metadata`).
+    pub db_meta_key: Option<String>,
+    /// Write each model's request-options schema.
+    pub include_request_options: bool,
+    /// Write non-empty logs (default true).
+    pub include_logs: bool,
+    /// Write `log_config`.
+    pub include_log_config: bool,
+    /// Write each model's rate-limiter settings.
+    pub include_processor_config: bool,
+}
+
+impl Default for ToDictOptions {
+    fn default() -> Self {
+        Self {
+            mode: SerializationMode::Python,
+            db_meta_key: None,
+            include_request_options: false,
+            include_logs: true,
+            include_log_config: false,
+            include_processor_config: false,
+        }
+    }
+}
+
+impl ToDictOptions {
+    /// Options in this mode, other values default.
+    pub fn mode(mode: SerializationMode) -> Self {
+        Self {
+            mode,
+            ..Self::default()
+        }
+    }
+}
+
+/// Live objects that replace stored ones in [`Branch::from_dict_with`].
+#[derive(Default, Clone)]
+pub struct FromDictOptions {
+    /// Replaces the stored chat model.
+    pub chat_model: Option<Arc<dyn ChatModel>>,
+    /// Replaces the stored parse model.
+    pub parse_model: Option<Arc<dyn ChatModel>>,
+}
+
+struct BranchOut<'a> {
+    branch: &'a Branch,
+    opts: &'a ToDictOptions,
+    chat: Value,
+    parse: Option<Value>,
+}
+
+/// Branch metadata with the typed entries folded back in.
+struct BranchMetadata<'a>(&'a Branch);
+
+impl Serialize for BranchMetadata<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let b = self.0;
+        let mut m = s.serialize_map(None)?;
+        for (k, v) in &b.element.metadata {
+            if k != "lion_class" && k != "current_progression" {
+                m.serialize_entry(k, v)?;
+            }
+        }
+        if let Some(view) = b.msgs.view() {
+            // Written as the reference stores it inside metadata: a plain
+            // field dump, without `lion_class`.
+            m.serialize_entry("current_progression", &PlainProgression(view))?;
+        }
+        m.serialize_entry("lion_class", lion_class::BRANCH)?;
+        m.end()
+    }
+}
+
+impl Serialize for BranchOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let b = self.branch;
+        let db = self.opts.mode == SerializationMode::Db;
+        let nested = if db {
+            MetaPlacement::Tail("node_metadata")
+        } else {
+            MetaPlacement::Head
+        };
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("id", &b.element.id)?;
+        m.serialize_entry("created_at", &Finite(b.element.created_at))?;
+        if !db {
+            m.serialize_entry("metadata", &BranchMetadata(b))?;
+        }
+        m.serialize_entry(
+            "user",
+            &b.user
+                .as_ref()
+                .map(|u| u.to_string())
+                .filter(|u| !u.is_empty()),
+        )?;
+        m.serialize_entry("name", &b.name)?;
+        if db {
+            let key = self.opts.db_meta_key.as_deref().unwrap_or("node_metadata");
+            m.serialize_entry(key, &BranchMetadata(b))?;
+        }
+        let pile = b.msgs.messages();
+        if pile.is_empty() {
+            m.serialize_entry("messages", &EmptyPile)?;
+        } else {
+            m.serialize_entry("messages", &MessagePileOut { pile, meta: nested })?;
+        }
+        if self.opts.include_logs && !b.logger.logs().is_empty() {
+            m.serialize_entry(
+                "logs",
+                &PileOut {
+                    pile: b.logger.logs(),
+                    meta: nested,
+                },
+            )?;
+        }
+        if let Some(system) = b.msgs.system() {
+            m.serialize_entry(
+                "system",
+                &MessageOut {
+                    msg: system,
+                    meta: nested,
+                },
+            )?;
+        }
+        if self.opts.include_log_config {
+            m.serialize_entry("log_config", &b.logger.config().to_value())?;
+        }
+        m.serialize_entry("chat_model", &self.chat)?;
+        if let Some(p) = &self.parse {
+            m.serialize_entry("parse_model", p)?;
+        }
+        m.end()
+    }
+}
+
+/// A progression as a plain field dump (no `lion_class`).
+struct PlainProgression<'a>(&'a Progression);
+
+impl Serialize for PlainProgression<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let p = self.0;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("id", &p.element.id)?;
+        m.serialize_entry("created_at", &Finite(p.element.created_at))?;
+        m.serialize_entry("metadata", &p.element.metadata)?;
+        m.serialize_entry("order", &p.order)?;
+        m.serialize_entry("name", &p.name)?;
+        m.end()
+    }
+}
+
+/// `{"collections": [], "progression": {"order": []}}`.
+struct EmptyPile;
+
+impl Serialize for EmptyPile {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(2))?;
+        m.serialize_entry("collections", &[(); 0])?;
+        m.serialize_entry("progression", &EmptyOrder)?;
+        m.end()
+    }
+}
+
+struct EmptyOrder;
+
+impl Serialize for EmptyOrder {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(1))?;
+        m.serialize_entry("order", &[(); 0])?;
+        m.end()
+    }
+}
+
+/// The message pile; items inside `collections` keep `metadata` at its head
+/// in every mode.
+struct MessagePileOut<'a> {
+    pile: &'a Pile<Message>,
+    meta: MetaPlacement<'a>,
+}
+
+impl Serialize for MessagePileOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        PileOut {
+            pile: self.pile,
+            meta: self.meta,
+        }
+        .serialize(s)
+    }
+}
+
+impl Branch {
+    fn model_dicts(&self, opts: &ToDictOptions) -> (Value, Option<Value>) {
+        let chat = self
+            .models
+            .chat()
+            .config()
+            .to_dict(opts.include_request_options, opts.include_processor_config);
+        let parse = (!self.models.parse_is_chat()).then(|| {
+            self.models
+                .parse()
+                .config()
+                .to_dict(opts.include_request_options, opts.include_processor_config)
+        });
+        (chat, parse)
+    }
+
+    /// Serializes the branch's conversation projection (ADR-0016 D2).
+    ///
+    /// Tools, named operations, memory, context providers, capability
+    /// grants, the observer and session references are never written; API
+    /// keys are not part of a model's configuration at all.
+    pub fn to_dict(&self, opts: &ToDictOptions) -> Result<Value> {
+        let (chat, parse) = self.model_dicts(opts);
+        crate::load::to_value(
+            &BranchOut {
+                branch: self,
+                opts,
+                chat,
+                parse,
+            },
+            "branch",
+        )
+    }
+
+    /// [`Branch::to_dict`] written straight to JSON bytes, without building
+    /// the intermediate value.
+    pub fn to_json_vec(&self, opts: &ToDictOptions) -> Result<Vec<u8>> {
+        let (chat, parse) = self.model_dicts(opts);
+        crate::load::to_vec(
+            &BranchOut {
+                branch: self,
+                opts,
+                chat,
+                parse,
+            },
+            "branch",
+        )
+    }
+
+    /// Restores a branch from a `to_dict` value (python or json mode; db
+    /// mode is read as well). The input is not modified.
+    pub fn from_dict(data: &Value) -> Result<Self> {
+        Self::from_dict_with(data, FromDictOptions::default())
+    }
+
+    /// [`Branch::from_dict`] with live models replacing the stored ones.
+    pub fn from_dict_with(data: &Value, opts: FromDictOptions) -> Result<Self> {
+        if !data.is_object() {
+            return Err(BranchError::invalid(
+                ".",
+                "a stored branch must be a JSON object",
+            ));
+        }
+        let wire: BranchWire = crate::load::from_value(data)?;
+        wire.into_branch(opts)
+    }
+
+    /// Restores a branch straight from JSON bytes (the fast path for files).
+    pub fn from_json_slice(bytes: &[u8]) -> Result<Self> {
+        let wire: BranchWire = crate::load::from_slice(bytes)?;
+        wire.into_branch(FromDictOptions::default())
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BranchWire {
+    #[serde(default, deserialize_with = "element::de_opt_uuid")]
+    id: Option<Uuid>,
+    #[serde(default, deserialize_with = "de_opt_created_at")]
+    created_at: Option<f64>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    node_metadata: Option<Map<String, Value>>,
+    #[serde(default, deserialize_with = "de_participant")]
+    user: Option<Participant>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default, deserialize_with = "de_messages")]
+    messages: Option<Pile<Message>>,
+    #[serde(default, deserialize_with = "de_logs")]
+    logs: Option<Pile<Log>>,
+    #[serde(default)]
+    system: Option<Message>,
+    #[serde(default)]
+    log_config: Option<Value>,
+    #[serde(default)]
+    chat_model: Option<Value>,
+    #[serde(default)]
+    parse_model: Option<Value>,
+}
+
+fn de_messages<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Pile<Message>>, D::Error> {
+    // Untagged enums would hide the path of a fault inside a message, so the
+    // shape is chosen by peeking at the JSON type instead.
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Option<Pile<Message>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a message pile or a list of messages")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: serde::Deserializer<'de>>(
+            self,
+            d: D2,
+        ) -> std::result::Result<Self::Value, D2::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            seq: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            let list =
+                Vec::<Message>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+            let mut pile = Pile::new(false);
+            for m in list {
+                pile.push(m);
+            }
+            Ok(Some(pile))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            Pile::<Message>::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                .map(Some)
+        }
+    }
+    d.deserialize_option(V)
+}
+
+fn de_logs<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Option<Pile<Log>>, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+        type Value = Option<Pile<Log>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a log pile or a list of logs")
+        }
+        fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: serde::Deserializer<'de>>(
+            self,
+            d: D2,
+        ) -> std::result::Result<Self::Value, D2::Error> {
+            d.deserialize_any(self)
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            seq: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            let list = Vec::<Log>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+            let mut pile = Pile::new(true);
+            for l in list {
+                pile.push(l);
+            }
+            Ok(Some(pile))
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            map: A,
+        ) -> std::result::Result<Self::Value, A::Error> {
+            Pile::<Log>::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+        }
+    }
+    d.deserialize_option(V)
+}
+
+impl BranchWire {
+    fn into_branch(self, opts: FromDictOptions) -> Result<Branch> {
+        let mut metadata = self.metadata.or(self.node_metadata).unwrap_or_default();
+        metadata.shift_remove("lion_class");
+        let view = match metadata.shift_remove("current_progression") {
+            None | Some(Value::Null) => None,
+            Some(v) => Some(
+                Progression::from_value(&v)
+                    .map_err(|e| BranchError::invalid("metadata.current_progression", e))?,
+            ),
+        };
+        let element = Element {
+            id: self.id.unwrap_or_else(Uuid::new_v4),
+            created_at: self.created_at.unwrap_or_else(element::now),
+            metadata,
+        };
+
+        // Messages: the pile's leading System is the system message. A
+        // top-level `system` is redundant when the pile is present; alone,
+        // it is the conversation's only message.
+        let mut msgs = match self.messages {
+            Some(pile) => {
+                if let Some(sys) = &self.system {
+                    if sys.kind() != crate::message::MessageKind::System {
+                        return Err(BranchError::invalid("system", "is not a System message"));
+                    }
+                }
+                MessageManager::from_pile(pile)
+            }
+            None => {
+                let mut mm = MessageManager::new();
+                if let Some(sys) = self.system {
+                    if sys.kind() != crate::message::MessageKind::System {
+                        return Err(BranchError::invalid("system", "is not a System message"));
+                    }
+                    mm.set_system(sys);
+                }
+                mm
+            }
+        };
+        if view.is_some() {
+            msgs.set_view(view);
+        }
+
+        let chat: Arc<dyn ChatModel> = match (opts.chat_model, self.chat_model) {
+            (Some(live), _) => live,
+            (None, Some(v)) => Arc::new(
+                ModelConfig::from_dict(&v).map_err(|e| prefix_model_error("chat_model", e))?,
+            ),
+            (None, None) => default_chat_model()?,
+        };
+        let parse: Option<Arc<dyn ChatModel>> = match (opts.parse_model, self.parse_model) {
+            (Some(live), _) => Some(live),
+            (None, Some(v)) => Some(Arc::new(
+                ModelConfig::from_dict(&v).map_err(|e| prefix_model_error("parse_model", e))?,
+            )),
+            (None, None) => None,
+        };
+
+        let config = match &self.log_config {
+            Some(v) if crate::message::truthy(v) => DataLoggerConfig::from_value(v)?,
+            _ => settings_log_config(),
+        };
+        let logger = match self.logs {
+            Some(logs) => DataLogger::with_logs(config, logs),
+            None => DataLogger::new(config),
+        };
+        Ok(Branch::assemble(
+            element,
+            self.user,
+            self.name,
+            msgs,
+            ActionManager::new(),
+            ModelManager::new(chat, parse),
+            logger,
+            None,
+        ))
+    }
+}
+
+fn prefix_model_error(field: &str, e: crate::model::ModelConfigError) -> BranchError {
+    BranchError::invalid(field, e.to_string())
+}

@@ -1,0 +1,410 @@
+//! The message model: the five kinds of a conversation and their envelope.
+//!
+//! Every message serializes with exactly the keys `id`, `created_at`,
+//! `metadata`, `content`, `embedding`, `sender`, `recipient`, `channel` and
+//! `role`, in that order. The kind travels in `metadata.lion_class`; `role`
+//! is derived and ignored on input.
+
+mod content;
+mod manager;
+
+pub(crate) use content::truthy;
+pub use content::{
+    ActionRequestContent, ActionResponseContent, AssistantResponseContent, DEFAULT_SYSTEM_MESSAGE,
+    ImageDetail, InstructionContent, SystemContent,
+};
+pub use manager::{MessageCallback, MessageManager};
+
+use serde::de::{self, Deserializer};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::element::{self, Element, Finite, MetadataOut, lion_class};
+use crate::participant::{Participant, Role, de_participant};
+use crate::pile::{MetaPlacement, Stored};
+use crate::progression::de_opt_created_at;
+
+/// The kind of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MessageKind {
+    /// The system prompt.
+    System,
+    /// A user instruction.
+    Instruction,
+    /// A model reply.
+    AssistantResponse,
+    /// A tool call requested by the model.
+    ActionRequest,
+    /// A tool result.
+    ActionResponse,
+}
+
+impl MessageKind {
+    /// The `lion_class` written for this kind.
+    pub fn lion_class(self) -> &'static str {
+        match self {
+            MessageKind::System => lion_class::SYSTEM,
+            MessageKind::Instruction => lion_class::INSTRUCTION,
+            MessageKind::AssistantResponse => lion_class::ASSISTANT_RESPONSE,
+            MessageKind::ActionRequest => lion_class::ACTION_REQUEST,
+            MessageKind::ActionResponse => lion_class::ACTION_RESPONSE,
+        }
+    }
+
+    /// The role this kind carries.
+    pub fn role(self) -> Role {
+        match self {
+            MessageKind::System => Role::System,
+            MessageKind::Instruction => Role::User,
+            MessageKind::AssistantResponse => Role::Assistant,
+            MessageKind::ActionRequest | MessageKind::ActionResponse => Role::Action,
+        }
+    }
+
+    /// The short class name (`"Instruction"`, ...).
+    pub fn class_name(self) -> &'static str {
+        match self {
+            MessageKind::System => "System",
+            MessageKind::Instruction => "Instruction",
+            MessageKind::AssistantResponse => "AssistantResponse",
+            MessageKind::ActionRequest => "ActionRequest",
+            MessageKind::ActionResponse => "ActionResponse",
+        }
+    }
+
+    /// Recognises a full `lion_class` path or a short legacy class name.
+    pub fn from_lion_class(s: &str) -> Option<Self> {
+        let short = s.rsplit('.').next().unwrap_or(s);
+        Some(match short {
+            "System" => MessageKind::System,
+            "Instruction" => MessageKind::Instruction,
+            "AssistantResponse" => MessageKind::AssistantResponse,
+            "ActionRequest" => MessageKind::ActionRequest,
+            "ActionResponse" => MessageKind::ActionResponse,
+            _ => return None,
+        })
+    }
+}
+
+/// The kind-specific content of a message.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MessageContent {
+    /// The system prompt.
+    System(SystemContent),
+    /// A user instruction.
+    Instruction(InstructionContent),
+    /// A model reply.
+    AssistantResponse(AssistantResponseContent),
+    /// A tool call requested by the model.
+    ActionRequest(ActionRequestContent),
+    /// A tool result.
+    ActionResponse(ActionResponseContent),
+}
+
+impl MessageContent {
+    /// The kind of this content.
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            MessageContent::System(_) => MessageKind::System,
+            MessageContent::Instruction(_) => MessageKind::Instruction,
+            MessageContent::AssistantResponse(_) => MessageKind::AssistantResponse,
+            MessageContent::ActionRequest(_) => MessageKind::ActionRequest,
+            MessageContent::ActionResponse(_) => MessageKind::ActionResponse,
+        }
+    }
+
+    fn from_value(kind: MessageKind, v: Value) -> Result<Self, String> {
+        Ok(match kind {
+            MessageKind::System => MessageContent::System(SystemContent::from_value(v)?),
+            MessageKind::Instruction => {
+                MessageContent::Instruction(InstructionContent::from_value(v)?)
+            }
+            MessageKind::AssistantResponse => {
+                MessageContent::AssistantResponse(AssistantResponseContent::from_value(v)?)
+            }
+            MessageKind::ActionRequest => {
+                MessageContent::ActionRequest(ActionRequestContent::from_value(v)?)
+            }
+            MessageKind::ActionResponse => {
+                MessageContent::ActionResponse(ActionResponseContent::from_value(v)?)
+            }
+        })
+    }
+}
+
+impl Serialize for MessageContent {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            MessageContent::System(c) => c.serialize(s),
+            MessageContent::Instruction(c) => c.serialize(s),
+            MessageContent::AssistantResponse(c) => c.serialize(s),
+            MessageContent::ActionRequest(c) => c.serialize(s),
+            MessageContent::ActionResponse(c) => c.serialize(s),
+        }
+    }
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    /// Identity, creation time and metadata.
+    pub element: Element,
+    /// What the message says.
+    pub content: MessageContent,
+    /// An optional embedding vector.
+    pub embedding: Option<Vec<f64>>,
+    /// Who sent it.
+    pub sender: Option<Participant>,
+    /// Who it is for.
+    pub recipient: Option<Participant>,
+    /// An optional channel name.
+    pub channel: Option<String>,
+}
+
+impl Stored for Message {
+    fn id(&self) -> Uuid {
+        self.element.id
+    }
+}
+
+impl Message {
+    /// A new message with the reference's default sender and recipient for
+    /// its kind: System `system` → `assistant`, AssistantResponse `unset` →
+    /// `user`, everything else `unset` → `unset`.
+    pub fn new(content: MessageContent) -> Self {
+        let (sender, recipient) = match content.kind() {
+            MessageKind::System => (Role::System, Role::Assistant),
+            MessageKind::AssistantResponse => (Role::Unset, Role::User),
+            _ => (Role::Unset, Role::Unset),
+        };
+        Self {
+            element: Element::new(),
+            content,
+            embedding: None,
+            sender: Some(sender.into()),
+            recipient: Some(recipient.into()),
+            channel: None,
+        }
+    }
+
+    /// A system message.
+    pub fn system(content: SystemContent) -> Self {
+        Self::new(MessageContent::System(content))
+    }
+
+    /// An instruction.
+    pub fn instruction(content: InstructionContent) -> Self {
+        Self::new(MessageContent::Instruction(content))
+    }
+
+    /// A model reply with this text.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Self::new(MessageContent::AssistantResponse(
+            AssistantResponseContent {
+                assistant_response: text.into(),
+            },
+        ))
+    }
+
+    /// A tool call.
+    pub fn action_request(function: impl Into<String>, arguments: Map<String, Value>) -> Self {
+        Self::new(MessageContent::ActionRequest(ActionRequestContent {
+            function: function.into(),
+            arguments,
+            action_response_id: None,
+        }))
+    }
+
+    /// The id.
+    pub fn id(&self) -> Uuid {
+        self.element.id
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> MessageKind {
+        self.content.kind()
+    }
+
+    /// The role.
+    pub fn role(&self) -> Role {
+        self.kind().role()
+    }
+
+    /// Sets the sender (builder style).
+    pub fn with_sender(mut self, sender: impl Into<Option<Participant>>) -> Self {
+        self.sender = normalize(sender.into());
+        self
+    }
+
+    /// Sets the recipient (builder style).
+    pub fn with_recipient(mut self, recipient: impl Into<Option<Participant>>) -> Self {
+        self.recipient = normalize(recipient.into());
+        self
+    }
+
+    /// The system content, if this is the system message.
+    pub fn as_system(&self) -> Option<&SystemContent> {
+        match &self.content {
+            MessageContent::System(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The instruction content, if this is an instruction.
+    pub fn as_instruction(&self) -> Option<&InstructionContent> {
+        match &self.content {
+            MessageContent::Instruction(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    /// The reply text, if this is a model reply.
+    pub fn as_assistant_text(&self) -> Option<&str> {
+        match &self.content {
+            MessageContent::AssistantResponse(c) => Some(&c.assistant_response),
+            _ => None,
+        }
+    }
+
+    /// A copy with a new id and creation time, `metadata.clone_from` set to
+    /// this message's id (the reference's message clone).
+    pub fn clone_fresh(&self) -> Self {
+        let mut m = self.clone();
+        m.element = Element::new();
+        m.element.metadata = self.element.metadata.clone();
+        m.element
+            .metadata
+            .insert("clone_from".into(), Value::String(self.id().to_string()));
+        m
+    }
+
+    /// Loads one message from stored data (its class chosen by
+    /// `metadata.lion_class`).
+    pub fn from_value(v: &Value) -> crate::Result<Self> {
+        crate::load::from_value(v)
+    }
+
+    /// Writes the message as the reference's `to_dict` does.
+    pub fn to_value(&self) -> crate::Result<Value> {
+        crate::load::to_value(self, "message")
+    }
+}
+
+fn normalize(p: Option<Participant>) -> Option<Participant> {
+    match p {
+        Some(Participant::Name(n)) if n.is_empty() => None,
+        other => other,
+    }
+}
+
+/// Writes a message with a metadata placement.
+pub(crate) struct MessageOut<'a> {
+    pub(crate) msg: &'a Message,
+    pub(crate) meta: MetaPlacement<'a>,
+}
+
+impl Serialize for MessageOut<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let msg = self.msg;
+        let meta = MetadataOut {
+            metadata: &msg.element.metadata,
+            lion_class: msg.kind().lion_class(),
+        };
+        let mut m = s.serialize_map(Some(9))?;
+        m.serialize_entry("id", &msg.element.id)?;
+        m.serialize_entry("created_at", &Finite(msg.element.created_at))?;
+        if self.meta == MetaPlacement::Head {
+            m.serialize_entry("metadata", &meta)?;
+        }
+        m.serialize_entry("content", &msg.content)?;
+        match &msg.embedding {
+            None => m.serialize_entry("embedding", &())?,
+            Some(e) => m.serialize_entry(
+                "embedding",
+                &e.iter().map(|f| Finite(*f)).collect::<Vec<_>>(),
+            )?,
+        }
+        m.serialize_entry("sender", &msg.sender)?;
+        m.serialize_entry("recipient", &msg.recipient)?;
+        m.serialize_entry("channel", &msg.channel)?;
+        m.serialize_entry("role", msg.role().as_str())?;
+        if let MetaPlacement::Tail(key) = self.meta {
+            m.serialize_entry(key, &meta)?;
+        }
+        m.end()
+    }
+}
+
+impl Serialize for Message {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        MessageOut {
+            msg: self,
+            meta: MetaPlacement::Head,
+        }
+        .serialize(s)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MessageWire {
+    #[serde(default, deserialize_with = "element::de_opt_uuid")]
+    id: Option<Uuid>,
+    #[serde(default, deserialize_with = "de_opt_created_at")]
+    created_at: Option<f64>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    node_metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    content: Value,
+    #[serde(default)]
+    embedding: Option<Vec<f64>>,
+    #[serde(default = "unset", deserialize_with = "de_participant")]
+    sender: Option<Participant>,
+    #[serde(default = "unset", deserialize_with = "de_participant")]
+    recipient: Option<Participant>,
+    #[serde(default)]
+    channel: Option<String>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    role: Option<Value>,
+}
+
+fn unset() -> Option<Participant> {
+    Some(Participant::Role(Role::Unset))
+}
+
+impl<'de> Deserialize<'de> for Message {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = MessageWire::deserialize(d)?;
+        let mut metadata = w.metadata.or(w.node_metadata).unwrap_or_default();
+        let class = match metadata.shift_remove("lion_class") {
+            Some(Value::String(s)) => s,
+            Some(_) => return Err(de::Error::custom("`metadata.lion_class` must be a string")),
+            None => {
+                return Err(de::Error::custom(
+                    "a message needs `metadata.lion_class` to tell its kind",
+                ));
+            }
+        };
+        let kind = MessageKind::from_lion_class(&class)
+            .ok_or_else(|| de::Error::custom(format!("`{class}` is not a message class")))?;
+        let content = MessageContent::from_value(kind, w.content).map_err(de::Error::custom)?;
+        let element = Element {
+            id: w.id.unwrap_or_else(Uuid::new_v4),
+            created_at: w.created_at.unwrap_or_else(element::now),
+            metadata,
+        };
+        Ok(Message {
+            element,
+            content,
+            embedding: w.embedding,
+            sender: w.sender,
+            recipient: w.recipient,
+            channel: w.channel,
+        })
+    }
+}

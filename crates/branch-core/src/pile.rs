@@ -1,0 +1,313 @@
+//! `Pile<T>`: an id-keyed collection plus the progression that orders it.
+
+use indexmap::IndexMap;
+use serde::de::{self, Deserializer};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
+use crate::progression::{Progression, de_opt_created_at};
+
+/// Anything a pile can hold: it has an id.
+pub trait Stored {
+    /// The element id.
+    fn id(&self) -> Uuid;
+}
+
+/// Where the metadata key goes when an object is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MetaPlacement<'a> {
+    /// `metadata` right after `created_at` (python and json modes).
+    Head,
+    /// Renamed and moved after the object's own keys (db mode).
+    Tail(&'a str),
+}
+
+/// An id → item map in insertion order, with a [`Progression`] that gives
+/// the logical order. The progression is authoritative: iteration follows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pile<T> {
+    /// Identity of the pile.
+    pub element: Element,
+    items: IndexMap<Uuid, T>,
+    progression: Progression,
+    strict_type: bool,
+}
+
+impl<T: Stored> Default for Pile<T> {
+    fn default() -> Self {
+        Self::new(false)
+    }
+}
+
+impl<T: Stored> Pile<T> {
+    /// An empty pile. `strict_type` is written as is (`false` for messages,
+    /// `true` for logs).
+    pub fn new(strict_type: bool) -> Self {
+        Self {
+            element: Element::new(),
+            items: IndexMap::new(),
+            progression: Progression::new(),
+            strict_type,
+        }
+    }
+
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether the pile is empty.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Whether an item with this id is present.
+    pub fn contains(&self, id: &Uuid) -> bool {
+        self.items.contains_key(id)
+    }
+
+    /// The item with this id.
+    pub fn get(&self, id: &Uuid) -> Option<&T> {
+        self.items.get(id)
+    }
+
+    /// The item with this id, mutably.
+    pub fn get_mut(&mut self, id: &Uuid) -> Option<&mut T> {
+        self.items.get_mut(id)
+    }
+
+    /// The item at logical position `index`.
+    pub fn at(&self, index: usize) -> Option<&T> {
+        self.progression
+            .order
+            .get(index)
+            .and_then(|id| self.items.get(id))
+    }
+
+    /// Appends an item; an item whose id is present replaces it in place.
+    pub fn push(&mut self, item: T) {
+        let id = item.id();
+        if self.items.insert(id, item).is_none() {
+            self.progression.order.push(id);
+        }
+    }
+
+    /// Inserts an item at logical position 0 (it is appended to the map, so
+    /// `collections` order and `progression` order then differ, as in the
+    /// reference after a system replacement).
+    pub fn push_front(&mut self, item: T) {
+        let id = item.id();
+        if self.items.insert(id, item).is_none() {
+            self.progression.order.insert(0, id);
+        }
+    }
+
+    /// Removes an item by id.
+    pub fn remove(&mut self, id: &Uuid) -> Option<T> {
+        let item = self.items.shift_remove(id)?;
+        self.progression.order.retain(|x| x != id);
+        Some(item)
+    }
+
+    /// Removes every item.
+    pub fn clear(&mut self) {
+        self.items.clear();
+        self.progression.order.clear();
+    }
+
+    /// Drops every item after the first `len` in logical order.
+    pub fn truncate(&mut self, len: usize) {
+        while self.progression.order.len() > len {
+            if let Some(id) = self.progression.order.pop() {
+                self.items.shift_remove(&id);
+            }
+        }
+    }
+
+    /// Iterates items in logical order.
+    pub fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + ExactSizeIterator {
+        self.progression.order.iter().map(|id| &self.items[id])
+    }
+
+    /// Iterates items in insertion (`collections`) order.
+    pub fn iter_insertion_order(&self) -> impl Iterator<Item = &T> {
+        self.items.values()
+    }
+
+    /// The logical order.
+    pub fn progression(&self) -> &Progression {
+        &self.progression
+    }
+
+    /// The `strict_type` flag written with the pile.
+    pub fn strict_type(&self) -> bool {
+        self.strict_type
+    }
+
+    pub(crate) fn from_parts(
+        element: Element,
+        items: IndexMap<Uuid, T>,
+        progression: Progression,
+        strict_type: bool,
+    ) -> Self {
+        Self {
+            element,
+            items,
+            progression,
+            strict_type,
+        }
+    }
+
+    /// Checks the pile invariant: the progression names every item exactly
+    /// once. Holds for every pile built through this API; used by loaders.
+    pub(crate) fn validate_order(items: &IndexMap<Uuid, T>, order: &[Uuid]) -> Result<(), String> {
+        let mut seen = std::collections::HashSet::with_capacity(order.len());
+        for id in order {
+            if !seen.insert(id) {
+                return Err("there are duplicate elements in the order".into());
+            }
+        }
+        if order.len() != items.len() {
+            return Err(format!(
+                "the length of the order ({}) does not match the length of the pile ({})",
+                order.len(),
+                items.len()
+            ));
+        }
+        if let Some(missing) = order.iter().find(|id| !items.contains_key(*id)) {
+            return Err(format!(
+                "the order does not match the pile: {missing} not found"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Writes a pile with the metadata placement of the mode.
+pub(crate) struct PileOut<'a, T> {
+    pub(crate) pile: &'a Pile<T>,
+    pub(crate) meta: MetaPlacement<'a>,
+}
+
+impl<T: Serialize> Serialize for PileOut<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Collections<'a, T>(&'a IndexMap<Uuid, T>);
+        impl<T: Serialize> Serialize for Collections<'_, T> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.collect_seq(self.0.values())
+            }
+        }
+        let p = self.pile;
+        let meta = MetadataOut {
+            metadata: &p.element.metadata,
+            lion_class: lion_class::PILE,
+        };
+        let mut m = s.serialize_map(Some(6))?;
+        m.serialize_entry("id", &p.element.id)?;
+        m.serialize_entry("created_at", &Finite(p.element.created_at))?;
+        if self.meta == MetaPlacement::Head {
+            m.serialize_entry("metadata", &meta)?;
+        }
+        m.serialize_entry("collections", &Collections(&p.items))?;
+        m.serialize_entry("progression", &p.progression)?;
+        m.serialize_entry("strict_type", &p.strict_type)?;
+        if let MetaPlacement::Tail(key) = self.meta {
+            m.serialize_entry(key, &meta)?;
+        }
+        m.end()
+    }
+}
+
+impl<T: Serialize> Serialize for Pile<T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        PileOut {
+            pile: self,
+            meta: MetaPlacement::Head,
+        }
+        .serialize(s)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PileWire<T> {
+    #[serde(default, deserialize_with = "element::de_opt_uuid")]
+    id: Option<Uuid>,
+    #[serde(default, deserialize_with = "de_opt_created_at")]
+    created_at: Option<f64>,
+    #[serde(default, deserialize_with = "de_metadata")]
+    metadata: Map<String, Value>,
+    #[serde(default, deserialize_with = "de_metadata")]
+    node_metadata: Map<String, Value>,
+    #[serde(default = "Vec::new")]
+    collections: Vec<T>,
+    #[serde(default)]
+    progression: Option<Value>,
+    #[serde(default)]
+    order: Option<Value>,
+    #[serde(default)]
+    strict_type: Option<bool>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    item_type: Option<Value>,
+}
+
+impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Pile<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let w = PileWire::<T>::deserialize(d)?;
+        let mut items = IndexMap::with_capacity(w.collections.len());
+        for item in w.collections {
+            let id = item.id();
+            if items.insert(id, item).is_some() {
+                return Err(de::Error::custom(format!(
+                    "item {id} appears twice in collections"
+                )));
+            }
+        }
+        // The order comes from `order` when present, else from `progression`
+        // (a Progression object, or a bare list).
+        let (order, kept) = match (&w.order, &w.progression) {
+            (Some(o), _) => (
+                crate::progression::flatten_order(o).map_err(de::Error::custom)?,
+                None,
+            ),
+            (None, Some(p @ Value::Object(_))) => match Progression::deserialize(p) {
+                Ok(prog) => (prog.order.clone(), Some(prog)),
+                Err(_) => (
+                    crate::progression::flatten_order(p.get("order").unwrap_or(&Value::Null))
+                        .map_err(de::Error::custom)?,
+                    None,
+                ),
+            },
+            (None, Some(p)) => (
+                crate::progression::flatten_order(p).map_err(de::Error::custom)?,
+                None,
+            ),
+            (None, None) => (Vec::new(), None),
+        };
+        let progression = if order.is_empty() {
+            let mut p = kept.unwrap_or_default();
+            p.order = items.keys().copied().collect();
+            p
+        } else {
+            Pile::validate_order(&items, &order).map_err(de::Error::custom)?;
+            kept.unwrap_or_else(|| Progression::from_ids(order))
+        };
+        let mut metadata = w.metadata;
+        metadata.extend(w.node_metadata);
+        let element = Element {
+            id: w.id.unwrap_or_else(Uuid::new_v4),
+            created_at: w.created_at.unwrap_or_else(element::now),
+            metadata,
+        };
+        Ok(Pile::from_parts(
+            element,
+            items,
+            progression,
+            w.strict_type.unwrap_or(false),
+        ))
+    }
+}
