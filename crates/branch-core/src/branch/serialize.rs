@@ -242,17 +242,13 @@ impl Serialize for MessagePileOut<'_> {
 
 impl Branch {
     fn model_dicts(&self, opts: &ToDictOptions) -> (Value, Option<Value>) {
-        let chat = self
-            .models
-            .chat()
-            .config()
-            .to_dict(opts.include_request_options, opts.include_processor_config);
-        let parse = (!self.models.parse_is_chat()).then(|| {
-            self.models
-                .parse()
-                .config()
-                .to_dict(opts.include_request_options, opts.include_processor_config)
-        });
+        // Through the model, not its construction-time config: a connected
+        // model records what calls taught it (the served model name).
+        let write = |m: &Arc<dyn ChatModel>| {
+            m.to_dict(opts.include_request_options, opts.include_processor_config)
+        };
+        let chat = write(self.models.chat());
+        let parse = (!self.models.parse_is_chat()).then(|| write(self.models.parse()));
         (chat, parse)
     }
 
