@@ -439,6 +439,7 @@ async fn fault_401_is_auth_and_never_shows_the_key() {
         (ModelErrorKind::Auth, Some(401), 1)
     );
     assert!(!e.to_string().contains("SECRET"), "{e}");
+    assert!(!e.reference_message().contains("SECRET"));
     assert!(!format!("{e:?}").contains("SECRET"));
     assert!(!format!("{model:?}").contains("SECRET"));
     assert!(
@@ -457,6 +458,11 @@ async fn fault_400_bad_request_and_stream_error_status() {
     let e = model.chat(user("q")).await.unwrap_err();
     assert_eq!((e.kind, e.attempts), (ModelErrorKind::BadRequest, 1));
     assert_eq!(e.message, "invalid request: mock refused");
+    // The reference's log text (operations/communicate_provider_error).
+    assert_eq!(
+        e.reference_message(),
+        "Request failed with status 400: {'error': {'message': 'invalid request: mock refused', 'type': 'mock'}}"
+    );
     let e = model.stream(user("q")).await.err().unwrap();
     assert_eq!((e.kind, e.status), (ModelErrorKind::BadRequest, Some(400)));
 }
@@ -815,4 +821,16 @@ async fn circuit_breaker_opens_after_failures() {
         model.chat(user("q")).await.unwrap_err().kind,
         ModelErrorKind::CircuitOpen
     );
+}
+
+#[tokio::test]
+async fn connect_upgrades_configuration_only_models() {
+    let server = MockServer::start().await;
+    let config: std::sync::Arc<dyn ChatModel> = std::sync::Arc::new(mock_config(&server, "m"));
+    assert!(!config.is_connected());
+    let live = crate::connect(&config).unwrap();
+    assert!(live.is_connected());
+    assert_eq!(live.snapshot().id(), config.snapshot().id());
+    let again = crate::connect(&live).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&again, &live));
 }

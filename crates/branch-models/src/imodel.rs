@@ -234,6 +234,15 @@ impl IModel {
         dialect::error(&self.inner.config, kind, msg)
     }
 
+    /// The provider's error body for `ModelError::body`, redacted of the key.
+    fn error_body(&self, text: &str) -> Value {
+        let text = match &self.inner.key {
+            Some(k) => k.redact(text),
+            None => text.to_owned(),
+        };
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
+    }
+
     /// Rough input-token estimate of `body` (JSON text of the counted parts,
     /// 4 characters a token), unscaled.
     fn estimate_tokens(body: &Value) -> u64 {
@@ -398,7 +407,10 @@ impl IModel {
         let text = resp.text().await.map_err(|e| self.map_transport(&e))?;
         if !(200..300).contains(&status) {
             let (kind, message) = dialect::classify(status, &text);
-            let mut e = self.err(kind, message).with_status(status);
+            let mut e = self
+                .err(kind, message)
+                .with_status(status)
+                .with_body(self.error_body(&text));
             e.retry_after = retry_after;
             return Err(e);
         }
@@ -416,7 +428,10 @@ impl IModel {
         if self.inner.dialect == Dialect::OpenAiChat {
             if let Some(eff) = dialect::error_envelope_status(&value, status) {
                 let (kind, message) = dialect::classify(eff, &text);
-                let mut e = self.err(kind, message).with_status(eff);
+                let mut e = self
+                    .err(kind, message)
+                    .with_status(eff)
+                    .with_body(self.error_body(&text));
                 e.retry_after = retry_after;
                 return Err(e);
             }
@@ -549,7 +564,11 @@ impl IModel {
             let retry_after = retry_after(resp.headers());
             let text = resp.text().await.unwrap_or_default();
             let (kind, message) = dialect::classify(status, &text);
-            let mut e = self.err(kind, message).with_status(status).with_attempts(1);
+            let mut e = self
+                .err(kind, message)
+                .with_status(status)
+                .with_attempts(1)
+                .with_body(self.error_body(&text));
             e.retry_after = retry_after;
             return Err(e);
         }
