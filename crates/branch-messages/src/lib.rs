@@ -26,8 +26,8 @@ mod response_format;
 mod token_usage;
 pub mod yaml;
 
-pub use compile::{CompileOptions, RequestMessage, compile_request};
-pub use error::CompileError;
+pub use compile::{CompileOptions, RequestMessage, RequestRole, compile_request};
+pub use error::{CompileError, ImageOwner};
 pub use render::{RenderedContent, render_instruction, render_message};
 pub use response_format::ResponseFormat;
 pub use token_usage::token_usage_note;

@@ -8,6 +8,7 @@ use serde_json::{Map, Value, json};
 
 use crate::error::{CompileError, ImageOwner};
 use crate::response_format::ResponseFormat;
+pub use crate::response_format::banner_with_example;
 use crate::yaml::minimal_yaml_stripped;
 
 /// A rendered message body: text, or content parts when images are

@@ -81,7 +81,7 @@ impl RequestMessage {
 
 /// A compiled entry before rendering.
 enum Entry {
-    Instruction(InstructionContent, ImageOwner),
+    Instruction(Box<InstructionContent>, ImageOwner),
     Assistant(String),
 }
 
@@ -136,7 +136,7 @@ pub fn compile_request(
                     c.prompt_context = p.shown.remove_from(&c);
                 }
                 fold_actions(&mut c.prompt_context, &mut pending);
-                entries.push(Entry::Instruction(c, ImageOwner::Stored(m.id())));
+                entries.push(Entry::Instruction(Box::new(c), ImageOwner::Stored(m.id())));
             }
             MessageContent::System(_) | MessageContent::ActionRequest(_) => {}
         }
@@ -164,7 +164,7 @@ pub fn compile_request(
             }
         }
     }
-    entries.push(Entry::Instruction(current.clone(), ImageOwner::CurrentTurn));
+    entries.push(Entry::Instruction(Box::new(current.clone()), ImageOwner::CurrentTurn));
 
     let last = entries.len() - 1;
     let mut out = Vec::with_capacity(entries.len());

@@ -79,7 +79,7 @@ fn analyze(s: &str) -> Analysis {
         if is_break(c) {
             line_breaks = true;
         }
-        if !(c == '\n' || (' '..='~').contains(&c)) && !is_printable_unicode(c) {
+        if !(c == '\n' || (' '..='~').contains(&c) || is_printable_unicode(c)) {
             special = true;
         }
         if c == ' ' {
