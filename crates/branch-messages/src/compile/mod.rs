@@ -164,7 +164,10 @@ pub fn compile_request(
             }
         }
     }
-    entries.push(Entry::Instruction(Box::new(current.clone()), ImageOwner::CurrentTurn));
+    entries.push(Entry::Instruction(
+        Box::new(current.clone()),
+        ImageOwner::CurrentTurn,
+    ));
 
     let last = entries.len() - 1;
     let mut out = Vec::with_capacity(entries.len());
