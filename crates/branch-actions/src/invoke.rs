@@ -18,6 +18,7 @@ use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::calling::{CallStatus, FunctionCalling};
+use crate::outcome::CallOutcome;
 use crate::select::{ToolSelection, tool_schemas};
 
 /// A call the model asked for.
@@ -71,79 +72,6 @@ impl CallError {
             Self::Tool(ToolError::Timeout(_)) => "TimeoutError",
             Self::Tool(ToolError::Panicked(_)) => "ToolPanicked",
             Self::Tool(_) => "ToolError",
-        }
-    }
-}
-
-/// The result of one call, with everything the verbs record.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CallOutcome {
-    /// The call as requested.
-    pub call: ToolCall,
-    /// The element id of the tool that ran (an ActionRequest's
-    /// `recipient`); `None` for an unknown tool.
-    pub tool_id: Option<Uuid>,
-    /// The tool's result.
-    pub result: Result<Value, CallError>,
-    /// The `FunctionCalling` record.
-    pub calling: FunctionCalling,
-}
-
-impl CallOutcome {
-    /// Whether the tool itself ran. Unknown tools and refused arguments
-    /// fail before it does; the reference logs and answers those
-    /// differently (see [`CallOutcome::log_content`]).
-    pub fn reached_tool(&self) -> bool {
-        !matches!(
-            self.result,
-            Err(CallError::UnknownTool(_))
-                | Err(CallError::Tool(ToolError::InvalidArguments { .. }))
-        )
-    }
-
-    /// The `output` of the ActionResponse message recorded for this call:
-    /// the result (`None` for JSON null), or on failure
-    /// `{"error": message, "function": name, "arguments": args}`.
-    pub fn response_output(&self) -> Option<Value> {
-        match &self.result {
-            Ok(Value::Null) => None,
-            Ok(v) => Some(v.clone()),
-            Err(e) => Some(json!({
-                "error": e.to_string(),
-                "function": self.call.function,
-                "arguments": self.call.arguments,
-            })),
-        }
-    }
-
-    /// What `act` returns as the output of this call with errors
-    /// suppressed: the result; `None` when the tool ran and failed; for a
-    /// failure before the tool ran,
-    /// `{"error": message, "message": "Error invoking action 'f': message"}`.
-    pub fn returned_output(&self) -> Option<Value> {
-        match &self.result {
-            Ok(Value::Null) => None,
-            Ok(v) => Some(v.clone()),
-            Err(_) if self.reached_tool() => None,
-            Err(e) => Some(json!({
-                "error": e.to_string(),
-                "message": format!("Error invoking action '{}': {e}", self.call.function),
-            })),
-        }
-    }
-
-    /// The branch log entry's content: the `FunctionCalling` snapshot when
-    /// the tool ran, else the reference's error record
-    /// `{"error", "function", "arguments", "branch"}`.
-    pub fn log_content(&self, branch: Uuid) -> Value {
-        match &self.result {
-            Err(e) if !self.reached_tool() => json!({
-                "error": e.to_string(),
-                "function": self.call.function,
-                "arguments": self.call.arguments,
-                "branch": branch.to_string(),
-            }),
-            _ => self.calling.to_value(),
         }
     }
 }

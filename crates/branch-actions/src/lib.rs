@@ -31,6 +31,7 @@ mod dynamic_tool;
 mod error;
 mod function_tool;
 mod invoke;
+mod outcome;
 mod schema;
 mod select;
 
@@ -38,8 +39,7 @@ pub use calling::{CallStatus, FunctionCalling};
 pub use dynamic_tool::DynamicTool;
 pub use error::ToolBuildError;
 pub use function_tool::FunctionTool;
-pub use invoke::{
-    ActionManagerExt, CallError, CallOutcome, InvokeOptions, ToolCall, invoke_calls, invoke_tool,
-};
+pub use invoke::{ActionManagerExt, CallError, InvokeOptions, ToolCall, invoke_calls, invoke_tool};
+pub use outcome::{ActionParticipants, CallOutcome};
 pub use schema::{ArgSchema, function_schema};
 pub use select::{ToolSelection, tool_schemas};

@@ -9,7 +9,7 @@ use branch_actions::{
     ActionManagerExt, CallError, CallStatus, DynamicTool, FunctionTool, InvokeOptions, ToolCall,
     ToolSelection,
 };
-use branch_core::{ActionManager, ToolError};
+use branch_core::{ActionManager, Participant, ToolError};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
@@ -101,6 +101,16 @@ async fn a_successful_call_and_its_function_calling_record() {
                "arguments": {"a": 3, "b": 4}, "function": "multiply"})
     );
     assert_eq!(out.calling.to_log().content()["function"], "multiply");
+    // act_direct: the request goes from the branch to the tool; the
+    // response carries no participants.
+    let branch = uuid::Uuid::new_v4();
+    let p = out.participants(branch);
+    assert_eq!(p.request_sender, Some(Participant::Id(branch)));
+    assert_eq!(
+        p.request_recipient,
+        Some(Participant::Id(out.tool_id.unwrap()))
+    );
+    assert_eq!((p.response_sender, p.response_recipient), (None, None));
 }
 
 #[tokio::test]
@@ -178,6 +188,18 @@ async fn an_unknown_tool_is_an_error_result() {
         out.log_content(branch),
         json!({"error": "Function does_not_exist is not registered.", "function": "does_not_exist",
                "arguments": {}, "branch": branch.to_string()})
+    );
+    // act_direct: a failed call's messages go from the branch to itself.
+    let p = out.participants(branch);
+    let b = Some(Participant::Id(branch));
+    assert_eq!(
+        [
+            p.request_sender,
+            p.request_recipient,
+            p.response_sender,
+            p.response_recipient
+        ],
+        [b.clone(), b.clone(), b.clone(), b]
     );
 }
 
