@@ -7,5 +7,27 @@
 //! the provider's role/content list. It knows messages and requests; it must
 //! not know HTTP, tools' implementations or the verbs' algorithms.
 //!
-//! The code arrives with the operations issue; until then this crate holds
-//! only its charter.
+//! Everything here is a pure function of `branch-core` values:
+//!
+//! * [`yaml::minimal_yaml`] — the reference's "minimal YAML" (PyYAML
+//!   semantics, byte for byte), which every rendering uses;
+//! * [`render`] — the `rendered` text of each message kind, the
+//!   response-format banner ([`ResponseFormat`]);
+//! * [`compile`] — history + current instruction → the request's `messages`
+//!   ([`compile_request`], [`CompileOptions`]), including the system fold,
+//!   action-output folding, the merge pass, the curated view and ReAct's
+//!   context de-duplication;
+//! * [`token_usage_note`] — the text ReAct appends to the last message.
+
+pub mod compile;
+mod error;
+pub mod render;
+mod response_format;
+mod token_usage;
+pub mod yaml;
+
+pub use compile::{CompileOptions, RequestMessage, RequestRole, compile_request};
+pub use error::{CompileError, ImageOwner};
+pub use render::{RenderedContent, render_instruction, render_message};
+pub use response_format::ResponseFormat;
+pub use token_usage::token_usage_note;
