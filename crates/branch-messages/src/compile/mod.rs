@@ -136,7 +136,7 @@ pub fn compile_request(
                     c.prompt_context = p.shown.remove_from(&c);
                 }
                 fold_actions(&mut c.prompt_context, &mut pending);
-                entries.push(Entry::Instruction(Box::new(c), ImageOwner::Stored(m.id())));
+                entries.push(Entry::Instruction(c, ImageOwner::Stored(m.id())));
             }
             MessageContent::System(_) | MessageContent::ActionRequest(_) => {}
         }
