@@ -2,10 +2,241 @@
 //!
 //! Charter: the algorithms behind `chat`, `communicate`, `parse`, `operate`,
 //! `act`, `interpret`, `ReAct`, `ReActStream` and `run`, attached to
-//! `branch_core::Branch` through extension traits so the aggregate never
-//! knows them. It owns turn atomicity (a turn is recorded whole or not at
-//! all), the parse-repair loop and the ReAct loop. It must not know HTTP
-//! details (that is `branch-models`) nor storage.
+//! `branch_core::Branch` through the [`BranchOperations`] extension trait so
+//! the aggregate never knows them. It owns turn atomicity (a turn is
+//! recorded whole or not at all), the parse-repair loop and the ReAct loop.
+//! It must not know HTTP details (that is `branch-models`) nor storage.
 //!
-//! The code arrives with the operations issue; until then this crate holds
-//! only its charter.
+//! Every verb takes an option struct whose `Default` is the reference's
+//! facade default (branch.md §9) and whose setters read like keywords:
+//!
+//! ```no_run
+//! # async fn demo(branch: &mut branch_core::Branch) -> Result<(), branch_operations::OperationError> {
+//! use branch_operations::{BranchOperations, CommunicateOptions};
+//! let reply = branch
+//!     .communicate(CommunicateOptions::new("What is the capital of France?").guidance("One sentence."))
+//!     .await?;
+//! println!("{reply:?}");
+//! # Ok(()) }
+//! ```
+//!
+//! Turns are atomic: every message of a turn is built off to the side and
+//! appended (through `msgs_mut().add_message`, so `on_message_added` sees
+//! it) only once the turn has succeeded. Dropping a verb's future, a
+//! provider error or a failed repair leaves the history as it was; an
+//! error reports what earlier turns of the same call had recorded
+//! ([`Committed`]). API calls and tool calls are logged on the branch as
+//! they happen, in the reference's record shapes.
+
+mod act;
+mod chat;
+mod communicate;
+mod error;
+mod format;
+pub mod fuzzy;
+mod interpret;
+mod operate;
+mod parse;
+mod react;
+mod run;
+mod turn;
+
+use std::future::Future;
+
+use branch_actions::ToolCall;
+use branch_core::Branch;
+use branch_core::message::Message;
+use futures_core::Stream;
+use serde::de::DeserializeOwned;
+
+pub use act::{ActOptions, ActionResponseModel, Strategy, tool_call_from_value};
+pub use branch_messages::ResponseFormat;
+pub use chat::ChatOptions;
+pub use communicate::{CommunicateOptions, Reply};
+pub use error::{Committed, OperationError, ParseFailure, Result};
+pub use format::{analysis_schema, format_of, operative_schema, react_analysis_schema, schema_of};
+pub use interpret::InterpretOptions;
+pub use operate::{OperateOptions, Operated};
+pub use parse::{OnParseFailure, ParseOptions, Parsed, Unparsed};
+pub use react::{MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound};
+pub use run::RunOptions;
+pub use turn::TurnInput;
+
+/// The verbs, on `Branch`.
+pub trait BranchOperations {
+    /// One model call; records nothing, logs the call; returns the text.
+    fn chat(&mut self, opts: ChatOptions) -> impl Future<Output = Result<String>> + Send;
+
+    /// One model call; returns the unrecorded Instruction and
+    /// AssistantResponse (the reference's `return_ins_res_message=True`).
+    fn chat_messages(
+        &mut self,
+        opts: ChatOptions,
+    ) -> impl Future<Output = Result<(Message, Message)>> + Send;
+
+    /// One model call, recorded; returns the text.
+    fn chat_and_record(&mut self, opts: ChatOptions)
+    -> impl Future<Output = Result<String>> + Send;
+
+    /// One recorded turn, parsed when a format or fields are requested.
+    fn communicate(
+        &mut self,
+        opts: CommunicateOptions,
+    ) -> impl Future<Output = Result<Reply>> + Send;
+
+    /// One recorded turn parsed into `T`.
+    fn communicate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+        &mut self,
+        opts: CommunicateOptions,
+    ) -> impl Future<Output = Result<Parsed<T>>> + Send;
+
+    /// Parses `text` into a structure, asking the parse model to repair it
+    /// when needed; records nothing.
+    fn parse(
+        &mut self,
+        text: &str,
+        opts: ParseOptions,
+    ) -> impl Future<Output = Result<Parsed>> + Send;
+
+    /// Parses `text` into `T`.
+    fn parse_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+        &mut self,
+        text: &str,
+        opts: ParseOptions,
+    ) -> impl Future<Output = Result<Parsed<T>>> + Send;
+
+    /// A structured turn with optional reason and tool calls.
+    fn operate(&mut self, opts: OperateOptions) -> impl Future<Output = Result<Operated>> + Send;
+
+    /// [`BranchOperations::operate`] into `T`.
+    fn operate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+        &mut self,
+        opts: OperateOptions,
+    ) -> impl Future<Output = Result<Operated<T>>> + Send;
+
+    /// Runs tool calls and records them.
+    fn act(
+        &mut self,
+        calls: Vec<ToolCall>,
+        opts: ActOptions,
+    ) -> impl Future<Output = Result<Vec<ActionResponseModel>>> + Send;
+
+    /// Rewrites a raw request into a clearer prompt; records nothing.
+    fn interpret(
+        &mut self,
+        text: &str,
+        opts: InterpretOptions,
+    ) -> impl Future<Output = Result<String>> + Send;
+
+    /// Reason-act rounds, then a final answer.
+    #[allow(non_snake_case)]
+    fn ReAct(&mut self, opts: ReActOptions) -> impl Future<Output = Result<ReActOutcome>> + Send;
+
+    /// The rounds of [`BranchOperations::ReAct`] as a stream.
+    #[allow(non_snake_case)]
+    fn ReActStream(
+        &mut self,
+        opts: ReActOptions,
+    ) -> impl Stream<Item = Result<ReActRound>> + Send + '_;
+
+    /// A streamed turn: the Instruction, then the reply's messages as they
+    /// arrive (CLI agent endpoints, or HTTP providers through SSE).
+    fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + '_;
+}
+
+impl BranchOperations for Branch {
+    fn chat(&mut self, opts: ChatOptions) -> impl Future<Output = Result<String>> + Send {
+        chat::chat(self, opts)
+    }
+
+    fn chat_messages(
+        &mut self,
+        opts: ChatOptions,
+    ) -> impl Future<Output = Result<(Message, Message)>> + Send {
+        chat::chat_messages(self, opts)
+    }
+
+    fn chat_and_record(
+        &mut self,
+        opts: ChatOptions,
+    ) -> impl Future<Output = Result<String>> + Send {
+        chat::chat_and_record(self, opts)
+    }
+
+    fn communicate(
+        &mut self,
+        opts: CommunicateOptions,
+    ) -> impl Future<Output = Result<Reply>> + Send {
+        communicate::communicate(self, opts)
+    }
+
+    fn communicate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+        &mut self,
+        opts: CommunicateOptions,
+    ) -> impl Future<Output = Result<Parsed<T>>> + Send {
+        communicate::communicate_as(self, opts)
+    }
+
+    fn parse(
+        &mut self,
+        text: &str,
+        opts: ParseOptions,
+    ) -> impl Future<Output = Result<Parsed>> + Send {
+        parse::parse(self, text, opts)
+    }
+
+    fn parse_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+        &mut self,
+        text: &str,
+        opts: ParseOptions,
+    ) -> impl Future<Output = Result<Parsed<T>>> + Send {
+        async move {
+            let format = opts.format.clone();
+            let on_failure = opts.on_failure;
+            let p = parse::parse(self, text, opts).await?;
+            parse::decode(p, text, on_failure, &format)
+        }
+    }
+
+    fn operate(&mut self, opts: OperateOptions) -> impl Future<Output = Result<Operated>> + Send {
+        operate::operate(self, opts)
+    }
+
+    fn operate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+        &mut self,
+        opts: OperateOptions,
+    ) -> impl Future<Output = Result<Operated<T>>> + Send {
+        operate::operate_as(self, opts)
+    }
+
+    fn act(
+        &mut self,
+        calls: Vec<ToolCall>,
+        opts: ActOptions,
+    ) -> impl Future<Output = Result<Vec<ActionResponseModel>>> + Send {
+        act::act(self, calls, opts)
+    }
+
+    fn interpret(
+        &mut self,
+        text: &str,
+        opts: InterpretOptions,
+    ) -> impl Future<Output = Result<String>> + Send {
+        interpret::interpret(self, text, opts)
+    }
+
+    fn ReAct(&mut self, opts: ReActOptions) -> impl Future<Output = Result<ReActOutcome>> + Send {
+        react::react(self, opts)
+    }
+
+    fn ReActStream(
+        &mut self,
+        opts: ReActOptions,
+    ) -> impl Stream<Item = Result<ReActRound>> + Send + '_ {
+        react::react_stream(self, opts)
+    }
+
+    fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + '_ {
+        run::run(self, opts)
+    }
+}

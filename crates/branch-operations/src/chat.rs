@@ -1,0 +1,128 @@
+//! `chat` and `chat_and_record`: one model call built from the branch
+//! history; `chat` records nothing (the call is logged).
+
+use std::sync::Arc;
+
+use branch_core::Branch;
+use branch_core::message::Message;
+use branch_core::model::{ChatModel, ChatResponse};
+use branch_messages::ResponseFormat;
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::turn::{
+    SendOptions, TurnInput, compile, connect_models, connected, instruction_message,
+    response_message, send, turn_setters,
+};
+
+/// Options of `chat` (defaults: branch.md §9.1).
+#[derive(Debug, Clone, Default)]
+pub struct ChatOptions {
+    /// The instruction and how it is sent.
+    pub turn: TurnInput,
+    /// The requested response format, rendered into the prompt.
+    pub response_format: Option<ResponseFormat>,
+    /// Tool schemas offered in the prompt.
+    pub tool_schemas: Vec<Value>,
+    /// The model (→ the branch's chat model).
+    pub model: Option<Arc<dyn ChatModel>>,
+    /// Append the estimated token usage to the last message.
+    pub include_token_usage_to_model: bool,
+}
+
+turn_setters!(ChatOptions);
+
+impl ChatOptions {
+    /// Options for this instruction.
+    pub fn new(instruction: impl Into<Value>) -> Self {
+        Self::default().instruction(instruction)
+    }
+
+    /// Renders this response format into the prompt.
+    pub fn response_format(mut self, f: ResponseFormat) -> Self {
+        self.response_format = Some(f);
+        self
+    }
+
+    /// Offers these tool schemas in the prompt.
+    pub fn tool_schemas(mut self, s: Vec<Value>) -> Self {
+        self.tool_schemas = s;
+        self
+    }
+
+    /// Calls this model instead of the branch's chat model.
+    pub fn model(mut self, m: Arc<dyn ChatModel>) -> Self {
+        self.model = Some(m);
+        self
+    }
+
+    /// Appends the estimated token usage to the request.
+    pub fn include_token_usage_to_model(mut self, on: bool) -> Self {
+        self.include_token_usage_to_model = on;
+        self
+    }
+}
+
+/// The unrecorded result of one call.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatTurn {
+    pub instruction: Message,
+    pub response: Message,
+    pub raw: ChatResponse,
+}
+
+/// One call: compile, send, log. Records nothing.
+pub(crate) async fn chat_turn(
+    branch: &mut Branch,
+    opts: &ChatOptions,
+    send_opts: SendOptions<'_>,
+) -> Result<ChatTurn> {
+    connect_models(branch)?;
+    let model = match &opts.model {
+        Some(m) => connected(m)?,
+        None => branch.chat_model().clone(),
+    };
+    let content = opts
+        .turn
+        .content(opts.tool_schemas.clone(), opts.response_format.as_ref());
+    let progression = opts.turn.progression.as_deref();
+    let send_opts = SendOptions {
+        progression: send_opts.progression.or(progression),
+        token_note: send_opts.token_note || opts.include_token_usage_to_model,
+        ..send_opts
+    };
+    let request = compile(branch, &content, &opts.turn.fields, &send_opts)?;
+    let raw = send(branch, &model, request).await?;
+    let instruction = instruction_message(branch, &opts.turn, content);
+    let response = response_message(branch, &raw);
+    Ok(ChatTurn {
+        instruction,
+        response,
+        raw,
+    })
+}
+
+pub(crate) async fn chat(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
+    let span = tracing::info_span!("chat", branch = %branch.id());
+    let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
+        .await?;
+    Ok(t.raw.text)
+}
+
+pub(crate) async fn chat_messages(
+    branch: &mut Branch,
+    opts: ChatOptions,
+) -> Result<(Message, Message)> {
+    let span = tracing::info_span!("chat", branch = %branch.id());
+    let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
+        .await?;
+    Ok((t.instruction, t.response))
+}
+
+pub(crate) async fn chat_and_record(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
+    let span = tracing::info_span!("chat_and_record", branch = %branch.id());
+    let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
+        .await?;
+    crate::turn::commit(branch, vec![t.instruction, t.response]);
+    Ok(t.raw.text)
+}

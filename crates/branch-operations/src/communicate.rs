@@ -1,0 +1,325 @@
+//! `communicate`: one recorded turn, optionally parsed into a structure
+//! (operations.md §3).
+
+use std::sync::Arc;
+
+use branch_core::Branch;
+use branch_core::model::ChatModel;
+use branch_messages::ResponseFormat;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::chat::{ChatOptions, chat_turn};
+use branch_core::message::Message;
+
+use crate::error::{Committed, ParseFailure, Result};
+use crate::format::retitled;
+use crate::fuzzy::Unmatched;
+use crate::parse::{OnParseFailure, ParseOptions, Parsed, decode, outcome, parse_with_repairs};
+use crate::turn::{SendOptions, TurnInput, commit, turn_setters};
+
+/// Options of `communicate` (defaults: branch.md §9.4).
+#[derive(Debug, Clone)]
+pub struct CommunicateOptions {
+    /// The instruction and how it is sent.
+    pub turn: TurnInput,
+    /// Parse the reply into this format (rendered into the prompt).
+    pub response_format: Option<ResponseFormat>,
+    /// Without a response format: fuzzily read these fields from the
+    /// reply (not rendered into the prompt).
+    pub request_fields: Option<Vec<String>>,
+    /// The chat model (→ the branch's).
+    pub chat_model: Option<Arc<dyn ChatModel>>,
+    /// The repair model (→ the branch's parse model).
+    pub parse_model: Option<Arc<dyn ChatModel>>,
+    /// Return the text without parsing.
+    pub skip_validation: bool,
+    /// Repair retries (values above 5 are lowered to 5).
+    pub num_parse_retries: usize,
+    /// Clear the history (except the system message) first.
+    pub clear_messages: bool,
+    /// What a final parse failure gives (`Raise` by default).
+    pub on_parse_failure: OnParseFailure,
+    /// Append the estimated token usage to the request.
+    pub include_token_usage_to_model: bool,
+    /// Waits between repairs (first, factor).
+    pub repair_backoff: (std::time::Duration, f64),
+}
+
+impl Default for CommunicateOptions {
+    fn default() -> Self {
+        Self {
+            turn: TurnInput::default(),
+            response_format: None,
+            request_fields: None,
+            chat_model: None,
+            parse_model: None,
+            skip_validation: false,
+            num_parse_retries: 3,
+            clear_messages: false,
+            on_parse_failure: OnParseFailure::Raise,
+            include_token_usage_to_model: false,
+            repair_backoff: (std::time::Duration::from_secs(1), 1.85),
+        }
+    }
+}
+
+turn_setters!(CommunicateOptions);
+
+impl CommunicateOptions {
+    /// Options for this instruction.
+    pub fn new(instruction: impl Into<Value>) -> Self {
+        Self::default().instruction(instruction)
+    }
+
+    /// Parses the reply into this format.
+    pub fn response_format(mut self, f: ResponseFormat) -> Self {
+        self.response_format = Some(f);
+        self
+    }
+
+    /// Parses the reply into the schema of `T`.
+    pub fn response_type<T: schemars::JsonSchema>(self) -> Self {
+        self.response_format(crate::format::format_of::<T>())
+    }
+
+    /// Reads these fields from the reply.
+    pub fn request_fields<I: IntoIterator<Item = S>, S: Into<String>>(mut self, f: I) -> Self {
+        self.request_fields = Some(f.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Uses this chat model.
+    pub fn chat_model(mut self, m: Arc<dyn ChatModel>) -> Self {
+        self.chat_model = Some(m);
+        self
+    }
+
+    /// Uses this repair model.
+    pub fn parse_model(mut self, m: Arc<dyn ChatModel>) -> Self {
+        self.parse_model = Some(m);
+        self
+    }
+
+    /// Returns the text unparsed.
+    pub fn skip_validation(mut self, on: bool) -> Self {
+        self.skip_validation = on;
+        self
+    }
+
+    /// Sets the repair retries.
+    pub fn num_parse_retries(mut self, n: usize) -> Self {
+        self.num_parse_retries = n;
+        self
+    }
+
+    /// Clears the history first.
+    pub fn clear_messages(mut self, on: bool) -> Self {
+        self.clear_messages = on;
+        self
+    }
+
+    /// Sets the parse failure policy.
+    pub fn on_parse_failure(mut self, v: OnParseFailure) -> Self {
+        self.on_parse_failure = v;
+        self
+    }
+
+    /// Sets the waits between repairs.
+    pub fn repair_backoff(mut self, first: std::time::Duration, factor: f64) -> Self {
+        self.repair_backoff = (first, factor);
+        self
+    }
+}
+
+/// What `communicate` returns.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// The reply text.
+    Text(String),
+    /// The parsed structure (a response format or request fields).
+    Structured(Value),
+    /// A reply that did not parse (with a non-raising failure policy).
+    Unparsed(crate::parse::Unparsed),
+    /// Nothing (parse failure with `ReturnNone`).
+    Nothing,
+}
+
+impl Reply {
+    /// The text of a text reply.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Reply::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// The structure of a parsed reply.
+    pub fn structured(&self) -> Option<&Value> {
+        match self {
+            Reply::Structured(v) => Some(v),
+            _ => None,
+        }
+    }
+}
+
+/// The internal middle: one turn built off to the side and its reply
+/// parsed; nothing is committed here.
+pub(crate) struct Communicated {
+    /// Instruction and AssistantResponse, not yet in the branch.
+    pub messages: Vec<Message>,
+    /// The reply text.
+    pub text: String,
+    /// The parse, when a format was requested and validation not skipped.
+    pub parsed: Option<std::result::Result<Map<String, Value>, ParseFailure>>,
+    /// The fields read with `request_fields`.
+    pub fields: Option<Value>,
+    /// Native tool calls of the reply.
+    pub tool_calls: Vec<branch_core::model::ToolCall>,
+}
+
+/// How the middle parses.
+pub(crate) struct Middle<'a> {
+    pub tool_schemas: Vec<Value>,
+    pub rendered_format: Option<ResponseFormat>,
+    pub unmatched: Unmatched,
+    pub token_note: bool,
+    pub repair_model: Option<Arc<dyn ChatModel>>,
+    pub native_tools: Option<Value>,
+    pub react_context: Option<&'a [Value]>,
+}
+
+pub(crate) async fn communicate_inner(
+    branch: &mut Branch,
+    opts: &CommunicateOptions,
+    middle: Middle<'_>,
+) -> Result<Communicated> {
+    if opts.clear_messages {
+        branch.msgs_mut().clear_messages();
+    }
+    let mut turn_input = opts.turn.clone();
+    if let Some(tools) = &middle.native_tools {
+        turn_input.fields.insert("tools".into(), tools.clone());
+    }
+    let chat = ChatOptions {
+        turn: turn_input,
+        response_format: middle.rendered_format.clone(),
+        tool_schemas: middle.tool_schemas,
+        model: opts.chat_model.clone(),
+        include_token_usage_to_model: opts.include_token_usage_to_model || middle.token_note,
+    };
+    let send_opts = SendOptions {
+        react_context: middle.react_context,
+        ..SendOptions::default()
+    };
+    let turn = chat_turn(branch, &chat, send_opts).await?;
+    let text = turn.raw.text.clone();
+    let tool_calls = turn.raw.tool_calls.clone();
+    let mut messages = vec![turn.instruction, turn.response];
+    let retries = opts.num_parse_retries.min(5);
+    let mut parsed = None;
+    let mut fields = None;
+    if opts.skip_validation {
+    } else if let Some(format) = middle.rendered_format {
+        let mut popts = ParseOptions::new(format)
+            .unmatched(middle.unmatched)
+            .backoff(opts.repair_backoff.0, opts.repair_backoff.1);
+        popts.model = Some(
+            match middle.repair_model.or_else(|| opts.parse_model.clone()) {
+                Some(m) => m,
+                None => branch.parse_model().clone(),
+            },
+        );
+        let repaired = parse_with_repairs(branch, &text, &popts, retries, &messages).await?;
+        if let Some(repair) = &repaired.repair_response {
+            let meta = &mut messages[1].element.metadata;
+            let first = meta.insert("model_response".into(), repair.raw.clone());
+            if let Some(first) = first {
+                meta.insert("original_model_response".into(), first);
+            }
+        }
+        parsed = Some(repaired.result);
+    } else if let Some(names) = &opts.request_fields {
+        let map: Map<String, Value> = names
+            .iter()
+            .map(|f| (f.clone(), Value::String(String::new())))
+            .collect();
+        let popts = ParseOptions::new(ResponseFormat::Fields(map)).unmatched(Unmatched::Force);
+        fields = Some(match crate::parse::parse_local(&text, &popts) {
+            Ok(obj) => Value::Object(obj.into_iter().filter(|(_, v)| !v.is_null()).collect()),
+            Err(_) => Value::Object(Map::new()),
+        });
+    }
+    Ok(Communicated {
+        messages,
+        text,
+        parsed,
+        fields,
+        tool_calls,
+    })
+}
+
+pub(crate) async fn communicate(branch: &mut Branch, opts: CommunicateOptions) -> Result<Reply> {
+    let span = tracing::info_span!("communicate", branch = %branch.id());
+    let format = opts
+        .response_format
+        .as_ref()
+        .map(|f| retitled(f, "Request"));
+    let middle = Middle {
+        tool_schemas: Vec::new(),
+        rendered_format: format.clone(),
+        unmatched: Unmatched::Ignore,
+        token_note: false,
+        repair_model: None,
+        native_tools: None,
+        react_context: None,
+    };
+    let c = tracing::Instrument::instrument(communicate_inner(branch, &opts, middle), span).await?;
+    let committed = commit(branch, c.messages);
+    let reply = match (c.parsed, c.fields, format) {
+        (Some(result), _, Some(format)) => {
+            match outcome(&c.text, result, opts.on_parse_failure, &format) {
+                Ok(Parsed::Value(v)) => Reply::Structured(v),
+                Ok(Parsed::Unparsed(u)) => Reply::Unparsed(u),
+                Ok(Parsed::Nothing) => Reply::Nothing,
+                Err(e) => {
+                    return Err(e.with_committed(Committed {
+                        messages: committed,
+                        turns: 1,
+                    }));
+                }
+            }
+        }
+        (_, Some(fields), _) => Reply::Structured(fields),
+        _ => Reply::Text(c.text),
+    };
+    Ok(reply)
+}
+
+pub(crate) async fn communicate_as<T: DeserializeOwned + schemars::JsonSchema>(
+    branch: &mut Branch,
+    mut opts: CommunicateOptions,
+) -> Result<Parsed<T>> {
+    let format = opts
+        .response_format
+        .get_or_insert_with(crate::format::format_of::<T>)
+        .clone();
+    let on_failure = opts.on_parse_failure;
+    let reply = communicate(branch, opts).await?;
+    let (parsed, text) = match reply {
+        Reply::Structured(v) => (Parsed::Value(v), String::new()),
+        Reply::Text(t) => (
+            Parsed::Unparsed(crate::parse::Unparsed {
+                text: t.clone(),
+                failure: ParseFailure::Extraction,
+            }),
+            t,
+        ),
+        Reply::Unparsed(u) => {
+            let t = u.text.clone();
+            (Parsed::Unparsed(u), t)
+        }
+        Reply::Nothing => (Parsed::Nothing, String::new()),
+    };
+    decode(parsed, &text, on_failure, &format)
+}

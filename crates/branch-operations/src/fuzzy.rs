@@ -1,0 +1,374 @@
+//! Fuzzy JSON: finding a JSON object in model text (with repair of the
+//! usual breakage) and matching its keys to the expected field names
+//! (operations.md §4.1).
+
+use serde_json::{Map, Value};
+
+/// Texts over this size are refused rather than scanned.
+const MAX_INPUT: usize = 10 * 1024 * 1024;
+
+/// The first JSON object in `text`: the whole text parsed (with repairs),
+/// else the first parseable ```` ```json ```` fenced block. A top-level
+/// array yields its first object. `None` when nothing is found.
+pub fn extract_json(text: &str) -> Option<Map<String, Value>> {
+    if text.len() > MAX_INPUT {
+        return None;
+    }
+    if let Some(v) = parse_repaired(text) {
+        return first_object(v);
+    }
+    for block in fenced_json_blocks(text) {
+        if let Some(v) = parse_repaired(block) {
+            if let Some(o) = first_object(v) {
+                return Some(o);
+            }
+        }
+    }
+    None
+}
+
+fn first_object(v: Value) -> Option<Map<String, Value>> {
+    match v {
+        Value::Object(o) => Some(o),
+        Value::Array(items) => items.into_iter().find_map(|i| match i {
+            Value::Object(o) => Some(o),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// The contents of ```` ```json ... ``` ```` blocks (lower-case tag only),
+/// trimmed.
+fn fenced_json_blocks(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("```json") {
+        let after = &rest[start + 7..];
+        let Some(end) = after.find("```") else { break };
+        out.push(after[..end].trim());
+        rest = &after[end + 3..];
+    }
+    out
+}
+
+/// Parses an object or array, trying in order: as is, a string-aware
+/// cleanup (single quotes, trailing commas, bare keys), then closing
+/// unbalanced brackets.
+fn parse_repaired(text: &str) -> Option<Value> {
+    let t = text.trim();
+    if !(t.starts_with('{') || t.starts_with('[')) {
+        return None;
+    }
+    let structural = |v: Value| matches!(v, Value::Object(_) | Value::Array(_)).then_some(v);
+    if let Ok(v) = serde_json::from_str::<Value>(t) {
+        return structural(v);
+    }
+    let cleaned = clean(t);
+    if let Ok(v) = serde_json::from_str::<Value>(&cleaned) {
+        return structural(v);
+    }
+    let completed = complete_brackets(&cleaned)?;
+    serde_json::from_str::<Value>(&completed)
+        .ok()
+        .and_then(structural)
+}
+
+/// Single-quoted strings become double-quoted, trailing commas before a
+/// closer are dropped, bare identifier keys are quoted.
+fn clean(t: &str) -> String {
+    let chars: Vec<char> = t.chars().collect();
+    let mut out = String::with_capacity(t.len() + 8);
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '"' | '\'' => {
+                let quote = c;
+                out.push('"');
+                i += 1;
+                while i < chars.len() && chars[i] != quote {
+                    match chars[i] {
+                        '\\' if i + 1 < chars.len() => {
+                            if chars[i + 1] == '\'' {
+                                out.push('\'');
+                            } else {
+                                out.push('\\');
+                                out.push(chars[i + 1]);
+                            }
+                            i += 2;
+                            continue;
+                        }
+                        '"' => out.push_str("\\\""),
+                        '\n' => out.push_str("\\n"),
+                        ch => out.push(ch),
+                    }
+                    i += 1;
+                }
+                out.push('"');
+                i += 1;
+            }
+            ',' => {
+                let mut j = i + 1;
+                while j < chars.len() && chars[j].is_whitespace() {
+                    j += 1;
+                }
+                if j < chars.len() && (chars[j] == '}' || chars[j] == ']') {
+                    i += 1;
+                    continue;
+                }
+                out.push(c);
+                i += 1;
+            }
+            c if c.is_alphabetic() || c == '_' => {
+                let start = i;
+                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                    i += 1;
+                }
+                let word: String = chars[start..i].iter().collect();
+                let mut j = i;
+                while j < chars.len() && chars[j].is_whitespace() {
+                    j += 1;
+                }
+                let is_key = j < chars.len() && chars[j] == ':';
+                match word.as_str() {
+                    _ if is_key => {
+                        out.push('"');
+                        out.push_str(&word);
+                        out.push('"');
+                    }
+                    "True" => out.push_str("true"),
+                    "False" => out.push_str("false"),
+                    "None" => out.push_str("null"),
+                    _ => out.push_str(&word),
+                }
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Appends the closers an unfinished text lacks; `None` when a closer does
+/// not match its opener.
+fn complete_brackets(t: &str) -> Option<String> {
+    let mut stack = Vec::new();
+    let mut in_str = false;
+    let mut escaped = false;
+    for c in t.chars() {
+        if in_str {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                '"' => in_str = false,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' => in_str = true,
+            '{' => stack.push('}'),
+            '[' => stack.push(']'),
+            '}' | ']' => {
+                if stack.pop() != Some(c) {
+                    return None;
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = t.to_owned();
+    if in_str {
+        out.push('"');
+    }
+    while let Some(c) = stack.pop() {
+        out.push(c);
+    }
+    Some(out)
+}
+
+/// Jaro-Winkler similarity of two strings (prefix scale 0.1, up to 4).
+pub fn jaro_winkler(a: &str, b: &str) -> f64 {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    if a.is_empty() && b.is_empty() {
+        return 1.0;
+    }
+    if a.is_empty() || b.is_empty() {
+        return 0.0;
+    }
+    let window = (a.len().max(b.len()) / 2).saturating_sub(1);
+    let mut a_match = vec![false; a.len()];
+    let mut b_match = vec![false; b.len()];
+    let mut matches = 0usize;
+    for (i, ca) in a.iter().enumerate() {
+        let lo = i.saturating_sub(window);
+        let hi = (i + window + 1).min(b.len());
+        for j in lo..hi {
+            if !b_match[j] && b[j] == *ca {
+                a_match[i] = true;
+                b_match[j] = true;
+                matches += 1;
+                break;
+            }
+        }
+    }
+    if matches == 0 {
+        return 0.0;
+    }
+    let a_seq = a.iter().zip(&a_match).filter(|(_, m)| **m).map(|(c, _)| c);
+    let b_seq = b.iter().zip(&b_match).filter(|(_, m)| **m).map(|(c, _)| c);
+    let transpositions = a_seq.zip(b_seq).filter(|(x, y)| x != y).count() / 2;
+    let m = matches as f64;
+    let jaro = (m / a.len() as f64 + m / b.len() as f64 + (m - transpositions as f64) / m) / 3.0;
+    let prefix = a.iter().zip(&b).take(4).take_while(|(x, y)| x == y).count();
+    jaro + prefix as f64 * 0.1 * (1.0 - jaro)
+}
+
+/// What to do with keys that match no expected field, and with fields
+/// nothing matched (the reference's `handle_unmatched`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unmatched {
+    /// Keep unmatched input keys as they are.
+    #[default]
+    Ignore,
+    /// Fail on an unmatched input key.
+    Raise,
+    /// Drop unmatched input keys.
+    Remove,
+    /// Fill missing fields with the fill value, keep unmatched keys.
+    Fill,
+    /// Fill missing fields with the fill value, drop unmatched keys.
+    Force,
+}
+
+/// Renames the keys of `input` to the expected names: exact matches first,
+/// then each remaining key to the most similar remaining expected name
+/// when the similarity reaches `threshold`. Returns the error text for
+/// [`Unmatched::Raise`].
+pub fn match_keys(
+    input: Map<String, Value>,
+    expected: &[String],
+    threshold: f64,
+    unmatched: Unmatched,
+    fill: &Value,
+) -> Result<Map<String, Value>, String> {
+    let mut remaining: Vec<&String> = expected
+        .iter()
+        .filter(|e| !input.contains_key(e.as_str()))
+        .collect();
+    let mut out = Map::new();
+    let mut leftovers = Vec::new();
+    for (k, v) in input {
+        if expected.iter().any(|e| *e == k) {
+            out.insert(k, v);
+            continue;
+        }
+        let best = remaining
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (i, jaro_winkler(&k.to_lowercase(), &e.to_lowercase())))
+            .filter(|(_, s)| *s >= threshold)
+            .max_by(|x, y| x.1.total_cmp(&y.1));
+        match best {
+            Some((i, _)) => {
+                let name = remaining.remove(i);
+                out.insert(name.clone(), v);
+            }
+            None => leftovers.push((k, v)),
+        }
+    }
+    match unmatched {
+        Unmatched::Raise if !leftovers.is_empty() => {
+            let names: Vec<_> = leftovers.iter().map(|(k, _)| k.as_str()).collect();
+            return Err(format!("unmatched keys: {}", names.join(", ")));
+        }
+        Unmatched::Ignore | Unmatched::Fill | Unmatched::Raise => out.extend(leftovers),
+        Unmatched::Remove | Unmatched::Force => {}
+    }
+    if matches!(unmatched, Unmatched::Fill | Unmatched::Force) {
+        for e in expected {
+            if !out.contains_key(e) {
+                out.insert(e.clone(), fill.clone());
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn v(t: &str) -> Option<Value> {
+        extract_json(t).map(Value::Object)
+    }
+
+    #[test]
+    fn extraction_matches_the_reference_table() {
+        assert_eq!(v(r#"{"v": "12"}"#), Some(json!({"v": "12"})));
+        assert_eq!(v("{'v': 3,}"), Some(json!({"v": 3})));
+        assert_eq!(v("{v: 4}"), Some(json!({"v": 4})));
+        assert_eq!(
+            v("```json\n{\"v\": 5}\n``` trailing"),
+            Some(json!({"v": 5}))
+        );
+        assert_eq!(
+            v("```json\n{\"v\": 6}\n```\n```json\n{\"v\": 7}\n```"),
+            Some(json!({"v": 6}))
+        );
+        assert_eq!(v(r#"[{"v": 9}]"#), Some(json!({"v": 9})));
+        assert_eq!(v(r#"{"v": 10"#), Some(json!({"v": 10})));
+        assert_eq!(v(r#"The answer is {"v": 11} ok"#), None);
+        assert_eq!(v("```\n{\"v\": 12}\n```"), None);
+        assert_eq!(v("{'a': 'it\\'s'}"), Some(json!({"a": "it's"})));
+        assert_eq!(v("{\"a\": 1]}"), None);
+    }
+
+    #[test]
+    fn fuzzy_keys() {
+        assert!(jaro_winkler("Answer", "answer") >= 0.85);
+        assert!((jaro_winkler("MARTHA", "MARHTA") - 0.9611).abs() < 1e-3);
+        let exp = vec!["a".to_owned(), "b".to_owned()];
+        let got = match_keys(
+            json!({"a": 1, "bb": "x"}).as_object().unwrap().clone(),
+            &exp,
+            0.85,
+            Unmatched::Force,
+            &Value::Null,
+        )
+        .unwrap();
+        assert_eq!(Value::Object(got), json!({"a": 1, "b": "x"}));
+        let exp = vec!["title".to_owned(), "year".to_owned(), "author".to_owned()];
+        let got = match_keys(
+            json!({"title": "Dune", "Year": 1965})
+                .as_object()
+                .unwrap()
+                .clone(),
+            &exp,
+            0.85,
+            Unmatched::Force,
+            &Value::Null,
+        )
+        .unwrap();
+        assert_eq!(
+            Value::Object(got),
+            json!({"title": "Dune", "year": 1965, "author": null})
+        );
+        assert!(
+            match_keys(
+                json!({"zzz": 1}).as_object().unwrap().clone(),
+                &exp,
+                0.85,
+                Unmatched::Raise,
+                &Value::Null
+            )
+            .is_err()
+        );
+    }
+}

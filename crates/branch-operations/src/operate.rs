@@ -1,0 +1,369 @@
+//! `operate`: a recorded turn asking for a structure (optionally with a
+//! reason and tool calls), then the requested tool calls (operations.md §5).
+//! The whole operation is one turn: its messages are appended together
+//! once it has succeeded.
+
+use std::sync::Arc;
+
+use branch_actions::{ActionManagerExt, ToolCall, ToolSelection};
+use branch_core::Branch;
+use branch_core::model::ChatModel;
+use branch_messages::ResponseFormat;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::act::{ActOptions, ActionResponseModel, Strategy, run_calls, tool_call_from_value};
+use crate::communicate::{CommunicateOptions, Middle, communicate_inner};
+use crate::error::{Committed, OperationError, Result};
+use crate::format::operative_schema;
+use crate::fuzzy::Unmatched;
+use crate::parse::{OnParseFailure, Parsed, decode, outcome};
+use crate::turn::{TurnInput, commit, turn_setters};
+
+/// Options of `operate` (defaults: branch.md §9.3).
+#[derive(Debug, Clone)]
+pub struct OperateOptions {
+    /// The instruction and how it is sent.
+    pub turn: TurnInput,
+    /// The structure asked for.
+    pub response_format: Option<ResponseFormat>,
+    /// Ask for a `reason` field.
+    pub reason: bool,
+    /// Offer tools and ask for `action_requests`.
+    pub actions: bool,
+    /// Run the requested tool calls.
+    pub invoke_actions: bool,
+    /// Offer only these tools (→ all registered).
+    pub tools: Option<Vec<String>>,
+    /// The chat model (→ the branch's).
+    pub chat_model: Option<Arc<dyn ChatModel>>,
+    /// The repair model (→ the branch's parse model; see NOTES-compat.md).
+    pub parse_model: Option<Arc<dyn ChatModel>>,
+    /// Return the text without parsing.
+    pub skip_validation: bool,
+    /// What a final parse failure gives.
+    pub on_parse_failure: OnParseFailure,
+    /// How tool calls run.
+    pub act: ActOptions,
+    /// Append the estimated token usage to the request.
+    pub include_token_usage_to_model: bool,
+    /// Clear the history (except the system message) first.
+    pub clear_messages: bool,
+    /// Repair retries.
+    pub num_parse_retries: usize,
+    /// Waits between repairs (first, factor).
+    pub repair_backoff: (std::time::Duration, f64),
+    /// Native function calling: tools go to the provider's `tools` field
+    /// and the reply's `tool_calls` are run, instead of the prompt-embedded
+    /// `Tools` section and `action_requests` JSON.
+    pub native_tools: bool,
+    /// ReAct's caller context, shown once in later rounds.
+    pub(crate) react_context: Option<Vec<Value>>,
+}
+
+impl Default for OperateOptions {
+    fn default() -> Self {
+        Self {
+            turn: TurnInput::default(),
+            response_format: None,
+            reason: false,
+            actions: false,
+            invoke_actions: true,
+            tools: None,
+            chat_model: None,
+            parse_model: None,
+            skip_validation: false,
+            on_parse_failure: OnParseFailure::ReturnValue,
+            act: ActOptions::default(),
+            include_token_usage_to_model: false,
+            clear_messages: false,
+            num_parse_retries: 3,
+            repair_backoff: (std::time::Duration::from_secs(1), 1.85),
+            native_tools: false,
+            react_context: None,
+        }
+    }
+}
+
+turn_setters!(OperateOptions);
+
+impl OperateOptions {
+    /// Options for this instruction.
+    pub fn new(instruction: impl Into<Value>) -> Self {
+        Self::default().instruction(instruction)
+    }
+
+    /// Asks for this structure.
+    pub fn response_format(mut self, f: ResponseFormat) -> Self {
+        self.response_format = Some(f);
+        self
+    }
+
+    /// Asks for the schema of `T`.
+    pub fn response_type<T: schemars::JsonSchema>(self) -> Self {
+        self.response_format(crate::format::format_of::<T>())
+    }
+
+    /// Asks for a reason.
+    pub fn reason(mut self, on: bool) -> Self {
+        self.reason = on;
+        self
+    }
+
+    /// Offers tools.
+    pub fn actions(mut self, on: bool) -> Self {
+        self.actions = on;
+        self
+    }
+
+    /// Runs the requested calls (default) or not.
+    pub fn invoke_actions(mut self, on: bool) -> Self {
+        self.invoke_actions = on;
+        self
+    }
+
+    /// Offers only these tools.
+    pub fn tools<I: IntoIterator<Item = S>, S: Into<String>>(mut self, t: I) -> Self {
+        self.tools = Some(t.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Uses this chat model.
+    pub fn chat_model(mut self, m: Arc<dyn ChatModel>) -> Self {
+        self.chat_model = Some(m);
+        self
+    }
+
+    /// Uses this repair model.
+    pub fn parse_model(mut self, m: Arc<dyn ChatModel>) -> Self {
+        self.parse_model = Some(m);
+        self
+    }
+
+    /// Returns the text unparsed.
+    pub fn skip_validation(mut self, on: bool) -> Self {
+        self.skip_validation = on;
+        self
+    }
+
+    /// Sets the parse failure policy.
+    pub fn on_parse_failure(mut self, v: OnParseFailure) -> Self {
+        self.on_parse_failure = v;
+        self
+    }
+
+    /// Sets how tool calls run.
+    pub fn act_options(mut self, a: ActOptions) -> Self {
+        self.act = a;
+        self
+    }
+
+    /// Switches native function calling on.
+    pub fn native_tools(mut self, on: bool) -> Self {
+        self.native_tools = on;
+        self
+    }
+
+    /// Sets the repair retries.
+    pub fn num_parse_retries(mut self, n: usize) -> Self {
+        self.num_parse_retries = n;
+        self
+    }
+
+    /// Sets the waits between repairs.
+    pub fn repair_backoff(mut self, first: std::time::Duration, factor: f64) -> Self {
+        self.repair_backoff = (first, factor);
+        self
+    }
+
+    /// Appends the estimated token usage to the request.
+    pub fn include_token_usage_to_model(mut self, on: bool) -> Self {
+        self.include_token_usage_to_model = on;
+        self
+    }
+}
+
+/// What `operate` returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Operated<T = Value> {
+    /// The parsed structure, the unparsed text, or nothing. Without any
+    /// structure requested, the reply text is [`Parsed::Unparsed`]'s text
+    /// is not used: see [`Operated::text`].
+    pub parsed: Parsed<T>,
+    /// The reply text.
+    pub text: String,
+    /// The whole parsed object (with `action_responses` filled when calls
+    /// ran), when a structure was requested and parsed.
+    pub structured: Option<Value>,
+    /// The calls run, in request order.
+    pub action_responses: Vec<ActionResponseModel>,
+}
+
+fn native_tool_list(schemas: &[Value]) -> Value {
+    Value::Array(
+        schemas
+            .iter()
+            .map(|s| {
+                let f = s.get("function").cloned().unwrap_or_else(|| s.clone());
+                json!({"type": "function", "function": f})
+            })
+            .collect(),
+    )
+}
+
+pub(crate) async fn operate(branch: &mut Branch, opts: OperateOptions) -> Result<Operated> {
+    let span = tracing::info_span!("operate", branch = %branch.id());
+    tracing::Instrument::instrument(operate_inner(branch, opts), span).await
+}
+
+async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Operated> {
+    let with_actions = opts.actions && opts.invoke_actions;
+    let tool_schemas = if with_actions {
+        let sel = opts
+            .tools
+            .clone()
+            .map_or(ToolSelection::All, ToolSelection::Named);
+        branch
+            .acts()
+            .tool_schemas(&sel)
+            .map_err(|e| OperationError::InvalidArgument {
+                what: "tools",
+                message: e.to_string(),
+            })?
+    } else {
+        Vec::new()
+    };
+    let native = opts.native_tools && with_actions;
+    let prompt_actions = with_actions && !native;
+    let wants_structure = opts.response_format.is_some() || prompt_actions || opts.reason;
+    let rendered = wants_structure.then(|| {
+        ResponseFormat::Schema(operative_schema(
+            opts.response_format.as_ref(),
+            opts.reason,
+            prompt_actions,
+        ))
+    });
+    let unmatched = if opts.response_format.is_some() {
+        Unmatched::Ignore
+    } else {
+        Unmatched::Force
+    };
+    let mut turn = opts.turn.clone();
+    turn.no_default_detail = true;
+    let copts = CommunicateOptions {
+        turn,
+        response_format: None,
+        request_fields: None,
+        chat_model: opts.chat_model.clone(),
+        parse_model: opts.parse_model.clone(),
+        skip_validation: opts.skip_validation,
+        num_parse_retries: opts.num_parse_retries,
+        clear_messages: opts.clear_messages,
+        on_parse_failure: opts.on_parse_failure,
+        include_token_usage_to_model: opts.include_token_usage_to_model,
+        repair_backoff: opts.repair_backoff,
+    };
+    let middle = Middle {
+        tool_schemas: if native {
+            Vec::new()
+        } else {
+            tool_schemas.clone()
+        },
+        rendered_format: rendered.clone(),
+        unmatched,
+        token_note: false,
+        repair_model: opts.parse_model.clone(),
+        native_tools: native.then(|| native_tool_list(&tool_schemas)),
+        react_context: opts.react_context.as_deref(),
+    };
+    let c = communicate_inner(branch, &copts, middle).await?;
+    let mut messages = c.messages;
+    let text = c.text;
+
+    let (parsed, mut structured) = match (c.parsed, rendered.as_ref()) {
+        (Some(result), Some(format)) => {
+            match outcome(&text, result, opts.on_parse_failure, format) {
+                Ok(Parsed::Value(v)) => (Parsed::Value(v.clone()), Some(v)),
+                Ok(other) => (other, None),
+                Err(e) => {
+                    let n = commit(branch, messages);
+                    return Err(e.with_committed(Committed {
+                        messages: n,
+                        turns: 1,
+                    }));
+                }
+            }
+        }
+        _ => (
+            Parsed::Unparsed(crate::parse::Unparsed {
+                text: text.clone(),
+                failure: crate::error::ParseFailure::Extraction,
+            }),
+            None,
+        ),
+    };
+
+    let mut action_responses = Vec::new();
+    if with_actions && !opts.skip_validation {
+        let mut calls: Vec<ToolCall> = Vec::new();
+        let mut act = opts.act;
+        if native {
+            for tc in &c.tool_calls {
+                let args = crate::fuzzy::extract_json(&tc.arguments).unwrap_or_default();
+                calls.push(ToolCall::new(tc.name.clone(), args));
+            }
+        } else if let Some(obj) = structured.as_ref() {
+            if let Some(reqs) = obj.get("action_requests").and_then(Value::as_array) {
+                for r in reqs {
+                    if r.get("function").and_then(Value::as_str).is_some() {
+                        calls.push(tool_call_from_value(r)?);
+                    }
+                }
+            }
+            if obj.get("action_strategy").and_then(Value::as_str) == Some("sequential") {
+                act.strategy = Strategy::Sequential;
+            }
+        }
+        if !calls.is_empty() {
+            let acted = run_calls(branch, calls, act).await;
+            messages.extend(acted.messages);
+            action_responses = acted.responses;
+            if let Some(Value::Object(o)) = structured.as_mut() {
+                o.insert(
+                    "action_responses".into(),
+                    serde_json::to_value(&action_responses).unwrap_or(Value::Null),
+                );
+            }
+        }
+    }
+    commit(branch, messages);
+    let parsed = match (parsed, &structured) {
+        (Parsed::Value(_), Some(v)) => Parsed::Value(v.clone()),
+        (p, _) => p,
+    };
+    Ok(Operated {
+        parsed,
+        text,
+        structured,
+        action_responses,
+    })
+}
+
+pub(crate) async fn operate_as<T: DeserializeOwned + schemars::JsonSchema>(
+    branch: &mut Branch,
+    mut opts: OperateOptions,
+) -> Result<Operated<T>> {
+    let format = opts
+        .response_format
+        .get_or_insert_with(crate::format::format_of::<T>)
+        .clone();
+    let on_failure = opts.on_parse_failure;
+    let o = operate(branch, opts).await?;
+    let parsed = decode(o.parsed, &o.text, on_failure, &format)?;
+    Ok(Operated {
+        parsed,
+        text: o.text,
+        structured: o.structured,
+        action_responses: o.action_responses,
+    })
+}

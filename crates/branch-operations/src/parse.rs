@@ -1,0 +1,356 @@
+//! Structured output: the local fuzzy parse and the repair loop
+//! (operations.md §4).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use branch_core::Branch;
+use branch_core::message::Message;
+use branch_core::model::{ChatModel, ChatResponse};
+use branch_messages::ResponseFormat;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use crate::chat::{ChatOptions, chat_turn};
+use crate::error::{OperationError, ParseFailure, Result};
+use crate::format::{coerce, expected_keys, format_title, validate};
+use crate::fuzzy::{Unmatched, extract_json, match_keys};
+use crate::turn::SendOptions;
+
+/// What to do when parsing finally fails (`handle_validation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnParseFailure {
+    /// Fail with [`OperationError::Parse`].
+    Raise,
+    /// Return the text as [`Parsed::Unparsed`].
+    #[default]
+    ReturnValue,
+    /// Return [`Parsed::Nothing`].
+    ReturnNone,
+}
+
+/// Text that did not parse (the reference's `UnparsedResponse`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Unparsed {
+    /// The text.
+    pub text: String,
+    /// Why it did not parse.
+    pub failure: ParseFailure,
+}
+
+/// The outcome of a parse.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Parsed<T = Value> {
+    /// The structured value.
+    Value(T),
+    /// The text, which did not parse.
+    Unparsed(Unparsed),
+    /// Nothing (with [`OnParseFailure::ReturnNone`]).
+    Nothing,
+}
+
+impl<T> Parsed<T> {
+    /// The value, if parsing succeeded.
+    pub fn value(self) -> Option<T> {
+        match self {
+            Parsed::Value(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// Whether parsing succeeded.
+    pub fn is_value(&self) -> bool {
+        matches!(self, Parsed::Value(_))
+    }
+}
+
+/// Options of `parse` (defaults: branch.md §9.2).
+#[derive(Debug, Clone)]
+pub struct ParseOptions {
+    /// The structure to parse into.
+    pub format: ResponseFormat,
+    /// What a final failure gives.
+    pub on_failure: OnParseFailure,
+    /// Repair retries (attempts = 1 + retries; 0 → 3, as the reference).
+    pub max_retries: usize,
+    /// Key similarity threshold (Jaro-Winkler).
+    pub similarity_threshold: f64,
+    /// Match keys fuzzily.
+    pub fuzzy_match: bool,
+    /// Unmatched keys / missing fields policy.
+    pub unmatched: Unmatched,
+    /// Value for missing fields (`Fill`, `Force`).
+    pub fill_value: Value,
+    /// Per-field values for missing fields.
+    pub fill_mapping: Map<String, Value>,
+    /// Fail when expected fields remain missing.
+    pub strict: bool,
+    /// The repair model (→ the branch's parse model).
+    pub model: Option<Arc<dyn ChatModel>>,
+    /// Wait before the second repair; later waits grow by `backoff_factor`.
+    pub backoff: Duration,
+    /// Growth of the wait between repairs.
+    pub backoff_factor: f64,
+}
+
+impl ParseOptions {
+    /// Parse into `format` with the reference's `Branch.parse` defaults.
+    pub fn new(format: ResponseFormat) -> Self {
+        Self {
+            format,
+            on_failure: OnParseFailure::ReturnValue,
+            max_retries: 3,
+            similarity_threshold: 0.85,
+            fuzzy_match: true,
+            unmatched: Unmatched::Force,
+            fill_value: Value::Null,
+            fill_mapping: Map::new(),
+            strict: false,
+            model: None,
+            backoff: Duration::from_secs(1),
+            backoff_factor: 1.85,
+        }
+    }
+
+    /// Parse into the schema of `T`.
+    pub fn of<T: schemars::JsonSchema>() -> Self {
+        Self::new(crate::format::format_of::<T>())
+    }
+
+    /// Sets the failure policy.
+    pub fn on_failure(mut self, v: OnParseFailure) -> Self {
+        self.on_failure = v;
+        self
+    }
+
+    /// Sets the number of repair retries.
+    pub fn max_retries(mut self, n: usize) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// Sets the unmatched-keys policy.
+    pub fn unmatched(mut self, u: Unmatched) -> Self {
+        self.unmatched = u;
+        self
+    }
+
+    /// Sets the repair model.
+    pub fn model(mut self, m: Arc<dyn ChatModel>) -> Self {
+        self.model = Some(m);
+        self
+    }
+
+    /// Sets the wait between repairs.
+    pub fn backoff(mut self, first: Duration, factor: f64) -> Self {
+        self.backoff = first;
+        self.backoff_factor = factor;
+        self
+    }
+
+    /// Sets the key similarity threshold.
+    pub fn similarity_threshold(mut self, t: f64) -> Self {
+        self.similarity_threshold = t;
+        self
+    }
+
+    /// Fails when expected fields stay missing.
+    pub fn strict(mut self, on: bool) -> Self {
+        self.strict = on;
+        self
+    }
+}
+
+/// The local attempt: extraction, key matching, validation.
+pub(crate) fn parse_local(
+    text: &str,
+    opts: &ParseOptions,
+) -> std::result::Result<Map<String, Value>, ParseFailure> {
+    let obj = extract_json(text).ok_or(ParseFailure::Extraction)?;
+    let keys = expected_keys(&opts.format);
+    let mut obj = if opts.fuzzy_match {
+        let had: Vec<String> = obj.keys().cloned().collect();
+        let mut m = match_keys(
+            obj,
+            &keys,
+            opts.similarity_threshold,
+            opts.unmatched,
+            &opts.fill_value,
+        )
+        .map_err(ParseFailure::Validation)?;
+        if matches!(opts.unmatched, Unmatched::Fill | Unmatched::Force) {
+            for (k, v) in &opts.fill_mapping {
+                if m.get(k).is_some_and(Value::is_null) && !had.contains(k) {
+                    m.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        m
+    } else {
+        obj
+    };
+    if opts.strict {
+        let missing: Vec<&String> = keys.iter().filter(|k| !obj.contains_key(*k)).collect();
+        if !missing.is_empty() {
+            return Err(ParseFailure::Validation(format!(
+                "missing required fields: {missing:?}"
+            )));
+        }
+    }
+    if let ResponseFormat::Schema(schema) = &opts.format {
+        coerce(&mut obj, schema);
+        validate(&Value::Object(obj.clone()), schema).map_err(ParseFailure::Validation)?;
+    }
+    Ok(obj)
+}
+
+/// The guidance of repair attempt `n` (1-based).
+fn repair_guidance(n: usize, previous: Option<&ParseFailure>) -> String {
+    let mut g =
+        String::from("follow the required response format, using the model schema as a guide");
+    if let Some(err) = previous {
+        let mut e = err.to_string();
+        if e.chars().count() > 800 {
+            e = e.chars().take(800).collect::<String>() + " …(truncated)";
+        }
+        g.push_str(&format!(
+            " The previous attempt did not validate: {e}. Correct exactly what that error names — every field it reports must carry a value of the required type."
+        ));
+    }
+    if n >= 2 {
+        g.push_str(&format!(
+            " This is attempt {n}; earlier attempts failed. Return only the JSON object, with no text before or after it."
+        ));
+    }
+    g
+}
+
+/// A parse with its repairs: the object, or the last failure; plus the
+/// raw reply of the repair that succeeded.
+pub(crate) struct Repaired {
+    pub result: std::result::Result<Map<String, Value>, ParseFailure>,
+    pub repair_response: Option<ChatResponse>,
+}
+
+/// Parses `text`; on failure asks `model` to reformat it, up to
+/// `1 + retries` times. `pending` are this call's messages not yet in the
+/// branch (the repair request shows them as history).
+pub(crate) async fn parse_with_repairs(
+    branch: &mut Branch,
+    text: &str,
+    opts: &ParseOptions,
+    retries: usize,
+    pending: &[Message],
+) -> Result<Repaired> {
+    let mut last = match parse_local(text, opts) {
+        Ok(obj) => {
+            return Ok(Repaired {
+                result: Ok(obj),
+                repair_response: None,
+            });
+        }
+        Err(e) => e,
+    };
+    let mut wait = opts.backoff;
+    for n in 1..=retries + 1 {
+        if n >= 2 {
+            tokio::time::sleep(wait).await;
+            wait = wait.mul_f64(opts.backoff_factor.max(1.0));
+        }
+        let mut chat = ChatOptions::new("reformat text into specified model or structure")
+            .guidance(repair_guidance(n, Some(&last)))
+            .context(json!([{"text_to_format": text}]))
+            .response_format(opts.format.clone());
+        chat.model = Some(match &opts.model {
+            Some(m) => m.clone(),
+            None => branch.parse_model().clone(),
+        });
+        let turn = chat_turn(
+            branch,
+            &chat,
+            SendOptions {
+                pending,
+                ..SendOptions::default()
+            },
+        )
+        .await?;
+        match parse_local(&turn.raw.text, opts) {
+            Ok(obj) => {
+                return Ok(Repaired {
+                    result: Ok(obj),
+                    repair_response: Some(turn.raw),
+                });
+            }
+            Err(e) => last = e,
+        }
+    }
+    Ok(Repaired {
+        result: Err(last),
+        repair_response: None,
+    })
+}
+
+/// Applies the failure policy.
+pub(crate) fn outcome(
+    text: &str,
+    result: std::result::Result<Map<String, Value>, ParseFailure>,
+    on_failure: OnParseFailure,
+    format: &ResponseFormat,
+) -> Result<Parsed> {
+    match result {
+        Ok(obj) => Ok(Parsed::Value(Value::Object(obj))),
+        Err(failure) => match on_failure {
+            OnParseFailure::Raise => Err(OperationError::Parse {
+                format: format_title(format),
+                reason: failure,
+                committed: Default::default(),
+            }),
+            OnParseFailure::ReturnValue => Ok(Parsed::Unparsed(Unparsed {
+                text: text.to_owned(),
+                failure,
+            })),
+            OnParseFailure::ReturnNone => Ok(Parsed::Nothing),
+        },
+    }
+}
+
+/// Decodes a parsed value into `T`.
+pub(crate) fn decode<T: DeserializeOwned>(
+    parsed: Parsed,
+    text: &str,
+    on_failure: OnParseFailure,
+    format: &ResponseFormat,
+) -> Result<Parsed<T>> {
+    match parsed {
+        Parsed::Value(v) => match serde_json::from_value::<T>(v) {
+            Ok(t) => Ok(Parsed::Value(t)),
+            Err(e) => outcome(
+                text,
+                Err(ParseFailure::Validation(e.to_string())),
+                on_failure,
+                format,
+            )
+            .map(|p| match p {
+                Parsed::Unparsed(u) => Parsed::Unparsed(u),
+                _ => Parsed::Nothing,
+            }),
+        },
+        Parsed::Unparsed(u) => Ok(Parsed::Unparsed(u)),
+        Parsed::Nothing => Ok(Parsed::Nothing),
+    }
+}
+
+pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -> Result<Parsed> {
+    let span = tracing::info_span!("parse", branch = %branch.id());
+    let retries = if opts.max_retries == 0 {
+        3
+    } else {
+        opts.max_retries
+    };
+    let repaired = tracing::Instrument::instrument(
+        parse_with_repairs(branch, text, &opts, retries, &[]),
+        span,
+    )
+    .await?;
+    outcome(text, repaired.result, opts.on_failure, &opts.format)
+}

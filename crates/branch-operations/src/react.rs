@@ -1,0 +1,452 @@
+//! `ReAct` and `ReActStream`: rounds of analysis and tool calls, then a
+//! final answer (operations.md §8). Each round is its own atomic turn.
+
+use std::sync::Arc;
+
+use branch_core::Branch;
+use branch_core::message::ImageDetail;
+use branch_core::model::ChatModel;
+use branch_messages::ResponseFormat;
+use futures_core::Stream;
+use serde_json::Value;
+
+use crate::act::ActOptions;
+use crate::error::{Committed, OperationError, Result};
+use crate::format::{analysis_schema, react_analysis_schema};
+use crate::interpret::{InterpretOptions, interpret};
+use crate::operate::{OperateOptions, operate};
+use crate::parse::Parsed;
+use crate::turn::{TurnInput, turn_setters};
+
+/// The upper bound of `max_extensions`.
+pub const MAX_EXTENSIONS_CAP: usize = 100;
+
+fn first_ext_prompt(n: usize) -> String {
+    format!(
+        "This is a multi-step task. You have room for up to {n} reason-act rounds — that is headroom to do the job well, not a target to fill or a clock to race. Plan across rounds, and within each round batch every independent tool call together (concurrent actions) so you move fast without wasting rounds. Set extension_needed=True while the task is unfinished — the normal state as you work. Set it to False ONLY once you have done the work and verified it succeeded; never for a plan or an interim summary. Stopping before the task is complete and verified is the only failure."
+    )
+}
+
+fn continue_ext_prompt(n: usize) -> String {
+    format!(
+        "Keep going — about {n} rounds of headroom remain, finish properly. Batch independent tool calls in this round to stay efficient, take the next actions the task needs, and observe the results. Set extension_needed=False only once the work is genuinely done and verified."
+    )
+}
+
+fn answer_prompt(instruction: &str) -> String {
+    format!(
+        "Given your reasoning and actions, please now provide the final answer to the user's request:\n\n{instruction}"
+    )
+}
+
+/// Options of `ReAct` / `ReActStream` (defaults: branch.md §9.7).
+#[derive(Debug, Clone)]
+pub struct ReActOptions {
+    /// The task (instruction, guidance, context).
+    pub turn: TurnInput,
+    /// Rewrite the instruction with `interpret` first.
+    pub interpret: bool,
+    /// Options of that rewrite.
+    pub interpret_options: InterpretOptions,
+    /// Offer only these tools (→ all registered; actions are on when the
+    /// branch has any tool).
+    pub tools: Option<Vec<String>>,
+    /// The final answer's structure (→ `{answer: string | null}`).
+    pub response_format: Option<ResponseFormat>,
+    /// Allow extension rounds.
+    pub extension_allowed: bool,
+    /// Extension rounds at most (capped at 100).
+    pub max_extensions: usize,
+    /// The model of every round (→ the branch's chat model).
+    pub analysis_model: Option<Arc<dyn ChatModel>>,
+    /// `low` / `medium` / `high`: prefixes the guidance and is sent.
+    pub reasoning_effort: Option<String>,
+    /// Append the estimated token usage (on by default).
+    pub include_token_usage_to_model: bool,
+    /// Keep going after a round whose analysis came back all null.
+    pub continue_after_failed_response: bool,
+    /// How tool calls run.
+    pub act: ActOptions,
+    /// Native function calling.
+    pub native_tools: bool,
+    /// Waits between parse repairs (first, factor).
+    pub repair_backoff: (std::time::Duration, f64),
+}
+
+impl Default for ReActOptions {
+    fn default() -> Self {
+        Self {
+            turn: TurnInput::default(),
+            interpret: false,
+            interpret_options: InterpretOptions::default(),
+            tools: None,
+            response_format: None,
+            extension_allowed: true,
+            max_extensions: 3,
+            analysis_model: None,
+            reasoning_effort: None,
+            include_token_usage_to_model: true,
+            continue_after_failed_response: false,
+            act: ActOptions::default(),
+            native_tools: false,
+            repair_backoff: (std::time::Duration::from_secs(1), 1.85),
+        }
+    }
+}
+
+turn_setters!(ReActOptions);
+
+impl ReActOptions {
+    /// Options for this task.
+    pub fn new(instruction: impl Into<Value>) -> Self {
+        Self::default().instruction(instruction)
+    }
+
+    /// Sets the extension rounds (capped at 100).
+    pub fn max_extensions(mut self, n: usize) -> Self {
+        if n > MAX_EXTENSIONS_CAP {
+            tracing::warn!(
+                requested = n,
+                "max_extensions capped at {MAX_EXTENSIONS_CAP}"
+            );
+        }
+        self.max_extensions = n.min(MAX_EXTENSIONS_CAP);
+        self
+    }
+
+    /// Allows or forbids extension rounds.
+    pub fn extension_allowed(mut self, on: bool) -> Self {
+        self.extension_allowed = on;
+        self
+    }
+
+    /// Rewrites the instruction first.
+    pub fn interpret(mut self, on: bool) -> Self {
+        self.interpret = on;
+        self
+    }
+
+    /// Offers only these tools.
+    pub fn tools<I: IntoIterator<Item = S>, S: Into<String>>(mut self, t: I) -> Self {
+        self.tools = Some(t.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Sets the final answer's structure.
+    pub fn response_format(mut self, f: ResponseFormat) -> Self {
+        self.response_format = Some(f);
+        self
+    }
+
+    /// Sets the round model.
+    pub fn analysis_model(mut self, m: Arc<dyn ChatModel>) -> Self {
+        self.analysis_model = Some(m);
+        self
+    }
+
+    /// Sets the reasoning effort.
+    pub fn reasoning_effort(mut self, e: impl Into<String>) -> Self {
+        self.reasoning_effort = Some(e.into());
+        self
+    }
+
+    /// Switches the token-usage note.
+    pub fn include_token_usage_to_model(mut self, on: bool) -> Self {
+        self.include_token_usage_to_model = on;
+        self
+    }
+
+    /// Sets how tool calls run.
+    pub fn act_options(mut self, a: ActOptions) -> Self {
+        self.act = a;
+        self
+    }
+
+    /// Switches native function calling on.
+    pub fn native_tools(mut self, on: bool) -> Self {
+        self.native_tools = on;
+        self
+    }
+
+    /// Sets the waits between parse repairs.
+    pub fn repair_backoff(mut self, first: std::time::Duration, factor: f64) -> Self {
+        self.repair_backoff = (first, factor);
+        self
+    }
+}
+
+/// One result yielded by `ReActStream`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReActRound {
+    /// 1-based round number (the final answer is the last).
+    pub round: usize,
+    /// Whether this is the final answer.
+    pub is_final: bool,
+    /// The round's parsed analysis (or final result), or its text.
+    pub result: Parsed,
+    /// The reply text.
+    pub text: String,
+}
+
+/// What `ReAct` returns.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReActOutcome {
+    /// The final answer: the `answer` field of the default format, else
+    /// the whole final structure, else the last reply text.
+    pub answer: Value,
+    /// Every yielded result, the final one last.
+    pub rounds: Vec<ReActRound>,
+}
+
+struct State<'b> {
+    branch: &'b mut Branch,
+    opts: ReActOptions,
+    instruction: String,
+    actions: bool,
+    round: usize,
+    extensions: usize,
+    last_needs_extension: bool,
+    finished: bool,
+    committed: Committed,
+}
+
+fn effort_prefix(e: Option<&str>) -> Option<&'static str> {
+    match e? {
+        "low" => Some("Quick concise reasoning.\n"),
+        "medium" => Some("Reasonably balanced reasoning.\n"),
+        "high" => Some("Thorough, try as hard as you can in reasoning.\n"),
+        _ => None,
+    }
+}
+
+impl State<'_> {
+    fn round_options(&self, instruction: String, first: bool) -> OperateOptions {
+        let o = &self.opts;
+        let mut turn = o.turn.clone();
+        turn.instruction = Some(Value::String(instruction));
+        turn.image_detail.get_or_insert(ImageDetail::Auto);
+        if !first {
+            turn.guidance = None;
+        }
+        if let Some(p) = effort_prefix(o.reasoning_effort.as_deref()) {
+            let g = turn
+                .guidance
+                .as_ref()
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            turn.guidance = Some(Value::String(format!("{p}{g}")));
+        }
+        if let Some(e) = &o.reasoning_effort {
+            turn.fields
+                .insert("reasoning_effort".into(), e.clone().into());
+        }
+        OperateOptions {
+            turn,
+            response_format: Some(ResponseFormat::Schema(react_analysis_schema())),
+            reason: true,
+            actions: self.actions,
+            tools: o.tools.clone(),
+            chat_model: o.analysis_model.clone(),
+            parse_model: o.analysis_model.clone(),
+            act: o.act,
+            include_token_usage_to_model: o.include_token_usage_to_model,
+            native_tools: o.native_tools,
+            repair_backoff: o.repair_backoff,
+            react_context: (!first && !o.turn.context.is_empty()).then(|| o.turn.context.clone()),
+            ..OperateOptions::default()
+        }
+    }
+
+    async fn step(&mut self) -> Result<Option<ReActRound>> {
+        if self.finished {
+            return Ok(None);
+        }
+        let before = self.branch.messages().len();
+        let result = self.step_inner().await;
+        let added = self.branch.messages().len().saturating_sub(before);
+        match result {
+            Ok(r) => {
+                self.committed.messages += added;
+                self.committed.turns += 1;
+                Ok(Some(r))
+            }
+            Err(e) => {
+                self.finished = true;
+                let c = Committed {
+                    messages: self.committed.messages + added,
+                    turns: self.committed.turns,
+                };
+                Err(e.with_committed(c))
+            }
+        }
+    }
+
+    async fn step_inner(&mut self) -> Result<ReActRound> {
+        let max = self.opts.max_extensions.min(MAX_EXTENSIONS_CAP);
+        let extending = self.opts.extension_allowed && max > 0;
+        if self.round == 0 {
+            let mut instruction = self.instruction.clone();
+            if extending {
+                instruction = format!("{instruction}\n\n{}", first_ext_prompt(max));
+            }
+            let opts = self.round_options(instruction, true);
+            return self.analysis_round(opts).await;
+        }
+        if extending && self.extensions > 0 && self.last_needs_extension {
+            let instruction = if self.extensions == max {
+                first_ext_prompt(self.extensions)
+            } else {
+                continue_ext_prompt(self.extensions)
+            };
+            let opts = self.round_options(instruction, false);
+            self.extensions -= 1;
+            let r = self.analysis_round(opts).await?;
+            if let Parsed::Value(Value::Object(o)) = &r.result {
+                if o.values().all(Value::is_null) && !self.opts.continue_after_failed_response {
+                    return Err(OperationError::InvalidArgument {
+                        what: "analysis",
+                        message: "the round's analysis came back empty (all fields null)".into(),
+                    });
+                }
+            }
+            return Ok(r);
+        }
+        self.final_round().await
+    }
+
+    async fn analysis_round(&mut self, opts: OperateOptions) -> Result<ReActRound> {
+        let o = operate(self.branch, opts).await?;
+        self.round += 1;
+        self.last_needs_extension = o
+            .structured
+            .as_ref()
+            .and_then(|v| v.get("extension_needed"))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        Ok(ReActRound {
+            round: self.round,
+            is_final: false,
+            result: o.parsed,
+            text: o.text,
+        })
+    }
+
+    async fn final_round(&mut self) -> Result<ReActRound> {
+        let format = self
+            .opts
+            .response_format
+            .clone()
+            .unwrap_or_else(|| ResponseFormat::Schema(analysis_schema()));
+        let o = &self.opts;
+        let mut turn = o.turn.clone();
+        turn.instruction = Some(Value::String(answer_prompt(&self.instruction)));
+        turn.guidance = None;
+        turn.context = Vec::new();
+        turn.image_detail.get_or_insert(ImageDetail::Auto);
+        let opts = OperateOptions {
+            turn,
+            response_format: Some(format),
+            chat_model: o.analysis_model.clone(),
+            parse_model: o.analysis_model.clone(),
+            include_token_usage_to_model: o.include_token_usage_to_model,
+            repair_backoff: o.repair_backoff,
+            ..OperateOptions::default()
+        };
+        let out = operate(self.branch, opts).await?;
+        self.round += 1;
+        self.finished = true;
+        let mut result = out.parsed;
+        if self.opts.response_format.is_none() {
+            if let Parsed::Value(Value::Object(m)) = &mut result {
+                if m.get("answer")
+                    .and_then(Value::as_str)
+                    .is_some_and(|s| s.trim().is_empty())
+                {
+                    m.insert("answer".into(), Value::Null);
+                }
+            }
+        }
+        Ok(ReActRound {
+            round: self.round,
+            is_final: true,
+            result,
+            text: out.text,
+        })
+    }
+}
+
+async fn setup(branch: &mut Branch, opts: ReActOptions) -> Result<State<'_>> {
+    let mut instruction = match &opts.turn.instruction {
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+        None => String::new(),
+    };
+    if opts.interpret {
+        let rewritten = interpret(branch, &instruction, opts.interpret_options.clone()).await?;
+        instruction = format!("{instruction}\n\nInterpreted instruction: {rewritten}");
+    }
+    let actions = opts.tools.is_some() || branch.acts().iter().next().is_some();
+    let max = opts.max_extensions.min(MAX_EXTENSIONS_CAP);
+    Ok(State {
+        branch,
+        opts,
+        instruction,
+        actions,
+        round: 0,
+        extensions: max,
+        last_needs_extension: false,
+        finished: false,
+        committed: Committed::default(),
+    })
+}
+
+/// The rounds of a ReAct run as a stream; the final answer is the last
+/// item. After an error the stream ends.
+pub(crate) fn react_stream(
+    branch: &mut Branch,
+    opts: ReActOptions,
+) -> impl Stream<Item = Result<ReActRound>> + Send + '_ {
+    enum S<'b> {
+        Start(&'b mut Branch, Box<ReActOptions>),
+        Running(Box<State<'b>>),
+        Done,
+    }
+    futures_util::stream::unfold(S::Start(branch, Box::new(opts)), |s| async move {
+        let mut state = match s {
+            S::Start(b, o) => match setup(b, *o).await {
+                Ok(st) => Box::new(st),
+                Err(e) => return Some((Err(e), S::Done)),
+            },
+            S::Running(st) => st,
+            S::Done => return None,
+        };
+        match state.step().await {
+            Ok(Some(r)) => Some((Ok(r), S::Running(state))),
+            Ok(None) => None,
+            Err(e) => Some((Err(e), S::Done)),
+        }
+    })
+}
+
+pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReActOutcome> {
+    use futures_util::StreamExt;
+    let span = tracing::info_span!("ReAct", branch = %branch.id());
+    let default_format = opts.response_format.is_none();
+    let fut = async {
+        let mut rounds = Vec::new();
+        let stream = react_stream(branch, opts);
+        futures_util::pin_mut!(stream);
+        while let Some(r) = stream.next().await {
+            rounds.push(r?);
+        }
+        Ok::<_, OperationError>(rounds)
+    };
+    let rounds = tracing::Instrument::instrument(fut, span).await?;
+    let last = rounds.last();
+    let answer = match last.map(|r| &r.result) {
+        Some(Parsed::Value(v)) if default_format => v.get("answer").cloned().unwrap_or(Value::Null),
+        Some(Parsed::Value(v)) => v.clone(),
+        _ => Value::String(last.map(|r| r.text.clone()).unwrap_or_default()),
+    };
+    Ok(ReActOutcome { answer, rounds })
+}

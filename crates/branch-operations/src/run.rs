@@ -1,0 +1,547 @@
+//! `run`: a streamed turn yielding messages as they arrive — from a CLI
+//! agent speaking Claude Code's `stream-json` protocol, or from an HTTP
+//! provider over SSE (beyond the reference, which streams CLI endpoints
+//! only). The turn is atomic: its messages are yielded as they are built
+//! and appended to the branch together when the stream completes; a
+//! stream dropped or failed midway records nothing.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Instant;
+
+use branch_core::log::Log;
+use branch_core::message::{ActionResponseContent, Message, MessageContent};
+use branch_core::model::{
+    ChatModel, ChatStream, StreamAccumulator, api_call_execution, now_timestamp,
+};
+use branch_core::{Branch, Participant};
+use futures_core::Stream;
+use futures_util::StreamExt;
+use serde_json::{Map, Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout};
+use uuid::Uuid;
+
+use crate::act::{ActOptions, run_calls};
+use crate::error::{Committed, OperationError, Result};
+use crate::turn::{
+    SendOptions, TurnInput, commit, compile, connect_models, instruction_message, turn_setters,
+    user_of,
+};
+
+/// Options of `run` (defaults: branch.md §9.8).
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The instruction and how it is sent.
+    pub turn: TurnInput,
+    /// Replaces the branch's chat model (permanently, as the reference).
+    pub chat_model: Option<Arc<dyn ChatModel>>,
+    /// The CLI agent executable. Set, the turn runs through it (Claude
+    /// Code `stream-json` protocol); unset, CLI models run `claude` and
+    /// HTTP models stream over SSE.
+    pub cli_command: Option<PathBuf>,
+    /// Extra arguments of the CLI agent.
+    pub cli_args: Vec<String>,
+    /// How native tool calls of an SSE reply run.
+    pub act: ActOptions,
+}
+
+turn_setters!(RunOptions);
+
+impl RunOptions {
+    /// Options for this instruction.
+    pub fn new(instruction: impl Into<Value>) -> Self {
+        Self::default().instruction(instruction)
+    }
+
+    /// Replaces the branch's chat model.
+    pub fn chat_model(mut self, m: Arc<dyn ChatModel>) -> Self {
+        self.chat_model = Some(m);
+        self
+    }
+
+    /// Runs through this CLI agent executable.
+    pub fn cli_command(mut self, p: impl Into<PathBuf>) -> Self {
+        self.cli_command = Some(p.into());
+        self
+    }
+
+    /// Adds CLI arguments.
+    pub fn cli_args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, a: I) -> Self {
+        self.cli_args = a.into_iter().map(Into::into).collect();
+        self
+    }
+}
+
+enum Source {
+    Http {
+        stream: ChatStream,
+        acc: StreamAccumulator,
+        payload: Value,
+        started: Instant,
+        started_at: f64,
+        model: Arc<dyn ChatModel>,
+    },
+    Cli {
+        child: Child,
+        lines: Lines<BufReader<ChildStdout>>,
+        text: String,
+        thinking: String,
+        result_meta: Map<String, Value>,
+        payload: Value,
+        started: Instant,
+        started_at: f64,
+        tool_requests: Vec<(String, Uuid)>,
+    },
+}
+
+struct RunState<'b> {
+    branch: &'b mut Branch,
+    opts: RunOptions,
+    queue: VecDeque<Message>,
+    record: Vec<Message>,
+    source: Option<Source>,
+    done: bool,
+}
+
+impl RunState<'_> {
+    fn emit(&mut self, m: Message) {
+        self.record.push(m.clone());
+        self.queue.push_back(m);
+    }
+
+    fn fail(&mut self, message: String) -> OperationError {
+        self.done = true;
+        OperationError::Run {
+            message,
+            committed: Committed::default(),
+        }
+    }
+
+    async fn start(&mut self) -> Result<()> {
+        if let Some(m) = self.opts.chat_model.clone() {
+            self.branch.set_chat_model(m);
+        }
+        connect_models(self.branch)?;
+        let model = self.branch.chat_model().clone();
+        let content = self.opts.turn.content(Vec::new(), None);
+        let send_opts = SendOptions {
+            progression: self.opts.turn.progression.as_deref(),
+            ..SendOptions::default()
+        };
+        let request = compile(self.branch, &content, &self.opts.turn.fields, &send_opts)?;
+        let payload = model.request_payload(&request, true);
+        let instruction = instruction_message(self.branch, &self.opts.turn, content);
+        self.emit(instruction);
+        let started = Instant::now();
+        let started_at = now_timestamp();
+        let cli = self.opts.cli_command.clone().or_else(|| {
+            model.is_cli().then(|| {
+                PathBuf::from(
+                    std::env::var("LIONAGI_CLAUDE_BIN").unwrap_or_else(|_| "claude".into()),
+                )
+            })
+        });
+        if let Some(cmd) = cli {
+            let prompt = request
+                .messages
+                .last()
+                .map(|m| match &m.content {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                })
+                .unwrap_or_default();
+            let mut command = tokio::process::Command::new(&cmd);
+            command
+                .args(["-p", "--output-format", "stream-json", "--verbose"])
+                .args(&self.opts.cli_args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .kill_on_drop(true);
+            if let Some(name) = model.config().model_name() {
+                command.args(["--model", name]);
+            }
+            if let Some(session) = self
+                .branch
+                .metadata()
+                .get("cli_session_id")
+                .and_then(Value::as_str)
+            {
+                command.args(["--resume", session]);
+            }
+            let mut child = command
+                .spawn()
+                .map_err(|e| self.fail(format!("cannot start {}: {e}", cmd.display())))?;
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin
+                    .write_all(prompt.as_bytes())
+                    .await
+                    .map_err(|e| self.fail(format!("cannot write the prompt: {e}")))?;
+                drop(stdin);
+            }
+            let stdout = child
+                .stdout
+                .take()
+                .ok_or_else(|| self.fail("the CLI agent has no stdout".into()))?;
+            self.source = Some(Source::Cli {
+                child,
+                lines: BufReader::new(stdout).lines(),
+                text: String::new(),
+                thinking: String::new(),
+                result_meta: Map::new(),
+                payload,
+                started,
+                started_at,
+                tool_requests: Vec::new(),
+            });
+        } else {
+            let stream = match model.stream(request).await {
+                Ok(s) => s,
+                Err(e) => {
+                    self.log_call(&payload, started_at, started, Err(&e), None);
+                    self.done = true;
+                    return Err(OperationError::api(e));
+                }
+            };
+            self.source = Some(Source::Http {
+                stream,
+                acc: StreamAccumulator::new(),
+                payload,
+                started,
+                started_at,
+                model,
+            });
+        }
+        Ok(())
+    }
+
+    fn log_call(
+        &mut self,
+        payload: &Value,
+        started_at: f64,
+        started: Instant,
+        result: std::result::Result<
+            &branch_core::model::ChatResponse,
+            &branch_core::model::ModelError,
+        >,
+        served: Option<&str>,
+    ) {
+        let mut metadata = Map::new();
+        if let Some(s) = served {
+            metadata.insert("served_model".into(), s.into());
+        }
+        metadata.insert(
+            "lion_class".into(),
+            "lionagi.service.connections.api_calling.APICalling".into(),
+        );
+        self.branch.log(Log::from_json(json!({
+            "id": Uuid::new_v4().to_string(),
+            "created_at": started_at,
+            "metadata": metadata,
+            "execution": api_call_execution(result, started.elapsed().as_secs_f64()),
+            "payload": payload,
+        })));
+    }
+
+    fn assistant(&self, text: String, meta: Map<String, Value>) -> Message {
+        let mut m = Message::assistant(text)
+            .with_sender(Participant::Id(self.branch.id()))
+            .with_recipient(user_of(self.branch));
+        m.element.metadata.extend(meta);
+        m
+    }
+
+    /// Advances the source until something is queued or the turn ends.
+    async fn pump(&mut self) -> Result<()> {
+        let Some(source) = self.source.take() else {
+            self.done = true;
+            return Ok(());
+        };
+        match source {
+            Source::Http {
+                mut stream,
+                mut acc,
+                payload,
+                started,
+                started_at,
+                model,
+            } => {
+                while let Some(chunk) = stream.next().await {
+                    match chunk {
+                        Ok(c) => acc.push(&c),
+                        Err(e) => {
+                            self.log_call(&payload, started_at, started, Err(&e), None);
+                            self.done = true;
+                            return Err(OperationError::api(e));
+                        }
+                    }
+                }
+                let _ = model;
+                let response = acc.finish();
+                self.log_call(
+                    &payload,
+                    started_at,
+                    started,
+                    Ok(&response),
+                    response.served_model.as_deref(),
+                );
+                let mut meta = Map::new();
+                meta.insert("model_response".into(), response.raw.clone());
+                let reply = self.assistant(response.text.clone(), meta);
+                self.emit(reply);
+                if !response.tool_calls.is_empty() {
+                    let calls = response
+                        .tool_calls
+                        .iter()
+                        .map(|tc| {
+                            branch_actions::ToolCall::new(
+                                tc.name.clone(),
+                                crate::fuzzy::extract_json(&tc.arguments).unwrap_or_default(),
+                            )
+                        })
+                        .collect();
+                    let acted = run_calls(self.branch, calls, self.opts.act).await;
+                    for m in acted.messages {
+                        self.emit(m);
+                    }
+                }
+                self.finish();
+                Ok(())
+            }
+            Source::Cli {
+                mut child,
+                mut lines,
+                mut text,
+                mut thinking,
+                mut result_meta,
+                payload,
+                started,
+                started_at,
+                mut tool_requests,
+            } => {
+                loop {
+                    let line = match lines.next_line().await {
+                        Ok(Some(l)) => l,
+                        Ok(None) => break,
+                        Err(e) => return Err(self.fail(format!("reading the CLI stream: {e}"))),
+                    };
+                    let Ok(event) = serde_json::from_str::<Value>(line.trim()) else {
+                        continue;
+                    };
+                    match event.get("type").and_then(Value::as_str) {
+                        Some("system") => {
+                            if let Some(id) = event.get("session_id").and_then(Value::as_str) {
+                                self.branch
+                                    .metadata_mut()
+                                    .insert("cli_session_id".into(), id.into());
+                            }
+                        }
+                        Some("assistant") => {
+                            let blocks = event
+                                .pointer("/message/content")
+                                .and_then(Value::as_array)
+                                .cloned()
+                                .unwrap_or_default();
+                            for b in blocks {
+                                match b.get("type").and_then(Value::as_str) {
+                                    Some("text") => text.push_str(
+                                        b.get("text").and_then(Value::as_str).unwrap_or_default(),
+                                    ),
+                                    Some("thinking") => thinking.push_str(
+                                        b.get("thinking")
+                                            .and_then(Value::as_str)
+                                            .unwrap_or_default(),
+                                    ),
+                                    Some("tool_use") => {
+                                        if !text.is_empty() {
+                                            let m = self
+                                                .assistant(std::mem::take(&mut text), Map::new());
+                                            self.emit(m);
+                                        }
+                                        let name = b
+                                            .get("name")
+                                            .and_then(Value::as_str)
+                                            .unwrap_or_default();
+                                        let args = b
+                                            .get("input")
+                                            .and_then(Value::as_object)
+                                            .cloned()
+                                            .unwrap_or_default();
+                                        let req = Message::action_request(name, args)
+                                            .with_sender(Participant::Id(self.branch.id()))
+                                            .with_recipient(user_of(self.branch));
+                                        let tool_id =
+                                            b.get("id").and_then(Value::as_str).unwrap_or_default();
+                                        tool_requests.push((tool_id.to_owned(), req.id()));
+                                        self.emit(req);
+                                    }
+                                    _ => {}
+                                }
+                            }
+                        }
+                        Some("user") => {
+                            let blocks = event
+                                .pointer("/message/content")
+                                .and_then(Value::as_array)
+                                .cloned()
+                                .unwrap_or_default();
+                            for b in blocks.iter().filter(|b| {
+                                b.get("type").and_then(Value::as_str) == Some("tool_result")
+                            }) {
+                                let use_id = b
+                                    .get("tool_use_id")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or_default();
+                                let Some(&(_, req_id)) =
+                                    tool_requests.iter().find(|(t, _)| t == use_id)
+                                else {
+                                    continue;
+                                };
+                                let Some(pos) = self.record.iter().position(|m| m.id() == req_id)
+                                else {
+                                    continue;
+                                };
+                                let (function, arguments) = match &self.record[pos].content {
+                                    MessageContent::ActionRequest(r) => {
+                                        (r.function.clone(), r.arguments.clone())
+                                    }
+                                    _ => continue,
+                                };
+                                let resp = Message::new(MessageContent::ActionResponse(Box::new(
+                                    ActionResponseContent {
+                                        function,
+                                        arguments,
+                                        output: b.get("content").cloned(),
+                                        action_request_id: Some(req_id),
+                                        error: None,
+                                    },
+                                )))
+                                .with_sender(user_of(self.branch))
+                                .with_recipient(Participant::Id(self.branch.id()));
+                                let resp_id = resp.id();
+                                let mut resp = resp;
+                                if b.get("is_error").and_then(Value::as_bool) == Some(true) {
+                                    resp.element.metadata.insert("is_error".into(), true.into());
+                                }
+                                if let MessageContent::ActionRequest(r) =
+                                    &mut self.record[pos].content
+                                {
+                                    r.action_response_id = Some(resp_id);
+                                }
+                                self.emit(resp);
+                            }
+                        }
+                        Some("result") => {
+                            for (k, v) in event.as_object().into_iter().flatten() {
+                                if k == "type" {
+                                    continue;
+                                }
+                                match (result_meta.get_mut(k), v) {
+                                    (Some(Value::Number(a)), Value::Number(b)) => {
+                                        let sum =
+                                            a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0);
+                                        if let Some(n) = serde_json::Number::from_f64(sum) {
+                                            *a = n;
+                                        }
+                                    }
+                                    _ => {
+                                        result_meta.insert(k.clone(), v.clone());
+                                    }
+                                }
+                            }
+                            if event.get("is_error").and_then(Value::as_bool) == Some(true) {
+                                let msg = event
+                                    .get("result")
+                                    .and_then(Value::as_str)
+                                    .unwrap_or("the CLI agent reported an error");
+                                return Err(self.fail(msg.to_owned()));
+                            }
+                            if text.is_empty() {
+                                if let Some(r) = event.get("result").and_then(Value::as_str) {
+                                    text = r.to_owned();
+                                }
+                            }
+                        }
+                        Some("error") => {
+                            let msg = event
+                                .get("message")
+                                .or_else(|| event.get("error"))
+                                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                                .unwrap_or_default();
+                            return Err(self.fail(format!("the CLI agent failed: {msg}")));
+                        }
+                        _ => {}
+                    }
+                }
+                let status = child.wait().await.ok();
+                if status.is_some_and(|s| !s.success()) && text.is_empty() && result_meta.is_empty()
+                {
+                    return Err(self.fail(format!(
+                        "the CLI agent exited with {}",
+                        status.map(|s| s.to_string()).unwrap_or_default()
+                    )));
+                }
+                let mut meta = Map::new();
+                meta.insert("model_response".into(), Value::Object(result_meta));
+                if !thinking.is_empty() {
+                    meta.insert("thinking".into(), thinking.into());
+                }
+                meta.insert(
+                    "api_call_meta".into(),
+                    json!({"id": Uuid::new_v4().to_string(), "created_at": started_at,
+                        "metadata": {"lion_class": "lionagi.service.connections.api_calling.APICalling"},
+                        "execution": {"status": "completed", "duration": started.elapsed().as_secs_f64(), "error": null, "retryable": null},
+                        "payload": payload}),
+                );
+                let m = self.assistant(text, meta);
+                self.emit(m);
+                self.finish();
+                Ok(())
+            }
+        }
+    }
+
+    fn finish(&mut self) {
+        let record = std::mem::take(&mut self.record);
+        commit(self.branch, record);
+        self.done = true;
+    }
+}
+
+pub(crate) fn run(
+    branch: &mut Branch,
+    opts: RunOptions,
+) -> impl Stream<Item = Result<Message>> + Send + '_ {
+    let state = RunState {
+        branch,
+        opts,
+        queue: VecDeque::new(),
+        record: Vec::new(),
+        source: None,
+        done: false,
+    };
+    futures_util::stream::unfold((state, false), |(mut st, started)| async move {
+        if !started {
+            if let Err(e) = st.start().await {
+                st.done = true;
+                return Some((Err(e), (st, true)));
+            }
+        }
+        loop {
+            if let Some(m) = st.queue.pop_front() {
+                return Some((Ok(m), (st, true)));
+            }
+            if st.done {
+                return None;
+            }
+            if let Err(e) = st.pump().await {
+                st.done = true;
+                st.queue.clear();
+                return Some((Err(e), (st, true)));
+            }
+        }
+    })
+}

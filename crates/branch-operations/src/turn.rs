@@ -1,0 +1,351 @@
+//! What every model-calling verb shares: connecting configuration-only
+//! models, building the turn's instruction, compiling and sending the
+//! request, logging the API call, and building the messages that record
+//! the turn (added to the branch only once the turn has succeeded).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use branch_core::branch::same_model;
+use branch_core::log::Log;
+use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
+use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ChatResponse, api_call_execution};
+use branch_core::{Branch, Participant, Role};
+use branch_messages::{CompileOptions, ResponseFormat, compile_request, token_usage_note};
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+use crate::error::{OperationError, Result};
+
+/// The `lion_class` of an API-call log record.
+const API_CALLING: &str = "lionagi.service.connections.api_calling.APICalling";
+
+/// Upgrades configuration-only models to connected ones, keeping a parse
+/// model that aliases the chat model aliased.
+pub(crate) fn connect_models(branch: &mut Branch) -> Result<()> {
+    let chat = branch.chat_model().clone();
+    let parse = branch.parse_model().clone();
+    let aliased = same_model(&chat, &parse);
+    if !chat.is_connected() {
+        let c = branch_models::connect(&chat).map_err(OperationError::api)?;
+        branch.set_chat_model(c.clone());
+        if aliased {
+            branch.set_parse_model(c);
+        }
+    }
+    if !aliased && !parse.is_connected() {
+        let p = branch_models::connect(&parse).map_err(OperationError::api)?;
+        branch.set_parse_model(p);
+    }
+    Ok(())
+}
+
+/// A model given to a single call: connected if needed, never stored.
+pub(crate) fn connected(model: &Arc<dyn ChatModel>) -> Result<Arc<dyn ChatModel>> {
+    branch_models::connect(model).map_err(OperationError::api)
+}
+
+/// The instruction of one turn and how it is sent.
+#[derive(Debug, Clone, Default)]
+pub struct TurnInput {
+    /// The instruction (normally a string).
+    pub instruction: Option<Value>,
+    /// Guidance.
+    pub guidance: Option<Value>,
+    /// Context items (a non-list value is one item).
+    pub context: Vec<Value>,
+    /// Replaces the whole rendering when non-empty.
+    pub plain_content: Option<String>,
+    /// Image URLs, data URIs or raw base64.
+    pub images: Vec<String>,
+    /// Image detail (`auto` by default, except in `operate`, which, as
+    /// the reference, leaves it unset unless given).
+    pub image_detail: Option<ImageDetail>,
+    /// Leave the image detail unset when not given (`operate`).
+    pub(crate) no_default_detail: bool,
+    /// The instruction's sender (→ the branch user, else `"user"`).
+    pub sender: Option<Participant>,
+    /// The instruction's recipient (→ the branch id).
+    pub recipient: Option<Participant>,
+    /// Compile from these message ids instead of the branch's progression.
+    pub progression: Option<Vec<Uuid>>,
+    /// Provider payload fields (`temperature`, ...).
+    pub fields: Map<String, Value>,
+}
+
+/// Builder-style setters shared by the option structs that embed a
+/// [`TurnInput`] as `turn`.
+macro_rules! turn_setters {
+    ($t:ty) => {
+        impl $t {
+            /// Sets the instruction.
+            pub fn instruction(mut self, v: impl Into<serde_json::Value>) -> Self {
+                self.turn.instruction = Some(v.into());
+                self
+            }
+            /// Sets the guidance.
+            pub fn guidance(mut self, v: impl Into<serde_json::Value>) -> Self {
+                self.turn.guidance = Some(v.into());
+                self
+            }
+            /// Sets the context: a list is the item list, anything else
+            /// one item.
+            pub fn context(mut self, v: impl Into<serde_json::Value>) -> Self {
+                self.turn.context = match v.into() {
+                    serde_json::Value::Array(a) => a,
+                    serde_json::Value::Null => Vec::new(),
+                    other => vec![other],
+                };
+                self
+            }
+            /// Sends this text instead of the rendered instruction.
+            pub fn plain_content(mut self, v: impl Into<String>) -> Self {
+                self.turn.plain_content = Some(v.into());
+                self
+            }
+            /// Attaches images.
+            pub fn images(mut self, v: Vec<String>) -> Self {
+                self.turn.images = v;
+                self
+            }
+            /// Sets the image detail.
+            pub fn image_detail(mut self, v: branch_core::message::ImageDetail) -> Self {
+                self.turn.image_detail = Some(v);
+                self
+            }
+            /// Sets the instruction's sender.
+            pub fn sender(mut self, v: impl Into<branch_core::Participant>) -> Self {
+                self.turn.sender = Some(v.into());
+                self
+            }
+            /// Sets the instruction's recipient.
+            pub fn recipient(mut self, v: impl Into<branch_core::Participant>) -> Self {
+                self.turn.recipient = Some(v.into());
+                self
+            }
+            /// Compiles the request from these message ids.
+            pub fn progression(mut self, v: Vec<uuid::Uuid>) -> Self {
+                self.turn.progression = Some(v);
+                self
+            }
+            /// Adds a provider payload field (`temperature`, ...).
+            pub fn field(mut self, k: &str, v: impl Into<serde_json::Value>) -> Self {
+                self.turn.fields.insert(k.to_owned(), v.into());
+                self
+            }
+        }
+    };
+}
+pub(crate) use turn_setters;
+
+impl TurnInput {
+    /// The instruction content of this turn.
+    pub(crate) fn content(
+        &self,
+        tool_schemas: Vec<Value>,
+        format: Option<&ResponseFormat>,
+    ) -> InstructionContent {
+        InstructionContent {
+            instruction: self.instruction.clone(),
+            guidance: self.guidance.clone(),
+            prompt_context: self.context.clone(),
+            plain_content: self.plain_content.clone(),
+            tool_schemas,
+            images: self.images.clone(),
+            image_detail: self
+                .image_detail
+                .or((!self.no_default_detail).then_some(ImageDetail::Auto)),
+            response_format: format.map(ResponseFormat::to_value),
+        }
+    }
+}
+
+/// The default sender of a branch's instructions and recipient of its
+/// replies: the branch user, else `"user"`.
+pub(crate) fn user_of(branch: &Branch) -> Participant {
+    branch
+        .user()
+        .cloned()
+        .unwrap_or(Participant::Role(Role::User))
+}
+
+/// The Instruction message of a turn.
+pub(crate) fn instruction_message(
+    branch: &Branch,
+    turn: &TurnInput,
+    content: InstructionContent,
+) -> Message {
+    Message::instruction(content)
+        .with_sender(turn.sender.clone().unwrap_or_else(|| user_of(branch)))
+        .with_recipient(
+            turn.recipient
+                .clone()
+                .unwrap_or(Participant::Id(branch.id())),
+        )
+}
+
+/// The AssistantResponse message of a reply.
+pub(crate) fn response_message(branch: &Branch, response: &ChatResponse) -> Message {
+    let mut m = Message::assistant(response.text.clone())
+        .with_sender(Participant::Id(branch.id()))
+        .with_recipient(user_of(branch));
+    m.element
+        .metadata
+        .insert("model_response".into(), response.raw.clone());
+    m
+}
+
+/// How a request is compiled besides the instruction.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SendOptions<'a> {
+    pub progression: Option<&'a [Uuid]>,
+    pub react_context: Option<&'a [Value]>,
+    pub token_note: bool,
+    /// Messages of the current call not yet in the branch, compiled as
+    /// history (a parse repair sees its own turn).
+    pub pending: &'a [Message],
+}
+
+/// Compiles the request for `content` against the branch history.
+pub(crate) fn compile(
+    branch: &Branch,
+    content: &InstructionContent,
+    fields: &Map<String, Value>,
+    opts: &SendOptions<'_>,
+) -> Result<ChatRequest> {
+    let blocks: Vec<String> = Vec::new();
+    let copts = CompileOptions {
+        progression: opts.progression,
+        context_blocks: &blocks,
+        react_context: opts.react_context,
+    };
+    let compiled = if opts.pending.is_empty() {
+        compile_request(branch.msgs(), content, &copts)
+    } else {
+        let mut scratch = MessageManager::from_pile(branch.messages().clone());
+        scratch.set_view(branch.msgs().view().cloned());
+        for m in opts.pending {
+            scratch.add_message(m.clone());
+        }
+        compile_request(&scratch, content, &copts)
+    }
+    .map_err(OperationError::compile)?;
+    let mut messages: Vec<ChatMessage> = compiled
+        .into_iter()
+        .map(|m| ChatMessage::new(m.role.as_str(), m.content.to_value()))
+        .collect();
+    if opts.token_note {
+        let total: u64 = messages
+            .iter()
+            .map(|m| 4 + estimate_tokens(&messages_text(&m.content)))
+            .sum();
+        let model = branch.chat_model().config().model_name().map(str::to_owned);
+        let window = model.as_deref().map(context_window);
+        if let Some(last) = messages.last_mut() {
+            append_text(&mut last.content, &token_usage_note(total, window));
+        }
+    }
+    let mut req = ChatRequest::new(messages);
+    req.fields = fields.clone();
+    Ok(req)
+}
+
+fn messages_text(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+fn append_text(content: &mut Value, note: &str) {
+    match content {
+        Value::String(s) => s.push_str(note),
+        Value::Array(parts) => {
+            if let Some(t) = parts
+                .iter_mut()
+                .rev()
+                .find_map(|p| p.get_mut("text").filter(|t| t.is_string()))
+            {
+                if let Value::String(s) = t {
+                    s.push_str(note);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+/// An estimate of a text's token count: about four characters per token
+/// for prose, one per non-ASCII character. (The reference counts with
+/// tiktoken; see NOTES-compat.md.)
+pub(crate) fn estimate_tokens(text: &str) -> u64 {
+    let ascii = text.bytes().filter(u8::is_ascii).count() as u64;
+    let other = text.chars().filter(|c| !c.is_ascii()).count() as u64;
+    ascii.div_ceil(4) + other
+}
+
+/// The context window of a model, by longest known prefix (128,000 when
+/// unknown).
+pub(crate) fn context_window(model: &str) -> u64 {
+    const TABLE: &[(&str, u64)] = &[
+        ("gpt-4.1", 1_000_000),
+        ("gpt-4o", 128_000),
+        ("gpt-5", 400_000),
+        ("o1", 200_000),
+        ("o3", 200_000),
+        ("o4", 200_000),
+        ("claude", 200_000),
+        ("gemini", 1_000_000),
+    ];
+    TABLE
+        .iter()
+        .filter(|(p, _)| model.starts_with(p))
+        .max_by_key(|(p, _)| p.len())
+        .map_or(128_000, |(_, w)| *w)
+}
+
+/// Sends `request` to `model` and logs the API call on the branch (also
+/// when it failed).
+pub(crate) async fn send(
+    branch: &mut Branch,
+    model: &Arc<dyn ChatModel>,
+    request: ChatRequest,
+) -> Result<ChatResponse> {
+    let payload = model.request_payload(&request, false);
+    let started_at = branch_core::model::now_timestamp();
+    let t0 = Instant::now();
+    let span = tracing::debug_span!("api_call", model = ?model.config().model_name());
+    let result = tracing::Instrument::instrument(model.chat(request), span).await;
+    let duration = t0.elapsed().as_secs_f64();
+    let mut metadata = Map::new();
+    if let Ok(r) = &result {
+        if let Some(s) = &r.served_model {
+            metadata.insert("served_model".into(), s.clone().into());
+        }
+    }
+    metadata.insert("lion_class".into(), API_CALLING.into());
+    let record = json!({
+        "id": Uuid::new_v4().to_string(),
+        "created_at": started_at,
+        "metadata": metadata,
+        "execution": api_call_execution(result.as_ref(), duration),
+        "payload": payload,
+    });
+    branch.log(Log::from_json(record));
+    result.map_err(OperationError::api)
+}
+
+/// Appends a finished turn's messages, in order, through the message
+/// manager (so `on_message_added` sees each).
+pub(crate) fn commit(branch: &mut Branch, messages: Vec<Message>) -> usize {
+    let n = messages.len();
+    for m in messages {
+        branch.msgs_mut().add_message(m);
+    }
+    n
+}
