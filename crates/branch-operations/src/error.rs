@@ -38,7 +38,7 @@ pub enum OperationError {
     ApiCall {
         /// The provider error.
         #[source]
-        source: ModelError,
+        source: Box<ModelError>,
         /// What was recorded before the failure.
         committed: Committed,
     },
@@ -47,7 +47,7 @@ pub enum OperationError {
     Compile {
         /// Why.
         #[source]
-        source: CompileError,
+        source: Box<CompileError>,
         /// What was recorded before the failure.
         committed: Committed,
     },
@@ -118,14 +118,14 @@ impl OperationError {
 
     pub(crate) fn api(source: ModelError) -> Self {
         Self::ApiCall {
-            source,
+            source: Box::new(source),
             committed: Committed::default(),
         }
     }
 
     pub(crate) fn compile(source: CompileError) -> Self {
         Self::Compile {
-            source,
+            source: Box::new(source),
             committed: Committed::default(),
         }
     }

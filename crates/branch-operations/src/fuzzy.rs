@@ -172,11 +172,7 @@ fn complete_brackets(t: &str) -> Option<String> {
             '"' => in_str = true,
             '{' => stack.push('}'),
             '[' => stack.push(']'),
-            '}' | ']' => {
-                if stack.pop() != Some(c) {
-                    return None;
-                }
-            }
+            '}' | ']' if stack.pop() != Some(c) => return None,
             _ => {}
         }
     }
@@ -263,7 +259,7 @@ pub fn match_keys(
     let mut out = Map::new();
     let mut leftovers = Vec::new();
     for (k, v) in input {
-        if expected.iter().any(|e| *e == k) {
+        if expected.contains(&k) {
             out.insert(k, v);
             continue;
         }

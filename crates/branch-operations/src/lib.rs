@@ -185,17 +185,15 @@ impl BranchOperations for Branch {
         parse::parse(self, text, opts)
     }
 
-    fn parse_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+    async fn parse_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
         &mut self,
         text: &str,
         opts: ParseOptions,
-    ) -> impl Future<Output = Result<Parsed<T>>> + Send {
-        async move {
-            let format = opts.format.clone();
-            let on_failure = opts.on_failure;
-            let p = parse::parse(self, text, opts).await?;
-            parse::decode(p, text, on_failure, &format)
-        }
+    ) -> Result<Parsed<T>> {
+        let format = opts.format.clone();
+        let on_failure = opts.on_failure;
+        let p = parse::parse(self, text, opts).await?;
+        parse::decode(p, text, on_failure, &format)
     }
 
     fn operate(&mut self, opts: OperateOptions) -> impl Future<Output = Result<Operated>> + Send {

@@ -75,6 +75,7 @@ impl RunOptions {
     }
 }
 
+#[allow(clippy::large_enum_variant)] // one per turn; never moved in a hot loop
 enum Source {
     Http {
         stream: ChatStream,
@@ -84,17 +85,19 @@ enum Source {
         started_at: f64,
         model: Arc<dyn ChatModel>,
     },
-    Cli {
-        child: Child,
-        lines: Lines<BufReader<ChildStdout>>,
-        text: String,
-        thinking: String,
-        result_meta: Map<String, Value>,
-        payload: Value,
-        started: Instant,
-        started_at: f64,
-        tool_requests: Vec<(String, Uuid)>,
-    },
+    Cli(Box<CliSource>),
+}
+
+struct CliSource {
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    text: String,
+    thinking: String,
+    result_meta: Map<String, Value>,
+    payload: Value,
+    started: Instant,
+    started_at: f64,
+    tool_requests: Vec<(String, Uuid)>,
 }
 
 struct RunState<'b> {
@@ -186,7 +189,7 @@ impl RunState<'_> {
                 .stdout
                 .take()
                 .ok_or_else(|| self.fail("the CLI agent has no stdout".into()))?;
-            self.source = Some(Source::Cli {
+            self.source = Some(Source::Cli(Box::new(CliSource {
                 child,
                 lines: BufReader::new(stdout).lines(),
                 text: String::new(),
@@ -196,7 +199,7 @@ impl RunState<'_> {
                 started,
                 started_at,
                 tool_requests: Vec::new(),
-            });
+            })));
         } else {
             let stream = match model.stream(request).await {
                 Ok(s) => s,
@@ -311,17 +314,18 @@ impl RunState<'_> {
                 self.finish();
                 Ok(())
             }
-            Source::Cli {
-                mut child,
-                mut lines,
-                mut text,
-                mut thinking,
-                mut result_meta,
-                payload,
-                started,
-                started_at,
-                mut tool_requests,
-            } => {
+            Source::Cli(cli) => {
+                let CliSource {
+                    mut child,
+                    mut lines,
+                    mut text,
+                    mut thinking,
+                    mut result_meta,
+                    payload,
+                    started,
+                    started_at,
+                    mut tool_requests,
+                } = *cli;
                 loop {
                     let line = match lines.next_line().await {
                         Ok(Some(l)) => l,

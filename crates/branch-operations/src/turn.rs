@@ -266,14 +266,12 @@ fn append_text(content: &mut Value, note: &str) {
     match content {
         Value::String(s) => s.push_str(note),
         Value::Array(parts) => {
-            if let Some(t) = parts
+            let last_text = parts
                 .iter_mut()
                 .rev()
-                .find_map(|p| p.get_mut("text").filter(|t| t.is_string()))
-            {
-                if let Value::String(s) = t {
-                    s.push_str(note);
-                }
+                .find_map(|p| p.get_mut("text").filter(|t| t.is_string()));
+            if let Some(Value::String(s)) = last_text {
+                s.push_str(note);
             }
         }
         _ => {}

@@ -1,0 +1,394 @@
+//! How turns end: cancellation, provider and tool failures, parse repair,
+//! the extension limit, the CLI stream, native tool calls.
+
+mod common;
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use branch_actions::{DynamicTool, ToolCall};
+use branch_core::Branch;
+use branch_core::message::MessageContent;
+use branch_models::mock::{MockReply, MockServer, MockToolCall};
+use branch_operations::{
+    ActOptions, BranchOperations, CommunicateOptions, OnParseFailure, OperateOptions, Parsed,
+    ReActOptions, RunOptions,
+};
+use futures_util::StreamExt;
+use serde_json::{Map, Value, json};
+
+use common::model;
+
+fn branch(server: &MockServer) -> Branch {
+    Branch::builder()
+        .system("S")
+        .chat_model(model(server, "gpt-4.1-mini"))
+        .build()
+        .unwrap()
+}
+
+fn counter(b: &mut Branch) -> Arc<AtomicUsize> {
+    let n = Arc::new(AtomicUsize::new(0));
+    let c = n.clone();
+    b.msgs_mut().on_message_added(
+        "count",
+        Arc::new(move |_| {
+            c.fetch_add(1, Ordering::SeqCst);
+        }),
+    );
+    n
+}
+
+fn tool(name: &str, f: fn(Value) -> Value) -> Arc<dyn branch_core::Tool> {
+    DynamicTool::new(
+        name,
+        None,
+        json!({"type": "object", "properties": {}}),
+        move |args: Value| async move { Ok::<_, String>(f(args)) },
+    )
+    .unwrap()
+    .into_tool()
+}
+
+#[tokio::test]
+async fn dropping_a_turn_mid_call_leaves_history_untouched() {
+    let server = MockServer::start().await;
+    server.push(MockReply::text("late").delayed(Duration::from_secs(30)));
+    let mut b = branch(&server);
+    let before = b.to_dict(&Default::default()).unwrap()["messages"].clone();
+    let added = counter(&mut b);
+    {
+        let fut = b.communicate(CommunicateOptions::new("hello"));
+        tokio::pin!(fut);
+        // Drive the turn until the provider has the request, then drop it.
+        loop {
+            tokio::select! {
+                _ = &mut fut => panic!("the delayed reply cannot have arrived"),
+                _ = tokio::time::sleep(Duration::from_millis(5)) => {}
+            }
+            if server.request_count() == 1 {
+                break;
+            }
+        }
+    }
+    assert_eq!(b.to_dict(&Default::default()).unwrap()["messages"], before);
+    assert_eq!(added.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn every_appended_message_reaches_on_message_added() {
+    let server = MockServer::start().await;
+    server.push(MockReply::json(
+        json!({"action_requests": [{"function": "echo", "arguments": {"x": 1}}]}),
+    ));
+    let mut b = branch(&server);
+    b.acts_mut().register(tool("echo", |a| a), false).unwrap();
+    let added = counter(&mut b);
+    let r = b
+        .operate(OperateOptions::new("go").actions(true))
+        .await
+        .unwrap();
+    assert_eq!(r.action_responses.len(), 1);
+    assert_eq!(r.action_responses[0].output, Some(json!({"x": 1})));
+    assert_eq!(b.messages().len(), 5);
+    assert_eq!(added.load(Ordering::SeqCst), 4);
+}
+
+#[tokio::test]
+async fn tool_timeout_panic_invalid_arguments_and_unknown_tool_become_error_responses() {
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let slow = DynamicTool::new("slow", None, json!({"type": "object"}), |_v: Value| async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok::<_, String>(json!("never"))
+    })
+    .unwrap()
+    .into_tool();
+    let boom = DynamicTool::new("boom", None, json!({"type": "object"}), |_v: Value| async {
+        if true {
+            panic!("tool exploded");
+        }
+        Ok::<_, String>(Value::Null)
+    })
+    .unwrap()
+    .into_tool();
+    b.acts_mut().register(slow, false).unwrap();
+    b.acts_mut().register(boom, false).unwrap();
+    b.acts_mut().register(common::multiply(), false).unwrap();
+    let mut bad = Map::new();
+    bad.insert("a".into(), json!("x"));
+    let calls = vec![
+        ToolCall::new("slow", Map::new()),
+        ToolCall::new("boom", Map::new()),
+        ToolCall::new("multiply", bad),
+        ToolCall::new("nope", Map::new()),
+    ];
+    let res = b
+        .act(
+            calls,
+            ActOptions::default().timeout(Duration::from_millis(20)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(res[0].output, None, "timed out");
+    assert_eq!(res[1].output, None, "panicked");
+    let invalid = res[2].output.as_ref().unwrap();
+    assert!(
+        invalid["message"].as_str().unwrap().contains("multiply"),
+        "{invalid}"
+    );
+    assert_eq!(
+        res[3].output.as_ref().unwrap()["error"],
+        "Function nope is not registered."
+    );
+    // Every call is recorded as a request/response pair with the error.
+    assert_eq!(b.messages().len(), 1 + 8);
+    let outputs: Vec<Value> = b
+        .messages()
+        .iter()
+        .filter_map(|m| match &m.content {
+            MessageContent::ActionResponse(r) => r.output.clone(),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        outputs[1]["error"]
+            .as_str()
+            .unwrap()
+            .contains("tool exploded")
+    );
+    assert_eq!(b.logs().len(), 4);
+    // Without suppression the error surfaces and says what was recorded.
+    let err = b
+        .act(
+            vec![ToolCall::new("nope", Map::new())],
+            ActOptions::default().suppress_errors(false),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("nothing was recorded"), "{err}");
+    assert_eq!(b.messages().len(), 9);
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema, PartialEq)]
+struct Verdict {
+    /// The verdict.
+    verdict: String,
+    /// Confidence between 0 and 1.
+    score: f64,
+}
+
+#[tokio::test]
+async fn malformed_structured_output_is_repaired_by_the_parse_model() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("I think it is fine, maybe 0.8"),
+        MockReply::text("```json\n{\"verdict\": \"fine\", \"score\": \"0.8\"}\n```"),
+    ]);
+    let mut b = Branch::builder()
+        .system("Judge.")
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .parse_model(model(&server, "gpt-4.1-nano"))
+        .build()
+        .unwrap();
+    let r = b
+        .communicate_as::<Verdict>(
+            CommunicateOptions::new("Judge it").repair_backoff(Duration::ZERO, 1.0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        Parsed::Value(Verdict {
+            verdict: "fine".into(),
+            score: 0.8
+        })
+    );
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[1]["model"], "gpt-4.1-nano");
+    let last = bodies[1]["messages"].as_array().unwrap().last().unwrap();
+    assert!(last["content"].as_str().unwrap().contains("text_to_format"));
+    // The turn is recorded once, with both raw replies.
+    assert_eq!(b.messages().len(), 3);
+    let reply = &b.messages().iter().last().unwrap().element.metadata;
+    assert!(reply.contains_key("original_model_response"));
+}
+
+#[tokio::test]
+async fn unrepairable_output_follows_the_failure_policy() {
+    let server = MockServer::start().await;
+    server.script((0..5).map(|_| MockReply::text("no json here")));
+    let mut b = branch(&server);
+    let err = b
+        .communicate_as::<Verdict>(
+            CommunicateOptions::new("Judge it")
+                .num_parse_retries(1)
+                .repair_backoff(Duration::ZERO, 1.0),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Failed to parse model response into Verdict"),
+        "{err}"
+    );
+    assert_eq!(err.committed().messages, 2);
+    assert_eq!(server.request_count(), 3, "1 call + 2 repairs");
+    let r = b
+        .communicate_as::<Verdict>(
+            CommunicateOptions::new("again")
+                .num_parse_retries(0)
+                .on_parse_failure(OnParseFailure::ReturnValue)
+                .repair_backoff(Duration::ZERO, 1.0),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(r, Parsed::Unparsed(u) if u.text == "no json here"));
+}
+
+#[tokio::test]
+async fn react_stops_at_the_extension_limit() {
+    assert_eq!(
+        ReActOptions::new("x").max_extensions(500).max_extensions,
+        100
+    );
+    let server = MockServer::start().await;
+    let always = json!({"analysis": "more", "extension_needed": true});
+    server.script([
+        MockReply::json(always.clone()),
+        MockReply::json(always.clone()),
+        MockReply::json(always),
+        MockReply::json(json!({"answer": "done"})),
+    ]);
+    let mut b = branch(&server);
+    let r = b
+        .ReAct(ReActOptions::new("task").max_extensions(2))
+        .await
+        .unwrap();
+    assert_eq!(r.answer, json!("done"));
+    assert_eq!(r.rounds.len(), 4);
+    let heads: Vec<String> = server
+        .bodies()
+        .iter()
+        .map(|b| {
+            b["messages"].as_array().unwrap().last().unwrap()["content"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert!(heads[1].starts_with("Instruction: This is a multi-step task"));
+    assert!(heads[2].starts_with("Instruction: Keep going — about 1 rounds"));
+    assert!(heads[3].contains("Given your reasoning and actions"));
+    // Streamed, the same rounds arrive one by one.
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": false})),
+        MockReply::json(json!({"answer": "x"})),
+    ]);
+    let rounds: Vec<_> = b.ReActStream(ReActOptions::new("t2")).collect().await;
+    assert_eq!(rounds.len(), 2);
+    assert!(rounds[1].as_ref().unwrap().is_final);
+}
+
+#[tokio::test]
+async fn native_function_calling_runs_provider_tool_calls() {
+    let server = MockServer::start().await;
+    server.push(MockReply::tool_calls(vec![MockToolCall {
+        id: "call_1".into(),
+        name: "multiply".into(),
+        arguments: json!({"a": 6, "b": 7}),
+    }]));
+    let mut b = branch(&server);
+    b.acts_mut().register(common::multiply(), false).unwrap();
+    let r = b
+        .operate(OperateOptions::new("6*7?").actions(true).native_tools(true))
+        .await
+        .unwrap();
+    assert_eq!(r.action_responses[0].output, Some(json!(42)));
+    let body = &server.bodies()[0];
+    assert_eq!(body["tools"][0]["function"]["name"], "multiply");
+    assert!(
+        !body["messages"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("Tools:")
+    );
+    assert_eq!(b.messages().len(), 5);
+}
+
+#[tokio::test]
+async fn a_configuration_only_model_is_upgraded_on_first_use() {
+    let server = MockServer::start().await;
+    server.push(MockReply::text("hi"));
+    let mut b = Branch::builder()
+        .chat_model(Arc::new(common::config(&server, "gpt-4.1-mini"))
+            as Arc<dyn branch_core::model::ChatModel>)
+        .build()
+        .unwrap();
+    assert!(!b.chat_model().is_connected());
+    // Connecting builds an IModel from the configuration; a custom base
+    // URL never receives the environment key, so the upgrade fails with a
+    // typed error before anything is sent or recorded.
+    let err = b
+        .communicate(CommunicateOptions::new("hello"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("API key"), "{err}");
+    assert_eq!(server.request_count(), 0);
+    assert_eq!(b.messages().len(), 0);
+    assert!(branch_core::branch::same_model(
+        b.chat_model(),
+        b.parse_model()
+    ));
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn run_drives_a_cli_agent_speaking_stream_json() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-run-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("fake-claude.sh");
+    std::fs::write(
+        &script,
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"system","subtype":"init","session_id":"sess-1"}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Let me check."},{"type":"tool_use","id":"tu1","name":"Read","input":{"path":"a.txt"}}]}}'
+echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"tu1","content":"file body"}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Hel"}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"lo!"}]}}'
+echo '{"type":"result","subtype":"success","result":"Hello!","total_cost_usd":0.01,"num_turns":2}'
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let added = counter(&mut b);
+    let msgs: Vec<_> = b
+        .run(RunOptions::new("say hello").cli_command(&script))
+        .collect()
+        .await;
+    let msgs: Vec<_> = msgs.into_iter().map(Result::unwrap).collect();
+    let kinds: Vec<&str> = msgs.iter().map(|m| m.kind().class_name()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Instruction",
+            "AssistantResponse",
+            "ActionRequest",
+            "ActionResponse",
+            "AssistantResponse"
+        ]
+    );
+    assert_eq!(msgs[4].as_assistant_text(), Some("Hello!"));
+    assert_eq!(b.messages().len(), 6);
+    assert_eq!(added.load(Ordering::SeqCst), 5);
+    assert_eq!(b.metadata()["cli_session_id"], "sess-1");
+    assert_eq!(server.request_count(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
+}
