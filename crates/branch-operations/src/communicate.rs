@@ -176,6 +176,16 @@ pub(crate) struct Communicated {
     pub fields: Option<Value>,
     /// Native tool calls of the reply.
     pub tool_calls: Vec<branch_core::model::ToolCall>,
+    /// Clear the history (but the system message) before committing.
+    pub clear_first: bool,
+}
+
+/// Commits a middle's turn (clearing first when asked).
+pub(crate) fn commit_turn(branch: &mut Branch, clear_first: bool, messages: Vec<Message>) -> usize {
+    if clear_first {
+        branch.msgs_mut().clear_messages();
+    }
+    commit(branch, messages)
 }
 
 /// How the middle parses.
@@ -194,10 +204,16 @@ pub(crate) async fn communicate_inner(
     opts: &CommunicateOptions,
     middle: Middle<'_>,
 ) -> Result<Communicated> {
-    if opts.clear_messages {
-        branch.msgs_mut().clear_messages();
-    }
+    // Clearing is deferred to the commit (a failed turn must leave the
+    // history as it was); meanwhile the request is compiled from the
+    // system message alone (an id not in the pile is skipped).
+    let cleared: Option<Vec<uuid::Uuid>> = opts
+        .clear_messages
+        .then(|| vec![branch.system().map_or(uuid::Uuid::nil(), Message::id)]);
     let mut turn_input = opts.turn.clone();
+    if let Some(c) = &cleared {
+        turn_input.progression = Some(c.clone());
+    }
     if let Some(tools) = &middle.native_tools {
         turn_input.fields.insert("tools".into(), tools.clone());
     }
@@ -216,6 +232,12 @@ pub(crate) async fn communicate_inner(
     let text = turn.raw.text.clone();
     let tool_calls = turn.raw.tool_calls.clone();
     let mut messages = vec![turn.instruction, turn.response];
+    if opts.num_parse_retries > 5 {
+        tracing::warn!(
+            requested = opts.num_parse_retries,
+            "num_parse_retries lowered to 5"
+        );
+    }
     let retries = opts.num_parse_retries.min(5);
     let mut parsed = None;
     let mut fields = None;
@@ -230,7 +252,15 @@ pub(crate) async fn communicate_inner(
                 None => branch.parse_model().clone(),
             },
         );
-        let repaired = parse_with_repairs(branch, &text, &popts, retries, &messages).await?;
+        let repaired = parse_with_repairs(
+            branch,
+            &text,
+            &popts,
+            retries,
+            &messages,
+            cleared.as_deref(),
+        )
+        .await?;
         if let Some(repair) = &repaired.repair_response {
             let meta = &mut messages[1].element.metadata;
             let first = meta.insert("model_response".into(), repair.raw.clone());
@@ -256,6 +286,7 @@ pub(crate) async fn communicate_inner(
         parsed,
         fields,
         tool_calls,
+        clear_first: cleared.is_some(),
     })
 }
 
@@ -275,7 +306,7 @@ pub(crate) async fn communicate(branch: &mut Branch, opts: CommunicateOptions) -
         react_context: None,
     };
     let c = tracing::Instrument::instrument(communicate_inner(branch, &opts, middle), span).await?;
-    let committed = commit(branch, c.messages);
+    let committed = commit_turn(branch, c.clear_first, c.messages);
     let reply = match (c.parsed, c.fields, format) {
         (Some(result), _, Some(format)) => {
             match outcome(&c.text, result, opts.on_parse_failure, &format) {

@@ -13,12 +13,12 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::act::{ActOptions, ActionResponseModel, Strategy, run_calls, tool_call_from_value};
-use crate::communicate::{CommunicateOptions, Middle, communicate_inner};
+use crate::communicate::{CommunicateOptions, Middle, commit_turn, communicate_inner};
 use crate::error::{Committed, OperationError, Result};
 use crate::format::operative_schema;
 use crate::fuzzy::Unmatched;
 use crate::parse::{OnParseFailure, Parsed, decode, outcome};
-use crate::turn::{TurnInput, commit, turn_setters};
+use crate::turn::{TurnInput, turn_setters};
 
 /// Options of `operate` (defaults: branch.md §9.3).
 #[derive(Debug, Clone)]
@@ -286,7 +286,7 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
                 Ok(Parsed::Value(v)) => (Parsed::Value(v.clone()), Some(v)),
                 Ok(other) => (other, None),
                 Err(e) => {
-                    let n = commit(branch, messages);
+                    let n = commit_turn(branch, c.clear_first, messages);
                     return Err(e.with_committed(Committed {
                         messages: n,
                         turns: 1,
@@ -336,7 +336,7 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
             }
         }
     }
-    commit(branch, messages);
+    commit_turn(branch, c.clear_first, messages);
     let parsed = match (parsed, &structured) {
         (Parsed::Value(_), Some(v)) => Parsed::Value(v.clone()),
         (p, _) => p,

@@ -241,7 +241,14 @@ pub(crate) async fn parse_with_repairs(
     opts: &ParseOptions,
     retries: usize,
     pending: &[Message],
+    base_progression: Option<&[uuid::Uuid]>,
 ) -> Result<Repaired> {
+    let progression: Option<Vec<uuid::Uuid>> = base_progression.map(|b| {
+        b.iter()
+            .copied()
+            .chain(pending.iter().map(Message::id))
+            .collect()
+    });
     let mut last = match parse_local(text, opts) {
         Ok(obj) => {
             return Ok(Repaired {
@@ -270,6 +277,7 @@ pub(crate) async fn parse_with_repairs(
             &chat,
             SendOptions {
                 pending,
+                progression: progression.as_deref(),
                 ..SendOptions::default()
             },
         )
@@ -348,7 +356,7 @@ pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -
         opts.max_retries
     };
     let repaired = tracing::Instrument::instrument(
-        parse_with_repairs(branch, text, &opts, retries, &[]),
+        parse_with_repairs(branch, text, &opts, retries, &[], None),
         span,
     )
     .await?;

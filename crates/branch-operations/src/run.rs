@@ -31,6 +31,16 @@ use crate::turn::{
     user_of,
 };
 
+/// The keys of a CLI `result` event kept as the reply's `model_response`.
+const RESULT_META_KEYS: &[&str] = &[
+    "usage",
+    "total_cost_usd",
+    "num_turns",
+    "duration_ms",
+    "duration_api_ms",
+    "session_id",
+];
+
 /// Options of `run` (defaults: branch.md §9.8).
 #[derive(Debug, Clone, Default)]
 pub struct RunOptions {
@@ -439,11 +449,11 @@ impl RunState<'_> {
                             }
                         }
                         Some("result") => {
-                            for (k, v) in event.as_object().into_iter().flatten() {
-                                if k == "type" {
-                                    continue;
-                                }
-                                match (result_meta.get_mut(k), v) {
+                            // Usage and cost only (numbers summed over
+                            // result events), as the reference keeps them.
+                            for k in RESULT_META_KEYS {
+                                let Some(v) = event.get(*k) else { continue };
+                                match (result_meta.get_mut(*k), v) {
                                     (Some(Value::Number(a)), Value::Number(b)) => {
                                         let sum =
                                             a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0);
@@ -452,7 +462,7 @@ impl RunState<'_> {
                                         }
                                     }
                                     _ => {
-                                        result_meta.insert(k.clone(), v.clone());
+                                        result_meta.insert((*k).to_owned(), v.clone());
                                     }
                                 }
                             }
@@ -489,7 +499,9 @@ impl RunState<'_> {
                     )));
                 }
                 let mut meta = Map::new();
-                meta.insert("model_response".into(), Value::Object(result_meta));
+                if !result_meta.is_empty() {
+                    meta.insert("model_response".into(), Value::Object(result_meta));
+                }
                 if !thinking.is_empty() {
                     meta.insert("thinking".into(), thinking.into());
                 }

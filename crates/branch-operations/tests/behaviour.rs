@@ -392,3 +392,29 @@ echo '{"type":"result","subtype":"success","result":"Hello!","total_cost_usd":0.
     assert_eq!(server.request_count(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn clear_messages_takes_effect_only_when_the_turn_succeeds() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("one"),
+        MockReply::error(400, "refused"),
+        MockReply::text("fresh"),
+    ]);
+    let mut b = branch(&server);
+    b.communicate(CommunicateOptions::new("first"))
+        .await
+        .unwrap();
+    assert_eq!(b.messages().len(), 3);
+    let err = b
+        .communicate(CommunicateOptions::new("second").clear_messages(true))
+        .await;
+    assert!(err.is_err());
+    assert_eq!(b.messages().len(), 3, "a failed turn clears nothing");
+    b.communicate(CommunicateOptions::new("third").clear_messages(true))
+        .await
+        .unwrap();
+    assert_eq!(b.messages().len(), 3, "system + the new turn");
+    let last = server.bodies().pop().unwrap();
+    assert_eq!(last["messages"].as_array().unwrap().len(), 1);
+}

@@ -474,3 +474,83 @@ async fn run_with_api_model_streams_and_installs_chat_model() {
     assert_eq!(body["stream"], true);
     assert_eq!(body["model"], "gpt-4o");
 }
+
+/// The reference's in-process `scripted` CLI provider, as a CLI agent
+/// script speaking Claude Code's stream-json: two text deltas and a result.
+/// Deviation (NOTES-compat.md): messages are appended when the stream
+/// completes, so `in_branch` is checked after the stream, not at yield.
+#[cfg(unix)]
+#[tokio::test]
+async fn run_scripted_cli_stream() {
+    use std::os::unix::fs::PermissionsExt;
+    let name = "operations/run_scripted_cli_stream";
+    let fx = fixture(name);
+    let dir = std::env::temp_dir().join(format!("lionagi-run-fx-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("scripted.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\ncat > /dev/null\n\
+         echo '{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"Hel\"}]}}'\n\
+         echo '{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"lo!\"}]}}'\n\
+         echo '{\"type\":\"result\",\"result\":\"Hello!\"}'\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = MockServer::start().await;
+    let mut b = Branch::builder()
+        .system("Streamer.")
+        .chat_model(model(&server, "scripted-1"))
+        .build()
+        .unwrap();
+    let yielded: Vec<_> = b
+        .run(RunOptions::new("say hello").cli_command(&script))
+        .collect()
+        .await;
+    let yielded: Vec<_> = yielded.into_iter().map(Result::unwrap).collect();
+    let mut cmp = Comparer::new(&fx);
+    assert_eq!(yielded.len(), 2);
+    for (i, m) in yielded.iter().enumerate() {
+        assert_eq!(m.kind().class_name(), fx.output["yielded"][i]["class"]);
+        assert!(b.messages().get(&m.id()).is_some());
+        cmp.check(
+            &fx,
+            &format!("/yielded/{i}/message"),
+            &m.to_value().unwrap(),
+        );
+    }
+    cmp.check(&fx, "/messages", &msg_summary(&b));
+    cmp.check(&fx, "/to_dict/messages", &to_dict(&b, &server)["messages"]);
+    cmp.finish();
+    assert_eq!(
+        yielded[1].element.metadata["api_call_meta"]["payload"],
+        fx.requests[0]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Service-level streaming over SSE (no branch involved): the chunks the
+/// model yields for the mock's SSE answer.
+#[tokio::test]
+async fn stream_sse_imodel() {
+    use branch_core::model::{ChatMessage, ChatRequest};
+    let name = "operations/stream_sse_imodel";
+    let fx = fixture(name);
+    let server = scripted(name).await;
+    let m = model(&server, "gpt-4.1-mini");
+    let stream = m
+        .stream(ChatRequest::new(vec![ChatMessage::user("stream please")]))
+        .await
+        .unwrap();
+    let chunks: Vec<Value> = stream.map(|c| c.unwrap().to_value()).collect().await;
+    let mut cmp = Comparer::new(&fx);
+    let expected: Vec<Value> = fx.output["chunks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["value"].clone())
+        .collect();
+    cmp.check_value("/chunks", &Value::Array(expected), &Value::Array(chunks));
+    cmp.finish();
+    assert_requests(&server, &fx.requests);
+}
