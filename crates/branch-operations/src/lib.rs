@@ -137,11 +137,11 @@ pub trait BranchOperations {
     fn ReActStream(
         &mut self,
         opts: ReActOptions,
-    ) -> impl Stream<Item = Result<ReActRound>> + Send + '_;
+    ) -> impl Stream<Item = Result<ReActRound>> + Send + Unpin + '_;
 
     /// A streamed turn: the Instruction, then the reply's messages as they
     /// arrive (CLI agent endpoints, or HTTP providers through SSE).
-    fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + '_;
+    fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + Unpin + '_;
 }
 
 impl BranchOperations for Branch {
@@ -230,11 +230,11 @@ impl BranchOperations for Branch {
     fn ReActStream(
         &mut self,
         opts: ReActOptions,
-    ) -> impl Stream<Item = Result<ReActRound>> + Send + '_ {
-        react::react_stream(self, opts)
+    ) -> impl Stream<Item = Result<ReActRound>> + Send + Unpin + '_ {
+        Box::pin(react::react_stream(self, opts))
     }
 
-    fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + '_ {
-        run::run(self, opts)
+    fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + Unpin + '_ {
+        Box::pin(run::run(self, opts))
     }
 }
