@@ -187,8 +187,8 @@ impl OperateOptions {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Operated<T = Value> {
     /// The parsed structure, the unparsed text, or nothing. Without any
-    /// structure requested, the reply text is [`Parsed::Unparsed`]'s text
-    /// is not used: see [`Operated::text`].
+    /// structure requested (no format, reason or prompt actions) this is
+    /// the reply text as [`Parsed::Unparsed`]; see also [`Operated::text`].
     pub parsed: Parsed<T>,
     /// The reply text.
     pub text: String,

@@ -200,6 +200,17 @@ pub(crate) fn parse_local(
     if let ResponseFormat::Schema(schema) = &opts.format {
         coerce(&mut obj, schema);
         validate(&Value::Object(obj.clone()), schema).map_err(ParseFailure::Validation)?;
+        // As a pydantic model does by default, keys the schema does not
+        // declare are dropped from the result (unless it allows extras).
+        let allows_extra = schema
+            .get("additionalProperties")
+            .is_some_and(|a| a.as_bool() != Some(false));
+        if let (false, Some(props)) = (
+            allows_extra,
+            schema.get("properties").and_then(Value::as_object),
+        ) {
+            obj.retain(|k, _| props.contains_key(k));
+        }
     }
     Ok(obj)
 }
