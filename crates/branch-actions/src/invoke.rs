@@ -134,19 +134,24 @@ pub async fn invoke_tool(
     };
     drop(task);
     let elapsed = start.elapsed();
+    let cancelled = matches!(&joined, Some(Err(e)) if e.is_cancelled());
     let result = match joined {
         None => Err(ToolError::Timeout(timeout.unwrap_or_default())),
         Some(Ok(r)) => r,
         Some(Err(e)) if e.is_panic() => Err(ToolError::Panicked(panic_message(e.into_panic()))),
         Some(Err(_)) => Err(ToolError::Failed("the tool task was cancelled".into())),
     };
-    finish(
+    let mut outcome = finish(
         call,
         tool_id,
         result.map_err(CallError::from),
         calling,
         Some(elapsed),
-    )
+    );
+    if cancelled {
+        outcome.calling.status = CallStatus::Cancelled;
+    }
+    outcome
 }
 
 fn finish(
