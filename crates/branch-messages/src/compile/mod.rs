@@ -23,6 +23,7 @@
 mod dedup;
 
 use branch_core::message::{InstructionContent, Message, MessageContent, MessageManager};
+use branch_core::model::ChatMessage;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -76,6 +77,17 @@ impl RequestMessage {
     /// `{"role": ..., "content": ...}`.
     pub fn to_value(&self) -> Value {
         json!({"role": self.role.as_str(), "content": self.content.to_value()})
+    }
+
+    /// The model seam's message type.
+    pub fn to_chat_message(&self) -> ChatMessage {
+        ChatMessage::new(self.role.as_str(), self.content.to_value())
+    }
+}
+
+impl From<RequestMessage> for ChatMessage {
+    fn from(m: RequestMessage) -> Self {
+        m.to_chat_message()
     }
 }
 
@@ -136,7 +148,7 @@ pub fn compile_request(
                     c.prompt_context = p.shown.remove_from(&c);
                 }
                 fold_actions(&mut c.prompt_context, &mut pending);
-                entries.push(Entry::Instruction(Box::new(c), ImageOwner::Stored(m.id())));
+                entries.push(Entry::Instruction(c, ImageOwner::Stored(m.id())));
             }
             MessageContent::System(_) | MessageContent::ActionRequest(_) => {}
         }

@@ -242,3 +242,18 @@ fn images_become_content_parts() {
                {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}])
     );
 }
+
+#[test]
+fn compiled_messages_convert_to_the_model_seam() {
+    let out = compile_request(
+        &MessageManager::new(),
+        &ins("hi"),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let chat: branch_core::model::ChatMessage = out[0].clone().into();
+    assert_eq!(
+        chat.to_value(),
+        json!({"role": "user", "content": "Instruction: hi"})
+    );
+}
