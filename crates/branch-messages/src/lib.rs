@@ -16,7 +16,8 @@
 //! * [`compile`] — history + current instruction → the request's `messages`
 //!   ([`compile_request`], [`CompileOptions`]), including the system fold,
 //!   action-output folding, the merge pass, the curated view and ReAct's
-//!   context de-duplication;
+//!   context de-duplication; [`ToolMode::Native`] switches to the
+//!   provider's own function calling;
 //! * [`token_usage_note`] — the text ReAct appends to the last message.
 //!
 //! How a verb builds its request (`branch.msgs()` is the branch's
@@ -49,7 +50,7 @@ mod response_format;
 mod token_usage;
 pub mod yaml;
 
-pub use compile::{CompileOptions, RequestMessage, RequestRole, compile_request};
+pub use compile::{CompileOptions, RequestMessage, RequestRole, ToolMode, compile_request};
 pub use error::{CompileError, ImageOwner};
 pub use render::{RenderedContent, render_instruction, render_message};
 pub use response_format::ResponseFormat;
