@@ -28,7 +28,7 @@ mod dedup;
 mod entry;
 mod message;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use branch_core::message::{InstructionContent, Message, MessageContent, MessageManager};
 use serde_json::{Value, json};
@@ -129,7 +129,7 @@ pub fn compile_request(
     } else {
         HashMap::new()
     };
-    let requested: Vec<Uuid> = history
+    let requested: HashSet<Uuid> = history
         .iter()
         .filter(|(_, m)| matches!(m.content, MessageContent::ActionRequest(_)))
         .map(|(_, m)| m.id())
