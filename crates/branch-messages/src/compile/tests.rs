@@ -362,3 +362,59 @@ fn native_mode_folds_results_whose_call_is_not_sent() {
         json!([{"role": "user", "content": "Instruction: next\nContext:\n- function: f\n  output: 1"}])
     );
 }
+
+#[test]
+fn non_text_guidance_folds_as_yaml() {
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let c = InstructionContent {
+        guidance: Some(json!({"tone": "dry"})),
+        ..ins("x")
+    };
+    assert_eq!(
+        contents(&mm, &c, &CompileOptions::default())[0]["content"],
+        "Guidance: 'SYStone: dry'\nInstruction: x"
+    );
+    // A falsy guidance adds nothing; a number is PyYAML's open-ended scalar.
+    let zero = InstructionContent {
+        guidance: Some(json!(0)),
+        ..ins("x")
+    };
+    assert_eq!(
+        contents(&mm, &zero, &CompileOptions::default())[0]["content"],
+        "Guidance: SYS\nInstruction: x"
+    );
+    let five = InstructionContent {
+        guidance: Some(json!(5)),
+        ..ins("x")
+    };
+    assert_eq!(
+        contents(&mm, &five, &CompileOptions::default())[0]["content"],
+        "Guidance: |-\n  SYS5\n  ...\nInstruction: x"
+    );
+}
+
+#[test]
+fn plain_content_never_carries_react_context() {
+    let ctx = vec![json!("data")];
+    let mut mm = MessageManager::new();
+    mm.add_message(Message::instruction(InstructionContent {
+        plain_content: Some("raw".into()),
+        prompt_context: ctx.clone(),
+        ..Default::default()
+    }));
+    mm.add_message(Message::assistant("r"));
+    let opts = CompileOptions {
+        react_context: Some(&ctx),
+        ..Default::default()
+    };
+    let current = InstructionContent {
+        prompt_context: ctx.clone(),
+        ..ins("next")
+    };
+    // The only holder renders as plain text, so the current turn keeps it.
+    assert_eq!(
+        contents(&mm, &current, &opts)[2]["content"],
+        "Instruction: next\nContext:\n- data"
+    );
+}
