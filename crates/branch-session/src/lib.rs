@@ -11,7 +11,7 @@ pub mod session;
 pub mod store;
 pub mod transfer;
 
-pub use session::{share, BranchRun, Session, SessionBuilder, SessionError, SharedBranch};
+pub use session::{BranchRun, Session, SessionBuilder, SessionError, SharedBranch, share};
 pub use store::{
     BranchStore, BranchSummary, Durability, SqliteMemoryStore, SqliteOptions, SqliteStore,
     StoreError,

@@ -9,7 +9,10 @@ use uuid::Uuid;
 use crate::store::{BranchStore, StoreError};
 
 fn task_err(path: &Path, e: tokio::task::JoinError) -> StoreError {
-    StoreError::Task { path: path.to_owned(), reason: e.to_string() }
+    StoreError::Task {
+        path: path.to_owned(),
+        reason: e.to_string(),
+    }
 }
 
 /// Reads a branch from a `to_dict` JSON file.
@@ -17,8 +20,13 @@ pub async fn read_branch_file(path: impl AsRef<Path>) -> Result<Branch, StoreErr
     let path: PathBuf = path.as_ref().to_owned();
     let p = path.clone();
     tokio::task::spawn_blocking(move || {
-        let bytes = std::fs::read(&p).map_err(|source| StoreError::Io { op: "read", path: p.clone(), source })?;
-        Branch::from_json_slice(&bytes).map_err(|source| StoreError::InvalidFile { path: p, source })
+        let bytes = std::fs::read(&p).map_err(|source| StoreError::Io {
+            op: "read",
+            path: p.clone(),
+            source,
+        })?;
+        Branch::from_json_slice(&bytes)
+            .map_err(|source| StoreError::InvalidFile { path: p, source })
     })
     .await
     .map_err(|e| task_err(&path, e))?
@@ -33,10 +41,16 @@ pub async fn write_branch_file(
 ) -> Result<(), StoreError> {
     let path: PathBuf = path.as_ref().to_owned();
     let id = branch.id();
-    let dict = branch.to_dict(opts).map_err(|source| StoreError::Branch { id, source })?;
+    let dict = branch
+        .to_dict(opts)
+        .map_err(|source| StoreError::Branch { id, source })?;
     let p = path.clone();
     tokio::task::spawn_blocking(move || {
-        let io = |source| StoreError::Io { op: "write", path: p.clone(), source };
+        let io = |source| StoreError::Io {
+            op: "write",
+            path: p.clone(),
+            source,
+        };
         let mut bytes = serde_json::to_vec_pretty(&dict)
             .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))?;
         bytes.push(b'\n');
@@ -55,7 +69,10 @@ pub async fn write_branch_file(
 
 /// Imports a reference JSON file into `store`; returns the branch id. A
 /// branch already stored under that id is replaced.
-pub async fn import_file(store: &dyn BranchStore, path: impl AsRef<Path>) -> Result<Uuid, StoreError> {
+pub async fn import_file(
+    store: &dyn BranchStore,
+    path: impl AsRef<Path>,
+) -> Result<Uuid, StoreError> {
     let branch = read_branch_file(path).await?;
     store.save(&branch).await?;
     Ok(branch.id())

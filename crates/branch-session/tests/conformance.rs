@@ -8,9 +8,9 @@ use std::sync::Arc;
 use branch_core::branch::OperationLookup;
 use branch_core::model::ModelConfig;
 use branch_core::{Branch, BranchError, MemoryItem, MemoryQuery, OperationError, ToDictOptions};
-use branch_session::{share, BranchStore, Session, SessionError, SqliteStore};
-use common::{fixture, masks, Comparer, TempDir};
-use serde_json::{json, Value};
+use branch_session::{BranchStore, Session, SessionError, SqliteStore, share};
+use common::{Comparer, TempDir, fixture, masks};
+use serde_json::{Value, json};
 
 fn opts() -> ToDictOptions {
     ToDictOptions::default()
@@ -24,7 +24,7 @@ async fn include_after_memory_read_keeps_own() {
     let m1 = Arc::clone(b.memory());
     let m2 = Arc::clone(b.memory());
     let h = share(b);
-    s.include(&[h.clone()]).await.unwrap();
+    s.include([h.clone()]).await.unwrap();
     let b = h.lock().await;
     let facts = json!({
         "same_instance_on_repeat_read": Arc::ptr_eq(&m1, &m2),
@@ -41,10 +41,16 @@ async fn include_fresh_branch_adopts_session_memory() {
     let b = Branch::builder().system("S").build().unwrap();
     let had_private_before = b.has_memory();
     let h = share(b);
-    s.include(&[h.clone()]).await.unwrap();
+    s.include([h.clone()]).await.unwrap();
     let b = h.lock().await;
-    b.memory().store(MemoryItem::new("shared note").with_tags(["t"])).await.unwrap();
-    let q = MemoryQuery { text: Some("shared".into()), ..Default::default() };
+    b.memory()
+        .store(MemoryItem::new("shared note").with_tags(["t"]))
+        .await
+        .unwrap();
+    let q = MemoryQuery {
+        text: Some("shared".into()),
+        ..Default::default()
+    };
     let found = s.memory().search(&q).await.unwrap();
     let default = s.default_branch().unwrap();
     let default_is_session = Arc::ptr_eq(default.lock().await.memory(), s.memory());
@@ -67,15 +73,29 @@ async fn memory_not_serialized() {
     let expected = fixture(&format!("{scenario}/output.json"));
     let m = masks(scenario);
     let b = Branch::builder().system("S").build().unwrap();
-    b.memory().store(MemoryItem::new("fact one").with_tags(["a"])).await.unwrap();
+    b.memory()
+        .store(MemoryItem::new("fact one").with_tags(["a"]))
+        .await
+        .unwrap();
     b.memory().store(MemoryItem::new("fact two")).await.unwrap();
     let d = b.to_dict(&opts()).unwrap();
     Comparer::new(&m).compare("/to_dict", &expected["to_dict"], &d);
 
     let restored = Branch::from_dict(&d).unwrap();
-    assert_eq!(restored.memory().search(&MemoryQuery::default()).await.unwrap().len(), 0);
+    assert_eq!(
+        restored
+            .memory()
+            .search(&MemoryQuery::default())
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
     let source = b.memory().search(&MemoryQuery::default()).await.unwrap();
-    let summary: Vec<Value> = source.iter().map(|i| json!({"content": i.content, "tags": i.tags})).collect();
+    let summary: Vec<Value> = source
+        .iter()
+        .map(|i| json!({"content": i.content, "tags": i.tags}))
+        .collect();
     let want: Vec<Value> = expected["source_memory_items"]
         .as_array()
         .unwrap()
@@ -103,14 +123,19 @@ async fn to_dict_across_session_lifecycle() {
     // model is the mock on loopback, so grant it explicitly.
     let mut model = ModelConfig::from_dict(&expected["standalone"]["chat_model"]).unwrap();
     model.set_allow_local_network(true);
-    let mut b = Branch::builder().system("S").chat_model(model).build().unwrap();
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model)
+        .build()
+        .unwrap();
     let id = b.id();
-    b.msgs_mut().add_message(common::instruction("hello", "user", id));
+    b.msgs_mut()
+        .add_message(common::instruction("hello", "user", id));
     let d0 = b.to_dict(&opts()).unwrap();
 
     let mut s = Session::new().await.unwrap();
     let h = share(b);
-    s.include(&[h.clone()]).await.unwrap();
+    s.include([h.clone()]).await.unwrap();
     let _ = h.lock().await.memory();
     let d1 = h.lock().await.to_dict(&opts()).unwrap();
     s.remove(id).await.unwrap();
@@ -125,9 +150,18 @@ async fn to_dict_across_session_lifecycle() {
     assert_eq!(d1["user"], Value::Null);
 
     let changed = |a: &Value, b: &Value| -> Vec<String> {
-        a.as_object().unwrap().keys().filter(|k| a.get(*k) != b.get(*k)).cloned().collect()
+        a.as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| a.get(*k) != b.get(*k))
+            .cloned()
+            .collect()
     };
-    assert!(changed(&d0, &d1).is_empty(), "inclusion changed {:?}", changed(&d0, &d1));
+    assert!(
+        changed(&d0, &d1).is_empty(),
+        "inclusion changed {:?}",
+        changed(&d0, &d1)
+    );
     assert_eq!(
         serde_json::to_value(changed(&d0, &d2)).unwrap(),
         expected["changed_top_level_keys"]["standalone_vs_removed"]
@@ -135,7 +169,10 @@ async fn to_dict_across_session_lifecycle() {
 }
 
 async fn summarize(args: Value) -> Result<Value, OperationError> {
-    Ok(Value::String(format!("summary of '{}'", args["text"].as_str().unwrap_or(""))))
+    Ok(Value::String(format!(
+        "summary of '{}'",
+        args["text"].as_str().unwrap_or("")
+    )))
 }
 
 #[tokio::test]
@@ -145,9 +182,11 @@ async fn get_operation_attribute_first_lookup_in_a_session() {
     let b = Branch::builder().system("S").build().unwrap();
     let id = b.id();
     let h = share(b);
-    s.include(&[h.clone()]).await.unwrap();
-    s.register_operation("chat", |_| async { Ok(json!("registered chat")) }, false).unwrap();
-    s.register_operation("name", |_| async { Ok(json!("registered name")) }, false).unwrap();
+    s.include([h.clone()]).await.unwrap();
+    s.register_operation("chat", |_| async { Ok(json!("registered chat")) }, false)
+        .unwrap();
+    s.register_operation("name", |_| async { Ok(json!("registered name")) }, false)
+        .unwrap();
     s.register_operation("summarize", summarize, false).unwrap();
 
     let b = h.lock().await;
@@ -155,18 +194,33 @@ async fn get_operation_attribute_first_lookup_in_a_session() {
     // chat / name / user: the branch attribute wins over the registry.
     for key in ["chat", "name", "user"] {
         assert_eq!(look[key]["is_registered_function"], false);
-        assert!(matches!(b.get_operation(key), Some(OperationLookup::Builtin(_))), "{key}");
+        assert!(
+            matches!(b.get_operation(key), Some(OperationLookup::Builtin(_))),
+            "{key}"
+        );
     }
     assert_eq!(look["summarize"]["is_registered_function"], true);
-    assert!(matches!(b.get_operation("summarize"), Some(OperationLookup::Registered(_))));
+    assert!(matches!(
+        b.get_operation("summarize"),
+        Some(OperationLookup::Registered(_))
+    ));
     assert_eq!(look["does_not_exist"]["is_none"], true);
     assert!(b.get_operation("does_not_exist").is_none());
     drop(b);
 
-    let out = s.run_operation("summarize", Some(id), json!({"text": "abc"})).await.unwrap();
+    let out = s
+        .run_operation("summarize", Some(id), json!({"text": "abc"}))
+        .await
+        .unwrap();
     assert_eq!(out, expected["run_operation_summarize"]["value"]);
-    let err = s.run_operation("nope", Some(id), Value::Null).await.unwrap_err();
-    assert!(matches!(&err, SessionError::UnknownOperation(n) if n == "nope"), "{err}");
+    let err = s
+        .run_operation("nope", Some(id), Value::Null)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, SessionError::UnknownOperation(n) if n == "nope"),
+        "{err}"
+    );
     assert_eq!(expected["run_operation_unknown"]["ok"], false);
 }
 
@@ -182,7 +236,8 @@ async fn get_operation_duplicate_register_fails_through_session() {
         "{err}"
     );
     // update=true replaces, keeping one entry.
-    s.register_operation("x", |_| async { Ok(json!("other")) }, true).unwrap();
+    s.register_operation("x", |_| async { Ok(json!("other")) }, true)
+        .unwrap();
     let names = s.operations().read().unwrap().names().to_vec();
     assert_eq!(names, ["x"]);
     let out = s.run_operation("x", None, Value::Null).await.unwrap();

@@ -7,23 +7,33 @@ use std::path::Path;
 
 use branch_core::log::DataLoggerConfig;
 use branch_core::model::ModelConfig;
-use branch_core::{Branch, Log, MemoryItem, MemoryQuery, MemoryStore, Message, Progression, ToDictOptions};
-use branch_session::{
-    export_file, import_file, BranchStore, SqliteStore, StoreError,
+use branch_core::{
+    Branch, Log, MemoryItem, MemoryQuery, MemoryStore, Message, Progression, ToDictOptions,
 };
+use branch_session::{BranchStore, SqliteStore, StoreError, export_file, import_file};
 use common::TempDir;
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 fn full() -> ToDictOptions {
-    ToDictOptions { include_log_config: true, include_processor_config: true, ..ToDictOptions::default() }
+    ToDictOptions {
+        include_log_config: true,
+        include_processor_config: true,
+        ..ToDictOptions::default()
+    }
 }
 
 async fn roundtrip(store: &SqliteStore, b: &Branch) -> Branch {
     store.save(b).await.unwrap();
     let loaded = store.load(b.id()).await.unwrap();
-    assert_eq!(loaded.to_dict(&full()).unwrap(), b.to_dict(&full()).unwrap());
-    assert_eq!(loaded.to_dict(&ToDictOptions::default()).unwrap(), b.to_dict(&ToDictOptions::default()).unwrap());
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        b.to_dict(&full()).unwrap()
+    );
+    assert_eq!(
+        loaded.to_dict(&ToDictOptions::default()).unwrap(),
+        b.to_dict(&ToDictOptions::default()).unwrap()
+    );
     loaded
 }
 
@@ -37,15 +47,36 @@ async fn save_and_load_reproduce_to_dict() {
 
     // A replaced system prompt: collections and progression orders differ.
     let mut b = common::conversation(2);
-    b.msgs_mut().set_system(Message::system(branch_core::message::SystemContent::new("new rules")));
+    b.msgs_mut()
+        .set_system(Message::system(branch_core::message::SystemContent::new(
+            "new rules",
+        )));
     let d = b.to_dict(&ToDictOptions::default()).unwrap();
-    assert_ne!(d["messages"]["collections"][0]["id"], d["messages"]["progression"]["order"][0]);
+    assert_ne!(
+        d["messages"]["collections"][0]["id"],
+        d["messages"]["progression"]["order"][0]
+    );
     roundtrip(&store, &b).await;
 
     // Logs, a log configuration, rate limits and a distinct parse model.
-    let config = DataLoggerConfig { persist_dir: "/var/lib/agent/logs".into(), capacity: Some(7), ..Default::default() };
-    let parse = ModelConfig::builder().provider("openai").model("gpt-4.1-nano").limit_requests(5).build().unwrap();
-    let mut b = Branch::builder().system("S").name("logged").log_config(config).parse_model(parse).build().unwrap();
+    let config = DataLoggerConfig {
+        persist_dir: "/var/lib/agent/logs".into(),
+        capacity: Some(7),
+        ..Default::default()
+    };
+    let parse = ModelConfig::builder()
+        .provider("openai")
+        .model("gpt-4.1-nano")
+        .limit_requests(5)
+        .build()
+        .unwrap();
+    let mut b = Branch::builder()
+        .system("S")
+        .name("logged")
+        .log_config(config)
+        .parse_model(parse)
+        .build()
+        .unwrap();
     let mut content = Map::new();
     content.insert("event".into(), json!("call"));
     b.log(Log::new(content));
@@ -66,7 +97,10 @@ async fn every_fixture_branch_survives_the_store() {
     fn collect(v: &Value, out: &mut Vec<Value>) {
         match v {
             Value::Object(m) => {
-                let class = m.get("metadata").or_else(|| m.get("node_metadata")).and_then(|x| x.get("lion_class"));
+                let class = m
+                    .get("metadata")
+                    .or_else(|| m.get("node_metadata"))
+                    .and_then(|x| x.get("lion_class"));
                 if class == Some(&json!("lionagi.session.branch.Branch")) {
                     out.push(v.clone());
                 }
@@ -78,7 +112,11 @@ async fn every_fixture_branch_survives_the_store() {
     }
     let mut found = Vec::new();
     let root = common::fixtures_dir();
-    for cat in std::fs::read_dir(&root).unwrap().flatten().filter(|e| e.path().is_dir()) {
+    for cat in std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+    {
         for sc in std::fs::read_dir(cat.path()).unwrap().flatten() {
             for name in ["output.json", "input.json"] {
                 let p = sc.path().join(name);
@@ -88,12 +126,18 @@ async fn every_fixture_branch_survives_the_store() {
             }
         }
     }
-    assert!(found.len() >= 20, "only {} branch documents in the fixtures", found.len());
+    assert!(
+        found.len() >= 20,
+        "only {} branch documents in the fixtures",
+        found.len()
+    );
     let dir = TempDir::new("fixtures");
     let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
     let mut checked = 0;
     for doc in found {
-        let Ok(b) = Branch::from_dict(&doc) else { continue };
+        let Ok(b) = Branch::from_dict(&doc) else {
+            continue;
+        };
         roundtrip(&store, &b).await;
         checked += 1;
     }
@@ -113,16 +157,31 @@ async fn append_turn_matches_the_live_branch() {
     // Turn 1: instruction, tool call, its result (which completes the
     // request in place), reply.
     let mut turn = Vec::new();
-    turn.push(live.msgs_mut().add_message(common::instruction("look it up", "user", id)));
-    let req = live.msgs_mut().add_message(Message::action_request("search", Map::new()));
+    turn.push(
+        live.msgs_mut()
+            .add_message(common::instruction("look it up", "user", id)),
+    );
+    let req = live
+        .msgs_mut()
+        .add_message(Message::action_request("search", Map::new()));
     turn.push(req);
-    turn.push(live.msgs_mut().add_action_response(req, Some(json!({"hits": 2})), None, None).unwrap());
+    turn.push(
+        live.msgs_mut()
+            .add_action_response(req, Some(json!({"hits": 2})), None, None)
+            .unwrap(),
+    );
     turn.push(live.msgs_mut().add_message(Message::assistant("found two")));
     turn.insert(2, req); // the request again, now linked to its response
-    let msgs: Vec<Message> = turn.iter().map(|i| live.messages().get(i).unwrap().clone()).collect();
+    let msgs: Vec<Message> = turn
+        .iter()
+        .map(|i| live.messages().get(i).unwrap().clone())
+        .collect();
     store.append_turn(id, &msgs).await.unwrap();
     let loaded = store.load(id).await.unwrap();
-    assert_eq!(loaded.to_dict(&full()).unwrap(), live.to_dict(&full()).unwrap());
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
 
     // Turn 2 edits a message of turn 1 in place and appends one.
     let edited = {
@@ -134,8 +193,14 @@ async fn append_turn_matches_the_live_branch() {
     let new = live.messages().get(&new_id).unwrap().clone();
     store.append_turn(id, &[edited, new]).await.unwrap();
     let loaded = store.load(id).await.unwrap();
-    assert_eq!(loaded.to_dict(&full()).unwrap(), live.to_dict(&full()).unwrap());
-    assert_eq!(store.list().await.unwrap()[0].message_count, live.msgs().len() as u64);
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
+    assert_eq!(
+        store.list().await.unwrap()[0].message_count,
+        live.msgs().len() as u64
+    );
     assert!(store.check_consistency().await.unwrap().is_empty());
 }
 
@@ -148,8 +213,18 @@ async fn appending_to_an_empty_branch_keeps_a_stable_pile() {
     let m_id = live.msgs_mut().add_message(Message::assistant("hi"));
     let m = live.messages().get(&m_id).unwrap().clone();
     store.append_turn(live.id(), &[m]).await.unwrap();
-    let a = store.load(live.id()).await.unwrap().to_dict(&full()).unwrap();
-    let b = store.load(live.id()).await.unwrap().to_dict(&full()).unwrap();
+    let a = store
+        .load(live.id())
+        .await
+        .unwrap()
+        .to_dict(&full())
+        .unwrap();
+    let b = store
+        .load(live.id())
+        .await
+        .unwrap()
+        .to_dict(&full())
+        .unwrap();
     assert_eq!(a, b);
     assert_eq!(a, live.to_dict(&full()).unwrap());
 }
@@ -162,13 +237,28 @@ async fn refused_turns_write_nothing() {
     store.save(&b).await.unwrap();
     let before = store.load(b.id()).await.unwrap().to_dict(&full()).unwrap();
     let sys = Message::system(branch_core::message::SystemContent::new("x"));
-    let err = store.append_turn(b.id(), &[Message::assistant("a"), sys]).await.unwrap_err();
+    let err = store
+        .append_turn(b.id(), &[Message::assistant("a"), sys])
+        .await
+        .unwrap_err();
     assert!(matches!(err, StoreError::SystemInTurn { .. }), "{err}");
     let missing = Uuid::new_v4();
-    let err = store.append_turn(missing, &[Message::assistant("a")]).await.unwrap_err();
-    assert!(matches!(err, StoreError::NotFound(x) if x == missing), "{err}");
-    assert_eq!(store.load(b.id()).await.unwrap().to_dict(&full()).unwrap(), before);
-    assert!(matches!(store.load(missing).await, Err(StoreError::NotFound(_))));
+    let err = store
+        .append_turn(missing, &[Message::assistant("a")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(x) if x == missing),
+        "{err}"
+    );
+    assert_eq!(
+        store.load(b.id()).await.unwrap().to_dict(&full()).unwrap(),
+        before
+    );
+    assert!(matches!(
+        store.load(missing).await,
+        Err(StoreError::NotFound(_))
+    ));
 }
 
 #[tokio::test]
@@ -181,7 +271,10 @@ async fn list_and_delete() {
     store.save(&b).await.unwrap();
     store.save(&a).await.unwrap();
     let list = store.list().await.unwrap();
-    assert_eq!(list.iter().map(|s| s.id).collect::<Vec<_>>(), [a.id(), b.id()]);
+    assert_eq!(
+        list.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [a.id(), b.id()]
+    );
     assert_eq!(list[0].name.as_deref(), Some("a"));
     assert_eq!(list[1].message_count, 5);
     assert!(store.delete(b.id()).await.unwrap());
@@ -202,9 +295,23 @@ async fn a_newer_schema_is_refused_and_left_alone() {
     drop(SqliteStore::open(&path).await.unwrap());
     set_version(&path, 99);
     let err = SqliteStore::open(&path).await.unwrap_err();
-    assert!(matches!(err, StoreError::NewerSchema { found: 99, supported: 2, .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            StoreError::NewerSchema {
+                found: 99,
+                supported: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let c = rusqlite::Connection::open(&path).unwrap();
-    assert_eq!(c.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)).unwrap(), 99);
+    assert_eq!(
+        c.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
+            .unwrap(),
+        99
+    );
 }
 
 #[tokio::test]
@@ -212,9 +319,15 @@ async fn migrates_from_version_0() {
     let dir = TempDir::new("v0");
     let path = dir.join("s.db");
     // An existing, empty SQLite file (version 0) with an unrelated table.
-    rusqlite::Connection::open(&path).unwrap().execute_batch("CREATE TABLE other (x);").unwrap();
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE other (x);")
+        .unwrap();
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), SqliteStore::SCHEMA_VERSION);
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        SqliteStore::SCHEMA_VERSION
+    );
     roundtrip(&store, &common::conversation(1)).await;
     // Opening again is a no-op.
     drop(store);
@@ -226,7 +339,11 @@ fn write_v1(path: &Path, docs: &[(String, Option<String>, String)]) {
     let c = rusqlite::Connection::open(path).unwrap();
     c.execute_batch("CREATE TABLE branches (id TEXT PRIMARY KEY NOT NULL, name TEXT, doc TEXT NOT NULL); PRAGMA user_version = 1;").unwrap();
     for (id, name, doc) in docs {
-        c.execute("INSERT INTO branches (id, name, doc) VALUES (?1, ?2, ?3)", rusqlite::params![id, name, doc]).unwrap();
+        c.execute(
+            "INSERT INTO branches (id, name, doc) VALUES (?1, ?2, ?3)",
+            rusqlite::params![id, name, doc],
+        )
+        .unwrap();
     }
 }
 
@@ -235,10 +352,20 @@ async fn migrates_from_version_1_documents() {
     let dir = TempDir::new("v1");
     let path = dir.join("s.db");
     let a = common::conversation(3);
-    let b = Branch::builder().name("second").system("S").build().unwrap();
+    let b = Branch::builder()
+        .name("second")
+        .system("S")
+        .build()
+        .unwrap();
     let docs: Vec<_> = [&a, &b]
         .iter()
-        .map(|x| (x.id().to_string(), x.name().map(str::to_owned), x.to_dict(&full()).unwrap().to_string()))
+        .map(|x| {
+            (
+                x.id().to_string(),
+                x.name().map(str::to_owned),
+                x.to_dict(&full()).unwrap().to_string(),
+            )
+        })
         .collect();
     write_v1(&path, &docs);
     let store = SqliteStore::open(&path).await.unwrap();
@@ -247,10 +374,16 @@ async fn migrates_from_version_1_documents() {
     assert_eq!(ids, [a.id(), b.id()]);
     for x in [&a, &b] {
         let loaded = store.load(x.id()).await.unwrap();
-        assert_eq!(loaded.to_dict(&full()).unwrap(), x.to_dict(&full()).unwrap());
+        assert_eq!(
+            loaded.to_dict(&full()).unwrap(),
+            x.to_dict(&full()).unwrap()
+        );
     }
     // The new tables work: turns and memory.
-    store.append_turn(a.id(), &[Message::assistant("after migration")]).await.unwrap();
+    store
+        .append_turn(a.id(), &[Message::assistant("after migration")])
+        .await
+        .unwrap();
     store.memory("m").store(MemoryItem::new("x")).await.unwrap();
     assert!(store.check_consistency().await.unwrap().is_empty());
 }
@@ -260,15 +393,31 @@ async fn a_failed_migration_changes_nothing() {
     let dir = TempDir::new("v1-bad");
     let path = dir.join("s.db");
     let good = common::conversation(1);
-    write_v1(&path, &[
-        (good.id().to_string(), None, good.to_dict(&full()).unwrap().to_string()),
-        ("bad".into(), None, "{\"messages\": 3}".into()),
-    ]);
+    write_v1(
+        &path,
+        &[
+            (
+                good.id().to_string(),
+                None,
+                good.to_dict(&full()).unwrap().to_string(),
+            ),
+            ("bad".into(), None, "{\"messages\": 3}".into()),
+        ],
+    );
     let err = SqliteStore::open(&path).await.unwrap_err();
-    assert!(matches!(&err, StoreError::Corrupt { what, .. } if what.contains("bad")), "{err}");
+    assert!(
+        matches!(&err, StoreError::Corrupt { what, .. } if what.contains("bad")),
+        "{err}"
+    );
     let c = rusqlite::Connection::open(&path).unwrap();
-    assert_eq!(c.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0)).unwrap(), 1);
-    let n: i64 = c.query_row("SELECT COUNT(*) FROM branches", [], |r| r.get(0)).unwrap();
+    assert_eq!(
+        c.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
+            .unwrap(),
+        1
+    );
+    let n: i64 = c
+        .query_row("SELECT COUNT(*) FROM branches", [], |r| r.get(0))
+        .unwrap();
     assert_eq!(n, 2);
 }
 
@@ -300,31 +449,72 @@ async fn durable_memory_answers_like_the_in_process_store() {
 
     let queries = [
         MemoryQuery::default(),
-        MemoryQuery { text: Some("HELLO".into()), ..Default::default() },
-        MemoryQuery { tags: Some(vec!["x".into()]), ..Default::default() },
-        MemoryQuery { filters: Some(meta), ..Default::default() },
-        MemoryQuery { limit: 1, ..Default::default() },
-        MemoryQuery { limit: 0, ..Default::default() },
+        MemoryQuery {
+            text: Some("HELLO".into()),
+            ..Default::default()
+        },
+        MemoryQuery {
+            tags: Some(vec!["x".into()]),
+            ..Default::default()
+        },
+        MemoryQuery {
+            filters: Some(meta),
+            ..Default::default()
+        },
+        MemoryQuery {
+            limit: 1,
+            ..Default::default()
+        },
+        MemoryQuery {
+            limit: 0,
+            ..Default::default()
+        },
     ];
     for q in &queries {
-        assert_eq!(durable.search(q).await.unwrap(), local.search(q).await.unwrap(), "{q:?}");
+        assert_eq!(
+            durable.search(q).await.unwrap(),
+            local.search(q).await.unwrap(),
+            "{q:?}"
+        );
     }
-    assert_eq!(durable.retrieve(items[1].id()).await.unwrap(), Some(items[1].clone()));
+    assert_eq!(
+        durable.retrieve(items[1].id()).await.unwrap(),
+        Some(items[1].clone())
+    );
     assert_eq!(durable.retrieve(Uuid::new_v4()).await.unwrap(), None);
-    assert!(store.memory("other").search(&MemoryQuery::default()).await.unwrap().is_empty());
+    assert!(
+        store
+            .memory("other")
+            .search(&MemoryQuery::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // It survives reopening, and serves a branch as its memory.
     drop((durable, store));
     let store = SqliteStore::open(&path).await.unwrap();
-    let b = Branch::builder().memory(std::sync::Arc::new(store.memory("session-1"))).build().unwrap();
-    assert_eq!(b.memory().search(&MemoryQuery::default()).await.unwrap().len(), 3);
+    let b = Branch::builder()
+        .memory(std::sync::Arc::new(store.memory("session-1")))
+        .build()
+        .unwrap();
+    assert_eq!(
+        b.memory()
+            .search(&MemoryQuery::default())
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
 }
 
 #[tokio::test]
 async fn reference_files_import_and_export() {
     let dir = TempDir::new("files");
     let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
-    let reference = common::fixture("memory_session/to_dict_across_session_lifecycle/output.json")["standalone"].clone();
+    let reference = common::fixture("memory_session/to_dict_across_session_lifecycle/output.json")
+        ["standalone"]
+        .clone();
     let input = dir.join("in.json");
     std::fs::write(&input, serde_json::to_vec_pretty(&reference).unwrap()).unwrap();
     let id = import_file(&store, &input).await.unwrap();
@@ -332,7 +522,10 @@ async fn reference_files_import_and_export() {
     let output = dir.join("out.json");
     export_file(&store, id, &output).await.unwrap();
     let exported: Value = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
-    let expected = Branch::from_dict(&reference).unwrap().to_dict(&ToDictOptions::default()).unwrap();
+    let expected = Branch::from_dict(&reference)
+        .unwrap()
+        .to_dict(&ToDictOptions::default())
+        .unwrap();
     assert_eq!(exported, expected);
     // Only loopback access differs from the reference file: from_dict never
     // grants it by itself.
@@ -342,7 +535,16 @@ async fn reference_files_import_and_export() {
 
     let bad = dir.join("bad.json");
     std::fs::write(&bad, b"{\"messages\": 3}").unwrap();
-    assert!(matches!(import_file(&store, &bad).await, Err(StoreError::InvalidFile { .. })));
-    assert!(matches!(import_file(&store, dir.join("none.json")).await, Err(StoreError::Io { op: "read", .. })));
-    assert!(matches!(export_file(&store, Uuid::new_v4(), &output).await, Err(StoreError::NotFound(_))));
+    assert!(matches!(
+        import_file(&store, &bad).await,
+        Err(StoreError::InvalidFile { .. })
+    ));
+    assert!(matches!(
+        import_file(&store, dir.join("none.json")).await,
+        Err(StoreError::Io { op: "read", .. })
+    ));
+    assert!(matches!(
+        export_file(&store, Uuid::new_v4(), &output).await,
+        Err(StoreError::NotFound(_))
+    ));
 }

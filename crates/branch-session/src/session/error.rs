@@ -9,7 +9,9 @@ use uuid::Uuid;
 pub enum SessionError {
     /// A branch of an include batch belongs to another session; nothing of
     /// the batch was changed.
-    #[error("branch `{branch}` is already owned by session `{owner}`; remove it from that session first to reparent it")]
+    #[error(
+        "branch `{branch}` is already owned by session `{owner}`; remove it from that session first to reparent it"
+    )]
     AlreadyOwned {
         /// The refused branch.
         branch: Uuid,

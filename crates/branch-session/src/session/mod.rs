@@ -32,7 +32,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use branch_core::{
-    Branch, InMemoryStore, MemoryStore, Observer, OperationError, OperationManager, SharedOperations,
+    Branch, InMemoryStore, MemoryStore, Observer, OperationError, OperationManager,
+    SharedOperations,
 };
 use indexmap::IndexMap;
 use serde_json::Value;
@@ -118,9 +119,12 @@ impl SessionBuilder {
             observer: self.observer,
             memory,
         };
-        let branches =
-            if self.branches.is_empty() { vec![share(Branch::new()?)] } else { self.branches };
-        session.include(&branches).await?;
+        let branches = if self.branches.is_empty() {
+            vec![share(Branch::new()?)]
+        } else {
+            self.branches
+        };
+        session.include(branches).await?;
         Ok(session)
     }
 }
@@ -174,7 +178,11 @@ impl Session {
     /// are dropped) and, if it has not claimed a memory store yet, the
     /// session's. The first member becomes the default branch. Including a
     /// member again only refreshes its references.
-    pub async fn include(&mut self, batch: &[SharedBranch]) -> Result<(), SessionError> {
+    pub async fn include(
+        &mut self,
+        batch: impl IntoIterator<Item = SharedBranch>,
+    ) -> Result<(), SessionError> {
+        let batch: Vec<SharedBranch> = batch.into_iter().collect();
         // Lock in one global order (by address) so two sessions including
         // overlapping batches cannot deadlock, and each handle only once.
         let mut order: Vec<&SharedBranch> = batch.iter().collect();
@@ -188,7 +196,10 @@ impl Session {
         let mut batch_ids: HashMap<Uuid, usize> = HashMap::new();
         for (i, g) in guards.iter().enumerate() {
             if let Some(owner) = g.owning_session().filter(|o| *o != self.id) {
-                return Err(SessionError::AlreadyOwned { branch: g.id(), owner });
+                return Err(SessionError::AlreadyOwned {
+                    branch: g.id(),
+                    owner,
+                });
             }
             let id = g.id();
             if let Some(member) = self.members.get(&id) {
@@ -208,12 +219,15 @@ impl Session {
             }
         }
         // Membership follows the caller's order, not the locking order.
-        let position: HashMap<usize, Uuid> =
-            order.iter().zip(&guards).map(|(h, g)| (Arc::as_ptr(h) as usize, g.id())).collect();
+        let position: HashMap<usize, Uuid> = order
+            .iter()
+            .zip(&guards)
+            .map(|(h, g)| (Arc::as_ptr(h) as usize, g.id()))
+            .collect();
         drop(guards);
         for h in batch {
-            let id = position[&(Arc::as_ptr(h) as usize)];
-            self.members.entry(id).or_insert_with(|| Arc::clone(h));
+            let id = position[&(Arc::as_ptr(&h) as usize)];
+            self.members.entry(id).or_insert(h);
             self.default_branch.get_or_insert(id);
         }
         Ok(())
@@ -224,7 +238,10 @@ impl Session {
     /// the conversation, and any memory store it adopted, stays with it.
     /// The default branch moves to the first remaining member.
     pub async fn remove(&mut self, id: Uuid) -> Result<SharedBranch, SessionError> {
-        let handle = self.members.shift_remove(&id).ok_or(SessionError::UnknownBranch(id))?;
+        let handle = self
+            .members
+            .shift_remove(&id)
+            .ok_or(SessionError::UnknownBranch(id))?;
         {
             let mut b = handle.lock().await;
             if b.owning_session() == Some(self.id) {
@@ -255,7 +272,7 @@ impl Session {
         let source = self.get(id).ok_or(SessionError::UnknownBranch(id))?;
         let clone = source.lock().await.clone_branch_with_sender(self.id);
         let handle = share(clone);
-        self.include(std::slice::from_ref(&handle)).await?;
+        self.include([Arc::clone(&handle)]).await?;
         Ok(handle)
     }
 
@@ -336,7 +353,10 @@ impl Session {
         F: Fn(Value) -> Fut + Send + Sync + 'static,
         Fut: std::future::Future<Output = Result<Value, OperationError>> + Send + 'static,
     {
-        self.operations.write().unwrap_or_else(|e| e.into_inner()).register(name, func, update)?;
+        self.operations
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(name, func, update)?;
         Ok(())
     }
 }

@@ -34,8 +34,14 @@ fn json_type(v: &Value) -> &'static str {
 
 impl Session {
     fn branch_or_default(&self, branch: Option<Uuid>) -> Result<Uuid, SessionError> {
-        let id = branch.or(self.default_branch).ok_or(SessionError::NoDefaultBranch)?;
-        if self.members.contains_key(&id) { Ok(id) } else { Err(SessionError::UnknownBranch(id)) }
+        let id = branch
+            .or(self.default_branch)
+            .ok_or(SessionError::NoDefaultBranch)?;
+        if self.members.contains_key(&id) {
+            Ok(id)
+        } else {
+            Err(SessionError::UnknownBranch(id))
+        }
     }
 
     /// Runs the operation registered under `name` for a member (the default
@@ -67,12 +73,15 @@ impl Session {
                 });
             }
         };
-        args.entry("branch").or_insert_with(|| Value::String(branch.to_string()));
-        op(Value::Object(args)).await.map_err(|source| SessionError::OperationFailed {
-            name: name.to_owned(),
-            branch,
-            source,
-        })
+        args.entry("branch")
+            .or_insert_with(|| Value::String(branch.to_string()));
+        op(Value::Object(args))
+            .await
+            .map_err(|source| SessionError::OperationFailed {
+                name: name.to_owned(),
+                branch,
+                source,
+            })
     }
 
     /// Runs `op` once for each listed member, at most `max_concurrent` at a
@@ -96,7 +105,11 @@ impl Session {
         }
         let targets: Vec<(Uuid, SharedBranch)> = branch_ids
             .iter()
-            .map(|id| self.get(*id).map(|h| (*id, h)).ok_or(SessionError::UnknownBranch(*id)))
+            .map(|id| {
+                self.get(*id)
+                    .map(|h| (*id, h))
+                    .ok_or(SessionError::UnknownBranch(*id))
+            })
             .collect::<Result<_, _>>()?;
         let limit = Arc::new(Semaphore::new(max_concurrent));
         let mut tasks = JoinSet::new();
@@ -104,10 +117,14 @@ impl Session {
         for (slot, (id, handle)) in targets.iter().cloned().enumerate() {
             // Waiting here (not inside each task) keeps at most
             // `max_concurrent` tasks alive, however many branches there are.
-            let permit = Arc::clone(&limit)
-                .acquire_owned()
-                .await
-                .map_err(|e| SessionError::TaskFailed { branch: id, reason: e.to_string() })?;
+            let permit =
+                Arc::clone(&limit)
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| SessionError::TaskFailed {
+                        branch: id,
+                        reason: e.to_string(),
+                    })?;
             let fut = op(id, handle);
             let task = tasks.spawn(async move {
                 let _permit = permit;
@@ -115,8 +132,9 @@ impl Session {
             });
             slot_of.insert(task.id(), slot);
         }
-        let mut results: Vec<Option<Result<T, SessionError>>> =
-            std::iter::repeat_with(|| None).take(targets.len()).collect();
+        let mut results: Vec<Option<Result<T, SessionError>>> = std::iter::repeat_with(|| None)
+            .take(targets.len())
+            .collect();
         while let Some(joined) = tasks.join_next_with_id().await {
             match joined {
                 Ok((task, value)) => results[slot_of[&task]] = Some(Ok(value)),
@@ -135,7 +153,10 @@ impl Session {
             .map(|((id, _), r)| BranchRun {
                 branch_id: *id,
                 result: r.unwrap_or_else(|| {
-                    Err(SessionError::TaskFailed { branch: *id, reason: "no result".into() })
+                    Err(SessionError::TaskFailed {
+                        branch: *id,
+                        reason: "no result".into(),
+                    })
                 }),
             })
             .collect())
@@ -171,7 +192,8 @@ impl Session {
         let runs = self
             .run_each(branch_ids, max_concurrent, |id, _| {
                 let mut args = base.clone();
-                args.entry("branch").or_insert_with(|| Value::String(id.to_string()));
+                args.entry("branch")
+                    .or_insert_with(|| Value::String(id.to_string()));
                 let fut = op(Value::Object(args));
                 let name = Arc::clone(&name);
                 async move {
@@ -185,7 +207,10 @@ impl Session {
             .await?;
         Ok(runs
             .into_iter()
-            .map(|r| BranchRun { branch_id: r.branch_id, result: r.result.and_then(|x| x) })
+            .map(|r| BranchRun {
+                branch_id: r.branch_id,
+                result: r.result.and_then(|x| x),
+            })
             .collect())
     }
 }

@@ -26,7 +26,9 @@ pub enum StoreError {
     },
     /// The file was written by a newer lionagi-rs whose schema this build
     /// does not know; it is left untouched.
-    #[error("sqlite store `{path}` has schema version {found}; this build supports up to {supported}")]
+    #[error(
+        "sqlite store `{path}` has schema version {found}; this build supports up to {supported}"
+    )]
     NewerSchema {
         /// The database file.
         path: PathBuf,
@@ -56,7 +58,9 @@ pub enum StoreError {
     },
     /// A turn tried to append a System message; a new system prompt moves
     /// to the front of the conversation, so it is written by `save`.
-    #[error("branch `{branch_id}`: message `{message_id}` is a System message; write a new system prompt with save(), not append_turn()")]
+    #[error(
+        "branch `{branch_id}`: message `{message_id}` is a System message; write a new system prompt with save(), not append_turn()"
+    )]
     SystemInTurn {
         /// The branch.
         branch_id: Uuid,

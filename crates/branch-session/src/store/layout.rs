@@ -19,7 +19,11 @@ use uuid::Uuid;
 /// `to_dict` leaves out by default (log and rate-limiter settings) kept so a
 /// restored branch behaves the same.
 pub(crate) fn save_options() -> ToDictOptions {
-    ToDictOptions { include_log_config: true, include_processor_config: true, ..ToDictOptions::default() }
+    ToDictOptions {
+        include_log_config: true,
+        include_processor_config: true,
+        ..ToDictOptions::default()
+    }
 }
 
 /// One stored message.
@@ -50,8 +54,13 @@ pub(crate) struct SplitBranch {
 /// Splits a live branch.
 pub(crate) fn split(branch: &Branch) -> Result<SplitBranch, BranchError> {
     let dict = branch.to_dict(&save_options())?;
-    split_dict(dict, || serde_json::to_value(branch.messages()).unwrap_or(Value::Null))
-        .map_err(|reason| BranchError::InvalidData { path: "messages".into(), reason })
+    split_dict(dict, || {
+        serde_json::to_value(branch.messages()).unwrap_or(Value::Null)
+    })
+    .map_err(|reason| BranchError::InvalidData {
+        path: "messages".into(),
+        reason,
+    })
 }
 
 /// Splits a `to_dict` value. `empty_pile` gives the pile's full header when
@@ -61,7 +70,9 @@ pub(crate) fn split_dict(
     mut dict: Value,
     empty_pile: impl FnOnce() -> Value,
 ) -> Result<SplitBranch, String> {
-    let obj = dict.as_object_mut().ok_or("a branch must be a JSON object")?;
+    let obj = dict
+        .as_object_mut()
+        .ok_or("a branch must be a JSON object")?;
     let id = obj
         .get("id")
         .and_then(Value::as_str)
@@ -89,13 +100,19 @@ pub(crate) fn split_dict(
         None | Some(Value::Null) => Vec::new(),
         Some(_) => return Err("`messages.collections` is not a list".into()),
     };
-    let order = match messages.get_mut("progression").and_then(|p| p.get_mut("order")).map(Value::take)
+    let order = match messages
+        .get_mut("progression")
+        .and_then(|p| p.get_mut("order"))
+        .map(Value::take)
     {
         Some(Value::Array(ids)) => ids,
         _ => Vec::new(),
     };
-    let positions: HashMap<&str, i64> =
-        order.iter().enumerate().filter_map(|(i, v)| Some((v.as_str()?, i as i64))).collect();
+    let positions: HashMap<&str, i64> = order
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| Some((v.as_str()?, i as i64)))
+        .collect();
     let mut rows = Vec::with_capacity(collections.len());
     for (seq, msg) in collections.iter().enumerate() {
         let mid = msg
@@ -104,7 +121,11 @@ pub(crate) fn split_dict(
             .ok_or_else(|| format!("message {seq} has no id"))?;
         let pos = positions.get(mid).copied().unwrap_or(seq as i64);
         let body = serde_json::to_string(msg).map_err(|e| e.to_string())?;
-        rows.push(MessageRow { id: mid.to_owned(), pos, body });
+        rows.push(MessageRow {
+            id: mid.to_owned(),
+            pos,
+            body,
+        });
     }
     messages.insert("collections".into(), Value::Array(Vec::new()));
     if let Some(Value::Object(p)) = messages.get_mut("progression") {
@@ -112,7 +133,13 @@ pub(crate) fn split_dict(
     }
     obj.insert("messages".into(), Value::Object(messages));
     let skeleton = serde_json::to_string(&dict).map_err(|e| e.to_string())?;
-    Ok(SplitBranch { id, name, skeleton, has_view, rows })
+    Ok(SplitBranch {
+        id,
+        name,
+        skeleton,
+        has_view,
+        rows,
+    })
 }
 
 /// Writes the full `to_dict` document from a skeleton and its rows (in
@@ -121,7 +148,10 @@ pub(crate) fn assemble(skeleton: &str, rows: &[(String, i64, String)]) -> Result
     let skel: Map<String, Value> = serde_json::from_str(skeleton).map_err(|e| e.to_string())?;
     let body_len: usize = rows.iter().map(|r| r.2.len() + 40).sum();
     let mut out = Vec::with_capacity(skeleton.len() + body_len + 64);
-    let mut order: Vec<(i64, &str)> = rows.iter().map(|(id, pos, _)| (*pos, id.as_str())).collect();
+    let mut order: Vec<(i64, &str)> = rows
+        .iter()
+        .map(|(id, pos, _)| (*pos, id.as_str()))
+        .collect();
     order.sort_by_key(|(pos, _)| *pos);
 
     out.push(b'{');
@@ -153,7 +183,9 @@ fn write_pile(
     rows: &[(String, i64, String)],
     order: &[(i64, &str)],
 ) -> Result<(), String> {
-    let header = header.as_object().ok_or("stored `messages` is not an object")?;
+    let header = header
+        .as_object()
+        .ok_or("stored `messages` is not an object")?;
     out.extend_from_slice(b"{\"collections\":[");
     for (i, (_, _, body)) in rows.iter().enumerate() {
         if i > 0 {
@@ -178,7 +210,10 @@ fn write_pile(
         }
     }
     out.push(b'}');
-    for (k, v) in header.iter().filter(|(k, _)| !matches!(k.as_str(), "collections" | "progression")) {
+    for (k, v) in header
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "collections" | "progression"))
+    {
         out.push(b',');
         write_json(out, k)?;
         out.push(b':');
@@ -208,7 +243,13 @@ mod tests {
             "chat_model": {}
         });
         let s = split_dict(dict.clone(), || Value::Null).unwrap();
-        assert_eq!(s.rows.iter().map(|r| (r.id.as_str(), r.pos)).collect::<Vec<_>>(), [("a", 1), ("b", 0)]);
+        assert_eq!(
+            s.rows
+                .iter()
+                .map(|r| (r.id.as_str(), r.pos))
+                .collect::<Vec<_>>(),
+            [("a", 1), ("b", 0)]
+        );
         assert!(!s.skeleton.contains("\"x\""));
         let rows: Vec<_> = s.rows.into_iter().map(|r| (r.id, r.pos, r.body)).collect();
         let back: Value = serde_json::from_slice(&assemble(&s.skeleton, &rows).unwrap()).unwrap();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use branch_core::element::Element;
 use branch_core::{MemoryError, MemoryItem, MemoryQuery, MemoryStore};
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -34,7 +34,10 @@ impl std::fmt::Debug for SqliteMemoryStore {
 
 impl SqliteMemoryStore {
     pub(crate) fn new(pool: Arc<Pool>, scope: String) -> Self {
-        Self { pool, scope: scope.into() }
+        Self {
+            pool,
+            scope: scope.into(),
+        }
     }
 
     /// The scope this store reads and writes.
@@ -49,17 +52,29 @@ fn mem_err(e: StoreError) -> MemoryError {
 
 type Row = (String, f64, String, String, String);
 
-fn decode(path: &std::path::Path, (id, created_at, metadata, content, tags): Row) -> Result<MemoryItem, StoreError> {
+fn decode(
+    path: &std::path::Path,
+    (id, created_at, metadata, content, tags): Row,
+) -> Result<MemoryItem, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
         path: path.to_owned(),
         what: format!("memory item {id}"),
         reason,
     };
     let uuid = Uuid::parse_str(&id).map_err(|e| corrupt(e.to_string()))?;
-    let metadata: Map<String, Value> = serde_json::from_str(&metadata).map_err(|e| corrupt(e.to_string()))?;
+    let metadata: Map<String, Value> =
+        serde_json::from_str(&metadata).map_err(|e| corrupt(e.to_string()))?;
     let content: Value = serde_json::from_str(&content).map_err(|e| corrupt(e.to_string()))?;
     let tags: Vec<String> = serde_json::from_str(&tags).map_err(|e| corrupt(e.to_string()))?;
-    Ok(MemoryItem { element: Element { id: uuid, created_at, metadata }, content, tags })
+    Ok(MemoryItem {
+        element: Element {
+            id: uuid,
+            created_at,
+            metadata,
+        },
+        content,
+        tags,
+    })
 }
 
 #[async_trait]
@@ -75,7 +90,9 @@ impl MemoryStore for SqliteMemoryStore {
         self.pool
             .run(move |c, p| {
                 let err = |e| sql_err(p, format!("store memory item {id}"), e);
-                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+                let tx = c
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(err)?;
                 tx.execute(
                     "INSERT INTO memory_items (scope, id, seq, created_at, metadata, content, tags)
                      VALUES (?1, ?2,

@@ -9,7 +9,7 @@ use rusqlite::Connection;
 use tokio::sync::Semaphore;
 
 use super::error::StoreError;
-use super::sqlite::{sql_err, SqliteOptions};
+use super::sqlite::{SqliteOptions, sql_err};
 
 pub(crate) struct Pool {
     path: PathBuf,
@@ -21,7 +21,12 @@ pub(crate) struct Pool {
 impl Pool {
     pub(crate) fn new(path: PathBuf, opts: SqliteOptions, first: Connection) -> Self {
         let permits = Arc::new(Semaphore::new(opts.max_connections.max(1)));
-        Self { path, opts, idle: Mutex::new(vec![first]), permits }
+        Self {
+            path,
+            opts,
+            idle: Mutex::new(vec![first]),
+            permits,
+        }
     }
 
     pub(crate) fn path(&self) -> &Path {
@@ -31,7 +36,8 @@ impl Pool {
     /// Opens and configures one connection (blocking).
     pub(crate) fn connect(path: &Path, opts: &SqliteOptions) -> Result<Connection, StoreError> {
         let conn = Connection::open(path).map_err(|e| sql_err(path, "open", e))?;
-        conn.busy_timeout(opts.busy_timeout).map_err(|e| sql_err(path, "set busy timeout", e))?;
+        conn.busy_timeout(opts.busy_timeout)
+            .map_err(|e| sql_err(path, "set busy timeout", e))?;
         // WAL lets readers proceed while one writer commits, and a commit is
         // one append to the log: a killed process leaves either the whole
         // transaction or none of it.
@@ -67,13 +73,19 @@ impl Pool {
                 None => Self::connect(&pool.path, &pool.opts)?,
             };
             let out = f(&mut conn, &pool.path);
-            pool.idle.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+            pool.idle
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(conn);
             out
         })
         .await;
         match joined {
             Ok(out) => out,
-            Err(e) => Err(StoreError::Task { path: self.path.clone(), reason: e.to_string() }),
+            Err(e) => Err(StoreError::Task {
+                path: self.path.clone(),
+                reason: e.to_string(),
+            }),
         }
     }
 }

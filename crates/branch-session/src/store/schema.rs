@@ -13,7 +13,7 @@
 use std::path::Path;
 
 use branch_core::Branch;
-use rusqlite::{params, Connection, Transaction, TransactionBehavior};
+use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
 use super::error::StoreError;
 use super::layout::{self, SplitBranch};
@@ -34,8 +34,9 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
         .map_err(err("begin migration"))?;
     // Read inside the write lock: another process may have migrated while
     // this one waited for it.
-    let found: i64 =
-        tx.pragma_query_value(None, "user_version", |r| r.get(0)).map_err(err("read schema version"))?;
+    let found: i64 = tx
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(err("read schema version"))?;
     if found > CURRENT_VERSION {
         return Err(StoreError::NewerSchema {
             path: path.to_owned(),
@@ -52,7 +53,8 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     if found < 2 {
         to_v2(&tx, path)?;
     }
-    tx.pragma_update(None, "user_version", CURRENT_VERSION).map_err(err("write schema version"))?;
+    tx.pragma_update(None, "user_version", CURRENT_VERSION)
+        .map_err(err("write schema version"))?;
     tx.commit().map_err(err("commit migration"))
 }
 
@@ -101,9 +103,12 @@ fn to_v2(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
     )
     .map_err(err)?;
     let docs: Vec<(String, String)> = {
-        let mut stmt =
-            tx.prepare("SELECT id, doc FROM branches_v1 ORDER BY rowid").map_err(err)?;
-        let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).map_err(err)?;
+        let mut stmt = tx
+            .prepare("SELECT id, doc FROM branches_v1 ORDER BY rowid")
+            .map_err(err)?;
+        let rows = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .map_err(err)?;
         rows.collect::<rusqlite::Result<_>>().map_err(err)?
     };
     let now = branch_core::element::now();
@@ -121,7 +126,11 @@ fn to_v2(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
 }
 
 /// Writes a whole branch (replacing its rows) inside `tx`.
-pub(crate) fn write_branch(tx: &Transaction<'_>, b: &SplitBranch, now: f64) -> rusqlite::Result<()> {
+pub(crate) fn write_branch(
+    tx: &Transaction<'_>,
+    b: &SplitBranch,
+    now: f64,
+) -> rusqlite::Result<()> {
     let id = b.id.to_string();
     tx.execute(
         "INSERT INTO branches (id, name, skeleton, has_view, message_count, updated_at)

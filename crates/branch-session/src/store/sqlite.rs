@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use branch_core::{Branch, Message, MessageKind};
-use rusqlite::{params, OptionalExtension, TransactionBehavior};
+use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -52,12 +52,20 @@ pub struct SqliteOptions {
 
 impl Default for SqliteOptions {
     fn default() -> Self {
-        Self { busy_timeout: Duration::from_secs(5), durability: Durability::Full, max_connections: 4 }
+        Self {
+            busy_timeout: Duration::from_secs(5),
+            durability: Durability::Full,
+            max_connections: 4,
+        }
     }
 }
 
 pub(crate) fn sql_err(path: &Path, op: impl Into<String>, source: rusqlite::Error) -> StoreError {
-    StoreError::Sqlite { path: path.to_owned(), op: op.into(), source }
+    StoreError::Sqlite {
+        path: path.to_owned(),
+        op: op.into(),
+        source,
+    }
 }
 
 /// Branches in one SQLite file (WAL mode), shared safely by many tasks and
@@ -70,7 +78,9 @@ pub struct SqliteStore {
 
 impl std::fmt::Debug for SqliteStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteStore").field("path", &self.pool.path()).finish_non_exhaustive()
+        f.debug_struct("SqliteStore")
+            .field("path", &self.pool.path())
+            .finish_non_exhaustive()
     }
 }
 
@@ -82,7 +92,10 @@ impl SqliteStore {
     }
 
     /// [`SqliteStore::open`] with options.
-    pub async fn open_with(path: impl AsRef<Path>, opts: SqliteOptions) -> Result<Self, StoreError> {
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        opts: SqliteOptions,
+    ) -> Result<Self, StoreError> {
         let path: PathBuf = path.as_ref().to_owned();
         let p = path.clone();
         let o = opts.clone();
@@ -92,8 +105,13 @@ impl SqliteStore {
             Ok::<_, StoreError>(conn)
         })
         .await
-        .map_err(|e| StoreError::Task { path: path.clone(), reason: e.to_string() })??;
-        Ok(Self { pool: Arc::new(Pool::new(path, opts, first)) })
+        .map_err(|e| StoreError::Task {
+            path: path.clone(),
+            reason: e.to_string(),
+        })??;
+        Ok(Self {
+            pool: Arc::new(Pool::new(path, opts, first)),
+        })
     }
 
     /// The database file.
@@ -169,7 +187,9 @@ impl BranchStore for SqliteStore {
         self.pool
             .run(move |c, p| {
                 let err = |e| sql_err(p, format!("save branch {}", split.id), e);
-                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
+                let tx = c
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(err)?;
                 write_branch(&tx, &split, now).map_err(err)?;
                 tx.commit().map_err(err)
             })
@@ -180,11 +200,17 @@ impl BranchStore for SqliteStore {
         let mut rows = Vec::with_capacity(messages.len());
         for m in messages {
             if m.kind() == MessageKind::System {
-                return Err(StoreError::SystemInTurn { branch_id, message_id: m.id() });
+                return Err(StoreError::SystemInTurn {
+                    branch_id,
+                    message_id: m.id(),
+                });
             }
             let body = m
                 .to_value()
-                .map_err(|source| StoreError::Branch { id: branch_id, source })?
+                .map_err(|source| StoreError::Branch {
+                    id: branch_id,
+                    source,
+                })?
                 .to_string();
             rows.push((m.id().to_string(), body));
         }
@@ -302,7 +328,12 @@ impl BranchStore for SqliteStore {
                     .map_err(err)?;
                 let rows = stmt
                     .query_map([], |r| {
-                        Ok((r.get::<_, String>(0)?, r.get(1)?, r.get::<_, i64>(2)?, r.get(3)?))
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get(1)?,
+                            r.get::<_, i64>(2)?,
+                            r.get(3)?,
+                        ))
                     })
                     .map_err(err)?;
                 let mut out = Vec::new();
@@ -313,7 +344,12 @@ impl BranchStore for SqliteStore {
                         what: format!("branch id `{id}`"),
                         reason: e.to_string(),
                     })?;
-                    out.push(BranchSummary { id, name, message_count: count.max(0) as u64, updated_at });
+                    out.push(BranchSummary {
+                        id,
+                        name,
+                        message_count: count.max(0) as u64,
+                        updated_at,
+                    });
                 }
                 Ok(out)
             })
@@ -325,9 +361,14 @@ impl BranchStore for SqliteStore {
             .run(move |c, p| {
                 let err = |e| sql_err(p, format!("delete branch {id}"), e);
                 let bid = id.to_string();
-                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
-                tx.execute("DELETE FROM messages WHERE branch_id = ?1", params![bid]).map_err(err)?;
-                let n = tx.execute("DELETE FROM branches WHERE id = ?1", params![bid]).map_err(err)?;
+                let tx = c
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(err)?;
+                tx.execute("DELETE FROM messages WHERE branch_id = ?1", params![bid])
+                    .map_err(err)?;
+                let n = tx
+                    .execute("DELETE FROM branches WHERE id = ?1", params![bid])
+                    .map_err(err)?;
                 tx.commit().map_err(err)?;
                 Ok(n > 0)
             })

@@ -15,7 +15,8 @@ pub struct TempDir(PathBuf);
 
 impl TempDir {
     pub fn new(tag: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("branch-session-{tag}-{}", Uuid::new_v4().simple()));
+        let p =
+            std::env::temp_dir().join(format!("branch-session-{tag}-{}", Uuid::new_v4().simple()));
         std::fs::create_dir_all(&p).expect("create temp dir");
         Self(p)
     }
@@ -36,7 +37,9 @@ impl Drop for TempDir {
 pub fn fixtures_dir() -> PathBuf {
     match std::env::var_os("LIONAGI_FIXTURES_DIR") {
         Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/lionagi-0.36.0"),
+        None => {
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/lionagi-0.36.0")
+        }
     }
 }
 
@@ -54,7 +57,12 @@ pub fn masks(scenario: &str) -> HashMap<String, String> {
         .as_array()
         .expect("mask list")
         .iter()
-        .map(|m| (m["pointer"].as_str().unwrap().to_owned(), m["kind"].as_str().unwrap().to_owned()))
+        .map(|m| {
+            (
+                m["pointer"].as_str().unwrap().to_owned(),
+                m["kind"].as_str().unwrap().to_owned(),
+            )
+        })
         .collect()
 }
 
@@ -71,7 +79,12 @@ pub struct Comparer<'a> {
 
 impl<'a> Comparer<'a> {
     pub fn new(masks: &'a HashMap<String, String>) -> Self {
-        Self { masks, ids: HashMap::new(), reverse: HashMap::new(), skip: Vec::new() }
+        Self {
+            masks,
+            ids: HashMap::new(),
+            reverse: HashMap::new(),
+            skip: Vec::new(),
+        }
     }
 
     pub fn compare(&mut self, base: &str, expected: &Value, actual: &Value) {
@@ -81,11 +94,20 @@ impl<'a> Comparer<'a> {
         if let Some(kind) = self.masks.get(base) {
             match kind.as_str() {
                 "uuid" => {
-                    let (e, a) = (expected.as_str().expect("uuid"), actual.as_str().unwrap_or_else(|| panic!("{base}: not a string: {actual}")));
+                    let (e, a) = (
+                        expected.as_str().expect("uuid"),
+                        actual
+                            .as_str()
+                            .unwrap_or_else(|| panic!("{base}: not a string: {actual}")),
+                    );
                     self.map_id(base, e, a);
                 }
-                "timestamp" | "duration" => assert!(actual.is_number(), "{base}: not a number: {actual}"),
-                "mock_base_url" | "datetime" | "text" => assert!(actual.is_string(), "{base}: not a string"),
+                "timestamp" | "duration" => {
+                    assert!(actual.is_number(), "{base}: not a number: {actual}")
+                }
+                "mock_base_url" | "datetime" | "text" => {
+                    assert!(actual.is_string(), "{base}: not a string")
+                }
                 other => panic!("unknown mask kind {other}"),
             }
             return;
@@ -129,7 +151,10 @@ impl<'a> Comparer<'a> {
 
 /// An instruction from `sender` to `recipient`.
 pub fn instruction(text: &str, sender: &str, recipient: Uuid) -> Message {
-    let content = InstructionContent { instruction: Some(text.into()), ..Default::default() };
+    let content = InstructionContent {
+        instruction: Some(text.into()),
+        ..Default::default()
+    };
     Message::instruction(content)
         .with_sender(Participant::from(sender))
         .with_recipient(Participant::Id(recipient))
@@ -137,11 +162,17 @@ pub fn instruction(text: &str, sender: &str, recipient: Uuid) -> Message {
 
 /// A branch with a system message and `turns` instruction/reply pairs.
 pub fn conversation(turns: usize) -> Branch {
-    let mut b = Branch::builder().system("You are terse.").name("conv").build().expect("branch");
+    let mut b = Branch::builder()
+        .system("You are terse.")
+        .name("conv")
+        .build()
+        .expect("branch");
     let id = b.id();
     for i in 0..turns {
-        b.msgs_mut().add_message(instruction(&format!("question {i}"), "user", id));
-        b.msgs_mut().add_message(Message::assistant(format!("answer {i} with some text")));
+        b.msgs_mut()
+            .add_message(instruction(&format!("question {i}"), "user", id));
+        b.msgs_mut()
+            .add_message(Message::assistant(format!("answer {i} with some text")));
     }
     b
 }
