@@ -91,6 +91,37 @@ async fn save_and_load_reproduce_to_dict() {
     roundtrip(&store, &b).await;
 }
 
+#[tokio::test]
+async fn resaving_after_edits_stores_the_new_state() {
+    let dir = TempDir::new("resave");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+    let mut b = common::conversation(4);
+    store.save(&b).await.unwrap();
+    // Reorder (a new system prompt goes first), edit, drop and add.
+    b.msgs_mut()
+        .set_system(Message::system(branch_core::message::SystemContent::new(
+            "v2",
+        )));
+    let third = b.messages().iter().nth(2).unwrap().id();
+    b.msgs_mut().get_mut(&third).unwrap().channel = Some("edited".into());
+    b.msgs_mut().truncate(6);
+    b.msgs_mut().add_message(Message::assistant("new tail"));
+    store.save(&b).await.unwrap();
+    let loaded = store.load(b.id()).await.unwrap();
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        b.to_dict(&full()).unwrap()
+    );
+    assert_eq!(store.list().await.unwrap()[0].message_count, 7);
+    assert!(store.check_consistency().await.unwrap().is_empty());
+    // Saving an unchanged branch again changes nothing.
+    store.save(&b).await.unwrap();
+    assert_eq!(
+        store.load(b.id()).await.unwrap().to_dict(&full()).unwrap(),
+        b.to_dict(&full()).unwrap()
+    );
+}
+
 /// Every branch the reference wrote in the fixtures survives the store.
 #[tokio::test]
 async fn every_fixture_branch_survives_the_store() {

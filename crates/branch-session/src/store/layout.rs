@@ -8,10 +8,13 @@
 //! Loading writes the full `to_dict` document back as bytes and hands it
 //! to `Branch::from_json_slice`, so messages are parsed once.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::io::Write;
 
 use branch_core::{Branch, BranchError, ToDictOptions};
+use indexmap::IndexMap;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -33,8 +36,19 @@ pub(crate) struct MessageRow {
     pub id: String,
     /// Position in the progression.
     pub pos: i64,
+    /// A hash of `body`, so an unchanged message is not rewritten.
+    pub hash: i64,
     /// The message's `to_dict` JSON.
     pub body: String,
+}
+
+/// The content hash stored beside a message body. Only equality matters:
+/// a different hash function after an upgrade just rewrites rows once.
+pub(crate) fn body_hash(body: &str) -> i64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    body.hash(&mut h);
+    h.finish() as i64
 }
 
 /// A branch ready to be written.
@@ -51,88 +65,129 @@ pub(crate) struct SplitBranch {
     pub rows: Vec<MessageRow>,
 }
 
-/// Splits a live branch.
+/// Splits a live branch. The branch is written once with
+/// `Branch::to_json_vec` and cut into pieces without building a JSON tree:
+/// each message body is the exact text `to_dict` produces for it.
 pub(crate) fn split(branch: &Branch) -> Result<SplitBranch, BranchError> {
-    let dict = branch.to_dict(&save_options())?;
-    split_dict(dict, || {
-        serde_json::to_value(branch.messages()).unwrap_or(Value::Null)
-    })
-    .map_err(|reason| BranchError::InvalidData {
-        path: "messages".into(),
-        reason,
+    let bytes = branch.to_json_vec(&save_options())?;
+    split_json(&bytes, || serde_json::to_string(branch.messages()).ok()).map_err(|reason| {
+        BranchError::InvalidData {
+            path: "messages".into(),
+            reason,
+        }
     })
 }
 
-/// Splits a `to_dict` value. `empty_pile` gives the pile's full header when
+type RawMap<'a> = IndexMap<Cow<'a, str>, &'a RawValue>;
+
+fn raw_map(text: &str) -> Result<RawMap<'_>, String> {
+    serde_json::from_str(text).map_err(|e| e.to_string())
+}
+
+/// Splits `to_dict` JSON text. `empty_pile` gives the pile's full JSON when
 /// `to_dict` wrote the bare empty form (which carries no pile id), so the
 /// pile keeps its identity once messages are appended.
-pub(crate) fn split_dict(
-    mut dict: Value,
-    empty_pile: impl FnOnce() -> Value,
+pub(crate) fn split_json(
+    bytes: &[u8],
+    empty_pile: impl FnOnce() -> Option<String>,
 ) -> Result<SplitBranch, String> {
-    let obj = dict
-        .as_object_mut()
-        .ok_or("a branch must be a JSON object")?;
-    let id = obj
-        .get("id")
-        .and_then(Value::as_str)
-        .and_then(|s| Uuid::parse_str(s).ok())
-        .ok_or("`id` is missing or not a UUID")?;
-    let name = obj.get("name").and_then(Value::as_str).map(str::to_owned);
-    let has_view = obj
-        .get("metadata")
-        .and_then(|m| m.get("current_progression"))
-        .is_some_and(|v| !v.is_null());
-    // The pile's System is the system message; the copy is redundant.
-    obj.shift_remove("system");
+    #[derive(serde::Deserialize)]
+    struct IdOnly<'a> {
+        #[serde(borrow)]
+        id: Cow<'a, str>,
+    }
 
-    let mut messages = match obj.shift_remove("messages") {
-        Some(Value::Object(m)) => m,
-        _ => return Err("`messages` is missing or not an object".into()),
+    let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
+    let top = raw_map(text).map_err(|e| format!("a branch must be a JSON object: {e}"))?;
+    let id = top
+        .get("id")
+        .and_then(|v| serde_json::from_str::<Cow<'_, str>>(v.get()).ok())
+        .and_then(|s| Uuid::parse_str(&s).ok())
+        .ok_or("`id` is missing or not a UUID")?;
+    let name = match top.get("name") {
+        Some(v) => {
+            serde_json::from_str::<Option<String>>(v.get()).map_err(|e| format!("`name`: {e}"))?
+        }
+        None => None,
     };
-    if !messages.contains_key("id") {
-        if let Value::Object(full) = empty_pile() {
-            messages = full;
+    let has_view = match top.get("metadata") {
+        Some(m) => raw_map(m.get())
+            .map_err(|e| format!("`metadata`: {e}"))?
+            .get("current_progression")
+            .is_some_and(|v| v.get() != "null"),
+        None => false,
+    };
+
+    let filled;
+    let mut pile_text = top.get("messages").ok_or("`messages` is missing")?.get();
+    let mut pile = raw_map(pile_text).map_err(|e| format!("`messages`: {e}"))?;
+    if !pile.contains_key("id") {
+        if let Some(full) = empty_pile() {
+            filled = full;
+            pile_text = &filled;
+            pile = raw_map(pile_text).map_err(|e| format!("`messages`: {e}"))?;
         }
     }
-    let collections = match messages.get_mut("collections").map(Value::take) {
-        Some(Value::Array(items)) => items,
-        None | Some(Value::Null) => Vec::new(),
-        Some(_) => return Err("`messages.collections` is not a list".into()),
+    let collections: Vec<&RawValue> = match pile.get("collections") {
+        Some(v) => {
+            serde_json::from_str(v.get()).map_err(|e| format!("`messages.collections`: {e}"))?
+        }
+        None => Vec::new(),
     };
-    let order = match messages
-        .get_mut("progression")
-        .and_then(|p| p.get_mut("order"))
-        .map(Value::take)
-    {
-        Some(Value::Array(ids)) => ids,
-        _ => Vec::new(),
+    let progression: RawMap<'_> = match pile.get("progression") {
+        Some(v) if v.get().starts_with('{') => {
+            raw_map(v.get()).map_err(|e| format!("`messages.progression`: {e}"))?
+        }
+        _ => IndexMap::new(),
+    };
+    let order: Vec<Cow<'_, str>> = match progression.get("order") {
+        Some(v) => serde_json::from_str(v.get())
+            .map_err(|e| format!("`messages.progression.order`: {e}"))?,
+        None => Vec::new(),
     };
     let positions: HashMap<&str, i64> = order
         .iter()
         .enumerate()
-        .filter_map(|(i, v)| Some((v.as_str()?, i as i64)))
+        .map(|(i, id)| (id.as_ref(), i as i64))
         .collect();
+
     let mut rows = Vec::with_capacity(collections.len());
     for (seq, msg) in collections.iter().enumerate() {
-        let mid = msg
-            .get("id")
-            .and_then(Value::as_str)
-            .ok_or_else(|| format!("message {seq} has no id"))?;
-        let pos = positions.get(mid).copied().unwrap_or(seq as i64);
-        let body = serde_json::to_string(msg).map_err(|e| e.to_string())?;
+        let body = msg.get();
+        let IdOnly { id: mid } =
+            serde_json::from_str(body).map_err(|e| format!("message {seq}: {e}"))?;
+        let pos = positions.get(mid.as_ref()).copied().unwrap_or(seq as i64);
         rows.push(MessageRow {
-            id: mid.to_owned(),
+            id: mid.into_owned(),
             pos,
-            body,
+            hash: body_hash(body),
+            body: body.to_owned(),
         });
     }
-    messages.insert("collections".into(), Value::Array(Vec::new()));
-    if let Some(Value::Object(p)) = messages.get_mut("progression") {
-        p.insert("order".into(), Value::Array(Vec::new()));
+
+    // The skeleton: every top-level entry as written, but the pile without
+    // its items and order, and without the redundant top-level `system`.
+    let mut out = Vec::with_capacity(text.len().min(4096));
+    out.push(b'{');
+    let mut first = true;
+    for (k, v) in &top {
+        if k == "system" {
+            continue;
+        }
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        write_json(&mut out, k.as_ref())?;
+        out.push(b':');
+        if k == "messages" {
+            write_empty_pile(&mut out, &pile, &progression)?;
+        } else {
+            out.extend_from_slice(v.get().as_bytes());
+        }
     }
-    obj.insert("messages".into(), Value::Object(messages));
-    let skeleton = serde_json::to_string(&dict).map_err(|e| e.to_string())?;
+    out.push(b'}');
+    let skeleton = String::from_utf8(out).map_err(|e| e.to_string())?;
     Ok(SplitBranch {
         id,
         name,
@@ -140,6 +195,45 @@ pub(crate) fn split_dict(
         has_view,
         rows,
     })
+}
+
+fn write_empty_pile(
+    out: &mut Vec<u8>,
+    pile: &RawMap<'_>,
+    progression: &RawMap<'_>,
+) -> Result<(), String> {
+    out.push(b'{');
+    let mut first = true;
+    for (k, v) in pile {
+        if !first {
+            out.push(b',');
+        }
+        first = false;
+        write_json(out, k.as_ref())?;
+        out.push(b':');
+        match k.as_ref() {
+            "collections" => out.extend_from_slice(b"[]"),
+            "progression" if !progression.is_empty() => {
+                out.push(b'{');
+                for (i, (pk, pv)) in progression.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    write_json(out, pk.as_ref())?;
+                    out.push(b':');
+                    if pk == "order" {
+                        out.extend_from_slice(b"[]");
+                    } else {
+                        out.extend_from_slice(pv.get().as_bytes());
+                    }
+                }
+                out.push(b'}');
+            }
+            _ => out.extend_from_slice(v.get().as_bytes()),
+        }
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 /// Writes the full `to_dict` document from a skeleton and its rows (in
@@ -242,7 +336,7 @@ mod tests {
             "system": {"id": "b"},
             "chat_model": {}
         });
-        let s = split_dict(dict.clone(), || Value::Null).unwrap();
+        let s = split_json(dict.to_string().as_bytes(), || None).unwrap();
         assert_eq!(
             s.rows
                 .iter()

@@ -10,6 +10,7 @@
 //! Every step runs from an empty file too, so a new store and a migrated
 //! one end with the same schema.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use branch_core::Branch;
@@ -73,7 +74,8 @@ fn to_v2(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
     tx.execute_batch(
         "ALTER TABLE branches RENAME TO branches_v1;
          CREATE TABLE branches (
-             id            TEXT PRIMARY KEY NOT NULL,
+             key           INTEGER PRIMARY KEY,
+             id            TEXT NOT NULL UNIQUE,
              name          TEXT,
              skeleton      TEXT NOT NULL,
              has_view      INTEGER NOT NULL DEFAULT 0,
@@ -81,14 +83,16 @@ fn to_v2(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
              updated_at    REAL NOT NULL
          );
          CREATE TABLE messages (
-             branch_id TEXT NOT NULL,
-             msg_id    TEXT NOT NULL,
-             seq       INTEGER NOT NULL,
-             pos       INTEGER NOT NULL,
-             body      TEXT NOT NULL,
-             PRIMARY KEY (branch_id, msg_id)
-         ) WITHOUT ROWID;
-         CREATE UNIQUE INDEX messages_by_seq ON messages (branch_id, seq);
+             row        INTEGER PRIMARY KEY,
+             branch_key INTEGER NOT NULL,
+             msg_id     TEXT NOT NULL,
+             seq        INTEGER NOT NULL,
+             pos        INTEGER NOT NULL,
+             hash       INTEGER NOT NULL,
+             body       TEXT NOT NULL
+         );
+         CREATE UNIQUE INDEX messages_by_id ON messages (branch_key, msg_id);
+         CREATE INDEX messages_by_seq ON messages (branch_key, seq);
          CREATE TABLE memory_items (
              scope      TEXT NOT NULL,
              id         TEXT NOT NULL,
@@ -125,27 +129,62 @@ fn to_v2(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
     tx.execute_batch("DROP TABLE branches_v1;").map_err(err)
 }
 
-/// Writes a whole branch (replacing its rows) inside `tx`.
+/// Writes a whole branch inside `tx`. Rows already stored unchanged
+/// (same position, same content hash) are left alone, so saving a long
+/// conversation after one more turn writes only that turn.
 pub(crate) fn write_branch(
     tx: &Transaction<'_>,
     b: &SplitBranch,
     now: f64,
 ) -> rusqlite::Result<()> {
-    let id = b.id.to_string();
-    tx.execute(
+    let key: i64 = tx.query_row(
         "INSERT INTO branches (id, name, skeleton, has_view, message_count, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (id) DO UPDATE SET
              name = excluded.name, skeleton = excluded.skeleton, has_view = excluded.has_view,
-             message_count = excluded.message_count, updated_at = excluded.updated_at",
-        params![id, b.name, b.skeleton, b.has_view, b.rows.len() as i64, now],
+             message_count = excluded.message_count, updated_at = excluded.updated_at
+         RETURNING key",
+        params![
+            b.id.to_string(),
+            b.name,
+            b.skeleton,
+            b.has_view,
+            b.rows.len() as i64,
+            now
+        ],
+        |r| r.get(0),
     )?;
-    tx.execute("DELETE FROM messages WHERE branch_id = ?1", params![id])?;
+    let mut stored: HashMap<String, (i64, i64, i64, i64)> = {
+        let mut stmt = tx.prepare_cached(
+            "SELECT msg_id, row, seq, pos, hash FROM messages WHERE branch_key = ?1",
+        )?;
+        let rows = stmt.query_map(params![key], |r| {
+            Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+        })?;
+        rows.collect::<rusqlite::Result<_>>()?
+    };
+    let mut update = tx.prepare_cached(
+        "UPDATE messages SET seq = ?2, pos = ?3, hash = ?4, body = ?5 WHERE row = ?1",
+    )?;
     let mut insert = tx.prepare_cached(
-        "INSERT INTO messages (branch_id, msg_id, seq, pos, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+        "INSERT INTO messages (branch_key, msg_id, seq, pos, hash, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for (seq, row) in b.rows.iter().enumerate() {
-        insert.execute(params![id, row.id, seq as i64, row.pos, row.body])?;
+        let seq = seq as i64;
+        match stored.remove(&row.id) {
+            Some((_, s, p, h)) if (s, p, h) == (seq, row.pos, row.hash) => {}
+            Some((rowid, ..)) => {
+                update.execute(params![rowid, seq, row.pos, row.hash, row.body])?;
+            }
+            None => {
+                insert.execute(params![key, row.id, seq, row.pos, row.hash, row.body])?;
+            }
+        }
+    }
+    let mut delete = tx.prepare_cached("DELETE FROM messages WHERE row = ?1")?;
+    for (rowid, ..) in stored.into_values() {
+        delete.execute(params![rowid])?;
     }
     Ok(())
 }

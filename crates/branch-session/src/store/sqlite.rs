@@ -149,15 +149,24 @@ impl SqliteStore {
                     }
                 }
                 let checks = [
-                    ("messages without a branch",
-                     "SELECT COUNT(*) FROM messages m LEFT JOIN branches b ON b.id = m.branch_id WHERE b.id IS NULL"),
-                    ("branches whose message_count is wrong",
-                     "SELECT COUNT(*) FROM branches b WHERE b.message_count != (SELECT COUNT(*) FROM messages m WHERE m.branch_id = b.id)"),
-                    ("branches whose positions are not dense",
-                     "SELECT COUNT(*) FROM branches b WHERE (SELECT COUNT(*) FROM messages m WHERE m.branch_id = b.id) > 0 AND (
-                          (SELECT MAX(pos) FROM messages m WHERE m.branch_id = b.id) + 1 != b.message_count
-                          OR (SELECT COUNT(DISTINCT pos) FROM messages m WHERE m.branch_id = b.id) != b.message_count
-                          OR (SELECT MAX(seq) FROM messages m WHERE m.branch_id = b.id) + 1 != b.message_count)"),
+                    (
+                        "messages without a branch",
+                        "SELECT COUNT(*) FROM messages m LEFT JOIN branches b ON b.key = m.branch_key
+                         WHERE b.key IS NULL",
+                    ),
+                    (
+                        "branches whose message_count is wrong",
+                        "SELECT COUNT(*) FROM branches b WHERE b.message_count !=
+                             (SELECT COUNT(*) FROM messages m WHERE m.branch_key = b.key)",
+                    ),
+                    (
+                        "branches whose positions are not 0..message_count",
+                        "SELECT COUNT(*) FROM branches b WHERE b.message_count > 0 AND (
+                             (SELECT MAX(pos) FROM messages m WHERE m.branch_key = b.key) + 1 != b.message_count
+                             OR (SELECT COUNT(DISTINCT pos) FROM messages m WHERE m.branch_key = b.key) != b.message_count
+                             OR (SELECT MAX(seq) FROM messages m WHERE m.branch_key = b.key) + 1 != b.message_count
+                             OR (SELECT COUNT(DISTINCT seq) FROM messages m WHERE m.branch_key = b.key) != b.message_count)",
+                    ),
                 ];
                 for (what, sql) in checks {
                     let n: i64 = c.query_row(sql, [], |r| r.get(0)).map_err(err)?;
@@ -220,40 +229,37 @@ impl BranchStore for SqliteStore {
                 let err = |e| sql_err(p, format!("append a turn to branch {branch_id}"), e);
                 let bid = branch_id.to_string();
                 let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
-                let head: Option<(bool, String)> = tx
+                let head: Option<(i64, bool, i64, String)> = tx
                     .query_row(
-                        "SELECT has_view, skeleton FROM branches WHERE id = ?1",
+                        "SELECT key, has_view, message_count, skeleton FROM branches WHERE id = ?1",
                         params![bid],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                     )
                     .optional()
                     .map_err(err)?;
-                let Some((has_view, skeleton)) = head else {
+                let Some((key, has_view, count, skeleton)) = head else {
                     return Err(StoreError::NotFound(branch_id));
                 };
-                let (mut seq, mut pos): (i64, i64) = tx
-                    .query_row(
-                        "SELECT COALESCE(MAX(seq), -1) + 1, COALESCE(MAX(pos), -1) + 1
-                         FROM messages WHERE branch_id = ?1",
-                        params![bid],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
-                    )
-                    .map_err(err)?;
+                // Positions are dense, so the next one is the count.
+                let mut next = count;
                 let mut added = Vec::new();
                 {
                     let mut update = tx
-                        .prepare_cached("UPDATE messages SET body = ?3 WHERE branch_id = ?1 AND msg_id = ?2")
+                        .prepare_cached(
+                            "UPDATE messages SET hash = ?3, body = ?4 WHERE branch_key = ?1 AND msg_id = ?2",
+                        )
                         .map_err(err)?;
                     let mut insert = tx
                         .prepare_cached(
-                            "INSERT INTO messages (branch_id, msg_id, seq, pos, body) VALUES (?1, ?2, ?3, ?4, ?5)",
+                            "INSERT INTO messages (branch_key, msg_id, seq, pos, hash, body)
+                             VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
                         )
                         .map_err(err)?;
                     for (mid, body) in &rows {
-                        if update.execute(params![bid, mid, body]).map_err(err)? == 0 {
-                            insert.execute(params![bid, mid, seq, pos, body]).map_err(err)?;
-                            seq += 1;
-                            pos += 1;
+                        let hash = layout::body_hash(body);
+                        if update.execute(params![key, mid, hash, body]).map_err(err)? == 0 {
+                            insert.execute(params![key, mid, next, hash, body]).map_err(err)?;
+                            next += 1;
                             added.push(mid.clone());
                         }
                     }
@@ -268,10 +274,10 @@ impl BranchStore for SqliteStore {
                     None
                 };
                 tx.execute(
-                    "UPDATE branches SET message_count = message_count + ?2, updated_at = ?3,
+                    "UPDATE branches SET message_count = ?2, updated_at = ?3,
                          skeleton = COALESCE(?4, skeleton)
-                     WHERE id = ?1",
-                    params![bid, added.len() as i64, now, skeleton],
+                     WHERE key = ?1",
+                    params![key, next, now, skeleton],
                 )
                 .map_err(err)?;
                 tx.commit().map_err(err)
@@ -287,21 +293,25 @@ impl BranchStore for SqliteStore {
                 // One read transaction: the skeleton and the rows come from
                 // the same snapshot even while writers commit.
                 let tx = c.transaction().map_err(err)?;
-                let skeleton: Option<String> = tx
-                    .query_row("SELECT skeleton FROM branches WHERE id = ?1", params![bid], |r| r.get(0))
+                let head: Option<(i64, String)> = tx
+                    .query_row(
+                        "SELECT key, skeleton FROM branches WHERE id = ?1",
+                        params![bid],
+                        |r| Ok((r.get(0)?, r.get(1)?)),
+                    )
                     .optional()
                     .map_err(err)?;
-                let Some(skeleton) = skeleton else {
+                let Some((key, skeleton)) = head else {
                     return Err(StoreError::NotFound(id));
                 };
                 let rows: Vec<(String, i64, String)> = {
                     let mut stmt = tx
                         .prepare_cached(
-                            "SELECT msg_id, pos, body FROM messages WHERE branch_id = ?1 ORDER BY seq",
+                            "SELECT msg_id, pos, body FROM messages WHERE branch_key = ?1 ORDER BY seq",
                         )
                         .map_err(err)?;
                     let it = stmt
-                        .query_map(params![bid], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+                        .query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
                         .map_err(err)?;
                     it.collect::<rusqlite::Result<_>>().map_err(err)?
                 };
@@ -323,7 +333,7 @@ impl BranchStore for SqliteStore {
                 let err = |e| sql_err(p, "list branches", e);
                 let mut stmt = c
                     .prepare_cached(
-                        "SELECT id, name, message_count, updated_at FROM branches ORDER BY rowid",
+                        "SELECT id, name, message_count, updated_at FROM branches ORDER BY key",
                     )
                     .map_err(err)?;
                 let rows = stmt
@@ -364,11 +374,12 @@ impl BranchStore for SqliteStore {
                 let tx = c
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(err)?;
-                tx.execute("DELETE FROM messages WHERE branch_id = ?1", params![bid])
-                    .map_err(err)?;
-                let n = tx
-                    .execute("DELETE FROM branches WHERE id = ?1", params![bid])
-                    .map_err(err)?;
+                tx.execute(
+                    "DELETE FROM messages WHERE branch_key = (SELECT key FROM branches WHERE id = ?1)",
+                    params![bid],
+                )
+                .map_err(err)?;
+                let n = tx.execute("DELETE FROM branches WHERE id = ?1", params![bid]).map_err(err)?;
                 tx.commit().map_err(err)?;
                 Ok(n > 0)
             })
