@@ -178,6 +178,9 @@ impl Session {
     /// are dropped) and, if it has not claimed a memory store yet, the
     /// session's. The first member becomes the default branch. Including a
     /// member again only refreshes its references.
+    ///
+    /// This waits for each branch's lock: do not call it while holding the
+    /// lock of a branch in the batch.
     pub async fn include(
         &mut self,
         batch: impl IntoIterator<Item = SharedBranch>,
@@ -284,7 +287,8 @@ impl Session {
     }
 
     /// The first member (in inclusion order) with this name. Names live in
-    /// the branches, so this waits for each member's lock in turn.
+    /// the branches, so this waits for each member's lock in turn: do not
+    /// call it while holding a member's lock.
     pub async fn find_by_name(&self, name: &str) -> Option<SharedBranch> {
         for h in self.members.values() {
             if h.lock().await.name() == Some(name) {
