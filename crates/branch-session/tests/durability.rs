@@ -197,3 +197,41 @@ async fn a_hundred_tasks_writing_a_hundred_branches_lose_nothing() {
     }
     assert!(store.check_consistency().await.unwrap().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_stores_on_one_file_interleave_turns_on_the_same_branch() {
+    const TURNS: usize = 40;
+    let dir = TempDir::new("two-stores");
+    let path = dir.join("s.db");
+    let a = SqliteStore::open(&path).await.unwrap();
+    let b = SqliteStore::open(&path).await.unwrap();
+    let branch = Branch::builder().system("S").build().unwrap();
+    a.save(&branch).await.unwrap();
+    let id = branch.id();
+    let writer = |store: SqliteStore, tag: &'static str| async move {
+        for i in 0..TURNS {
+            let msgs = [Message::assistant(format!("{tag} {i}"))];
+            store.append_turn(id, &msgs).await.unwrap();
+        }
+    };
+    let (ra, rb) = tokio::join!(
+        tokio::spawn(writer(a.clone(), "a")),
+        tokio::spawn(writer(b.clone(), "b"))
+    );
+    ra.unwrap();
+    rb.unwrap();
+    assert!(b.check_consistency().await.unwrap().is_empty());
+    let loaded = a.load(id).await.unwrap();
+    assert_eq!(loaded.msgs().len(), 1 + 2 * TURNS);
+    for tag in ["a", "b"] {
+        // Each writer's turns keep their own order.
+        let seen: Vec<String> = loaded
+            .messages()
+            .iter()
+            .map(text_of)
+            .filter(|t| t.starts_with(&format!("{tag} ")))
+            .collect();
+        let want: Vec<String> = (0..TURNS).map(|i| format!("{tag} {i}")).collect();
+        assert_eq!(seen, want);
+    }
+}

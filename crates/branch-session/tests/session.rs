@@ -107,6 +107,28 @@ async fn include_attaches_and_remove_detaches_without_touching_the_conversation(
 }
 
 #[tokio::test]
+async fn replacing_the_observer_reaches_every_member() {
+    let (mut s, first) = session_with_observer().await;
+    let h = s.default_branch().unwrap();
+    let second = Arc::new(Counter::default());
+    s.set_observer(Some(second.clone())).await;
+    h.lock()
+        .await
+        .msgs_mut()
+        .add_message(Message::assistant("x"));
+    assert_eq!(first.0.load(Ordering::SeqCst), 0);
+    assert_eq!(second.0.load(Ordering::SeqCst), 1);
+    // A branch included later gets the new observer too.
+    let late = share(Branch::new().unwrap());
+    s.include([late.clone()]).await.unwrap();
+    late.lock()
+        .await
+        .msgs_mut()
+        .add_message(Message::assistant("y"));
+    assert_eq!(second.0.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
 async fn a_branch_owned_elsewhere_refuses_the_whole_batch() {
     let mut s1 = Session::new().await.unwrap();
     let mut s2 = Session::new().await.unwrap();
