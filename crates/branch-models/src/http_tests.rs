@@ -834,3 +834,26 @@ async fn connect_upgrades_configuration_only_models() {
     let again = crate::connect(&live).unwrap();
     assert!(std::sync::Arc::ptr_eq(&again, &live));
 }
+
+#[tokio::test]
+async fn redirects_stay_on_the_original_origin() {
+    let server = MockServer::start().await;
+    let port = server.addr().port();
+    // Same origin: followed (307 keeps the POST and its body).
+    server.push(MockReply::raw(307, "").header(
+        "location",
+        &format!("http://127.0.0.1:{port}/v1/moved/chat/completions"),
+    ));
+    server.push(MockReply::text("moved ok"));
+    let model = mock_model(&server, "gpt-4.1-mini");
+    assert_eq!(model.chat(user("q")).await.unwrap().text, "moved ok");
+    assert_eq!(server.requests()[1].path, "/v1/moved/chat/completions");
+    // Another origin (localhost is another host name): refused, key not forwarded.
+    server.push(MockReply::raw(307, "").header(
+        "location",
+        &format!("http://localhost:{port}/v1/chat/completions"),
+    ));
+    let e = model.chat(user("q")).await.unwrap_err();
+    assert_eq!(e.kind, ModelErrorKind::NetworkGuard, "{e}");
+    assert_eq!(server.request_count(), 3);
+}
