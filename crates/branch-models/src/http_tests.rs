@@ -857,3 +857,62 @@ async fn redirects_stay_on_the_original_origin() {
     assert_eq!(e.kind, ModelErrorKind::NetworkGuard, "{e}");
     assert_eq!(server.request_count(), 3);
 }
+
+/// Collects the fields recorded on `model_call` spans.
+#[derive(Clone, Default)]
+struct SpanFields(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+struct Visit<'a>(&'a mut Vec<(String, String)>);
+
+impl tracing::field::Visit for Visit<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanFields {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() == "model_call" {
+            attrs.record(&mut Visit(&mut self.0.lock().unwrap()));
+        }
+    }
+
+    fn on_record(
+        &self,
+        _id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        values.record(&mut Visit(&mut self.0.lock().unwrap()));
+    }
+}
+
+#[tokio::test]
+async fn a_tracing_span_per_call_with_status_attempts_and_tokens() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let fields = SpanFields::default();
+    let subscriber = tracing_subscriber::registry().with(fields.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = MockServer::start().await;
+    server.script([MockReply::error(500, "x"), MockReply::text("ok")]);
+    let model = mock_model(&server, "gpt-4.1-mini");
+    model.chat(user("q")).await.unwrap();
+    let got = fields.0.lock().unwrap().clone();
+    let get = |k: &str| {
+        got.iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(get("provider").as_deref(), Some("\"openai\""));
+    assert_eq!(get("model").as_deref(), Some("\"gpt-4.1-mini\""));
+    assert_eq!(get("status").as_deref(), Some("200"));
+    assert_eq!(get("attempts").as_deref(), Some("2"));
+    assert_eq!(get("prompt_tokens").as_deref(), Some("11"));
+    assert_eq!(get("completion_tokens").as_deref(), Some("7"));
+}
