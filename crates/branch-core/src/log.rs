@@ -2,6 +2,7 @@
 //! calls, tool calls and custom events.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
@@ -380,11 +381,54 @@ impl DataLoggerConfig {
     }
 }
 
+fn is_csv(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "csv")
+}
+
+/// One JSON object per line, or CSV with the content as a JSON cell.
+fn render_logs(logs: &Pile<Log>, csv: bool) -> Result<String> {
+    let mut out = String::new();
+    if csv {
+        out.push_str("id,created_at,content\n");
+    }
+    for log in logs.iter() {
+        let err = |e: serde_json::Error| BranchError::Serialize {
+            path: format!("logs.{}", log.id()),
+            reason: e.to_string(),
+        };
+        if csv {
+            let content = serde_json::to_string(log.content()).map_err(err)?;
+            out.push_str(&format!(
+                "{},{},\"{}\"\n",
+                log.id(),
+                log.created_at(),
+                content.replace('"', "\"\"")
+            ));
+        } else {
+            out.push_str(&serde_json::to_string(log).map_err(err)?);
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    let io = |source| BranchError::LogIo {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    std::fs::write(path, text).map_err(io)
+}
+
 /// The branch's logs and their configuration.
 #[derive(Debug, Clone)]
 pub struct DataLogger {
     logs: Pile<Log>,
-    config: DataLoggerConfig,
+    // Shared: most branches use the same settings configuration.
+    config: Arc<DataLoggerConfig>,
 }
 
 impl Default for DataLogger {
@@ -395,16 +439,19 @@ impl Default for DataLogger {
 
 impl DataLogger {
     /// An empty logger with this configuration.
-    pub fn new(config: DataLoggerConfig) -> Self {
+    pub fn new(config: impl Into<Arc<DataLoggerConfig>>) -> Self {
         Self {
             logs: Pile::new(true),
-            config,
+            config: config.into(),
         }
     }
 
     /// A logger over existing logs.
-    pub fn with_logs(config: DataLoggerConfig, logs: Pile<Log>) -> Self {
-        Self { logs, config }
+    pub fn with_logs(config: impl Into<Arc<DataLoggerConfig>>, logs: Pile<Log>) -> Self {
+        Self {
+            logs,
+            config: config.into(),
+        }
     }
 
     /// The logs.
@@ -423,49 +470,50 @@ impl DataLogger {
     pub fn log(&mut self, log: Log) {
         if let Some(cap) = self.config.capacity {
             if cap > 0 && self.logs.len() as u64 >= cap {
-                let path = self.config.new_file_path();
-                if let Err(e) = self.dump_to(&path, self.config.clear_after_dump) {
-                    tracing::warn!(error = %e, "log dump at capacity failed; logs kept in memory");
-                }
+                self.dump_at_capacity();
             }
         }
         self.logs.push(log);
     }
 
-    /// Writes the logs to `path` (one JSON object per line, or CSV) and
-    /// clears them when `clear`. Returns the number of logs written.
-    pub fn dump_to(&mut self, path: &Path, clear: bool) -> Result<usize> {
-        let io = |source| BranchError::LogIo {
-            path: path.to_owned(),
-            source,
+    /// The capacity dump. Inside a tokio runtime the file is written on the
+    /// blocking pool so a turn never waits for the disk; a failed write is
+    /// reported through `tracing` with the number of logs it held.
+    fn dump_at_capacity(&mut self) {
+        let path = self.config.new_file_path();
+        let text = match render_logs(&self.logs, is_csv(&path)) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "log dump at capacity failed; logs kept in memory");
+                return;
+            }
         };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(io)?;
+        let count = self.logs.len();
+        if self.config.clear_after_dump {
+            self.logs.clear();
         }
-        let mut out = String::new();
-        let csv = path.extension().is_some_and(|e| e == "csv");
-        if csv {
-            out.push_str("id,created_at,content\n");
-        }
-        for log in self.logs.iter() {
-            let line = serde_json::to_string(log).map_err(|e| BranchError::Serialize {
-                path: format!("logs.{}", log.id()),
-                reason: e.to_string(),
-            })?;
-            if csv {
-                let content = serde_json::to_string(log.content()).unwrap_or_default();
-                out.push_str(&format!(
-                    "{},{},\"{}\"\n",
-                    log.id(),
-                    log.created_at(),
-                    content.replace('"', "\"\"")
-                ));
-            } else {
-                out.push_str(&line);
-                out.push('\n');
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(move || {
+                    if let Err(e) = write_file(&path, &text) {
+                        tracing::error!(error = %e, count, "log dump at capacity failed");
+                    }
+                });
+            }
+            Err(_) => {
+                if let Err(e) = write_file(&path, &text) {
+                    tracing::error!(error = %e, count, "log dump at capacity failed");
+                }
             }
         }
-        std::fs::write(path, out).map_err(io)?;
+    }
+
+    /// Writes the logs to `path` (one JSON object per line, or CSV) and
+    /// clears them when `clear`. Returns the number of logs written. This
+    /// is blocking file I/O: from async code call it on the blocking pool.
+    pub fn dump_to(&mut self, path: &Path, clear: bool) -> Result<usize> {
+        let text = render_logs(&self.logs, is_csv(path))?;
+        write_file(path, &text)?;
         let n = self.logs.len();
         if clear {
             self.logs.clear();

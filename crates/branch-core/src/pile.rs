@@ -90,6 +90,7 @@ impl<T: Stored> Pile<T> {
     /// Appends an item; an item whose id is present replaces it in place.
     pub fn push(&mut self, item: T) {
         let id = item.id();
+        self.reserve_first();
         if self.items.insert(id, item).is_none() {
             self.progression.order.push(id);
         }
@@ -100,8 +101,18 @@ impl<T: Stored> Pile<T> {
     /// reference after a system replacement).
     pub fn push_front(&mut self, item: T) {
         let id = item.id();
+        self.reserve_first();
         if self.items.insert(id, item).is_none() {
             self.progression.order.insert(0, id);
+        }
+    }
+
+    /// Most branches hold few messages until a conversation starts: the
+    /// first item gets room for itself only, instead of the default four.
+    fn reserve_first(&mut self) {
+        if self.items.capacity() == 0 {
+            self.items.reserve_exact(1);
+            self.progression.order.reserve_exact(1);
         }
     }
 

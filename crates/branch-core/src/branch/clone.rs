@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::builder::settings_log_config;
-use super::{Branch, ModelManager};
+use super::{Branch, ModelManager, Parts};
 use crate::action::ActionManager;
 use crate::element::Element;
 use crate::log::DataLogger;
@@ -106,15 +106,15 @@ impl Branch {
             created_at: crate::element::now(),
             metadata,
         };
-        Branch::assemble(
+        Branch::assemble(Parts {
             element,
-            self.user.clone(),
-            None,
+            user: self.user.clone(),
+            name: None,
             msgs,
             acts,
-            ModelManager::new(chat, parse),
-            DataLogger::new(settings_log_config()),
-            None,
-        )
+            models: ModelManager::new(chat, parse),
+            logger: DataLogger::new(settings_log_config()),
+            memory: None,
+        })
     }
 }

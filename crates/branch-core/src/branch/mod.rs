@@ -83,16 +83,17 @@ impl Branch {
         Self::builder().build()
     }
 
-    pub(crate) fn assemble(
-        element: Element,
-        user: Option<Participant>,
-        name: Option<String>,
-        msgs: MessageManager,
-        acts: ActionManager,
-        models: ModelManager,
-        logger: DataLogger,
-        memory: Option<Arc<dyn MemoryStore>>,
-    ) -> Self {
+    pub(crate) fn assemble(parts: Parts) -> Self {
+        let Parts {
+            element,
+            user,
+            name,
+            msgs,
+            acts,
+            models,
+            logger,
+            memory,
+        } = parts;
         let observer = ObserverSlot::default();
         let mut msgs = msgs;
         let slot = observer.clone();
@@ -398,6 +399,18 @@ impl Branch {
     pub fn observer(&self) -> Option<Arc<dyn Observer>> {
         self.observer.get()
     }
+}
+
+/// The owned state a branch is assembled from.
+pub(crate) struct Parts {
+    pub(crate) element: Element,
+    pub(crate) user: Option<Participant>,
+    pub(crate) name: Option<String>,
+    pub(crate) msgs: MessageManager,
+    pub(crate) acts: ActionManager,
+    pub(crate) models: ModelManager,
+    pub(crate) logger: DataLogger,
+    pub(crate) memory: Option<Arc<dyn MemoryStore>>,
 }
 
 /// What `get_operation` found.

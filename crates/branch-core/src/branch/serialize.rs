@@ -9,7 +9,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::builder::{default_chat_model, settings_log_config};
-use super::{Branch, ModelManager};
+use super::{Branch, ModelManager, Parts};
 use crate::action::ActionManager;
 use crate::element::{self, Element, Finite, lion_class};
 use crate::error::{BranchError, Result};
@@ -242,17 +242,13 @@ impl Serialize for MessagePileOut<'_> {
 
 impl Branch {
     fn model_dicts(&self, opts: &ToDictOptions) -> (Value, Option<Value>) {
-        let chat = self
-            .models
-            .chat()
-            .config()
-            .to_dict(opts.include_request_options, opts.include_processor_config);
-        let parse = (!self.models.parse_is_chat()).then(|| {
-            self.models
-                .parse()
-                .config()
-                .to_dict(opts.include_request_options, opts.include_processor_config)
-        });
+        // Through the model, not its construction-time config: a connected
+        // model records what calls taught it (the served model name).
+        let write = |m: &Arc<dyn ChatModel>| {
+            m.to_dict(opts.include_request_options, opts.include_processor_config)
+        };
+        let chat = write(self.models.chat());
+        let parse = (!self.models.parse_is_chat()).then(|| write(self.models.parse()));
         (chat, parse)
     }
 
@@ -491,23 +487,23 @@ impl BranchWire {
         };
 
         let config = match &self.log_config {
-            Some(v) if crate::message::truthy(v) => DataLoggerConfig::from_value(v)?,
+            Some(v) if crate::message::truthy(v) => Arc::new(DataLoggerConfig::from_value(v)?),
             _ => settings_log_config(),
         };
         let logger = match self.logs {
             Some(logs) => DataLogger::with_logs(config, logs),
             None => DataLogger::new(config),
         };
-        Ok(Branch::assemble(
+        Ok(Branch::assemble(Parts {
             element,
-            self.user,
-            self.name,
+            user: self.user,
+            name: self.name,
             msgs,
-            ActionManager::new(),
-            ModelManager::new(chat, parse),
+            acts: ActionManager::new(),
+            models: ModelManager::new(chat, parse),
             logger,
-            None,
-        ))
+            memory: None,
+        }))
     }
 }
 

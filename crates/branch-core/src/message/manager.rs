@@ -42,7 +42,10 @@ impl std::fmt::Debug for MessageManager {
 impl MessageManager {
     /// An empty manager.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            callbacks: Vec::with_capacity(1),
+            ..Self::default()
+        }
     }
 
     /// A manager over an existing pile. The designated system message is
@@ -201,13 +204,15 @@ impl MessageManager {
         let MessageContent::ActionRequest(rc) = &req.content else {
             return Err(BranchError::MissingActionRequest);
         };
-        let response = Message::new(MessageContent::ActionResponse(ActionResponseContent {
-            function: rc.function.clone(),
-            arguments: rc.arguments.clone(),
-            output,
-            action_request_id: Some(request_id),
-            error: None,
-        }))
+        let response = Message::new(MessageContent::ActionResponse(Box::new(
+            ActionResponseContent {
+                function: rc.function.clone(),
+                arguments: rc.arguments.clone(),
+                output,
+                action_request_id: Some(request_id),
+                error: None,
+            },
+        )))
         .with_sender(sender)
         .with_recipient(recipient);
         let response_id = response.id();

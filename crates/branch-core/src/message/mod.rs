@@ -89,18 +89,21 @@ impl MessageKind {
 }
 
 /// The kind-specific content of a message.
+///
+/// The larger contents are boxed so that a message stays small in the pile
+/// (an idle branch must fit in 2 KiB; see docs/benchmarks.md).
 #[derive(Debug, Clone, PartialEq)]
 pub enum MessageContent {
     /// The system prompt.
     System(SystemContent),
     /// A user instruction.
-    Instruction(InstructionContent),
+    Instruction(Box<InstructionContent>),
     /// A model reply.
     AssistantResponse(AssistantResponseContent),
     /// A tool call requested by the model.
-    ActionRequest(ActionRequestContent),
+    ActionRequest(Box<ActionRequestContent>),
     /// A tool result.
-    ActionResponse(ActionResponseContent),
+    ActionResponse(Box<ActionResponseContent>),
 }
 
 impl MessageContent {
@@ -119,16 +122,16 @@ impl MessageContent {
         Ok(match kind {
             MessageKind::System => MessageContent::System(SystemContent::from_value(v)?),
             MessageKind::Instruction => {
-                MessageContent::Instruction(InstructionContent::from_value(v)?)
+                MessageContent::Instruction(Box::new(InstructionContent::from_value(v)?))
             }
             MessageKind::AssistantResponse => {
                 MessageContent::AssistantResponse(AssistantResponseContent::from_value(v)?)
             }
             MessageKind::ActionRequest => {
-                MessageContent::ActionRequest(ActionRequestContent::from_value(v)?)
+                MessageContent::ActionRequest(Box::new(ActionRequestContent::from_value(v)?))
             }
             MessageKind::ActionResponse => {
-                MessageContent::ActionResponse(ActionResponseContent::from_value(v)?)
+                MessageContent::ActionResponse(Box::new(ActionResponseContent::from_value(v)?))
             }
         })
     }
@@ -196,7 +199,7 @@ impl Message {
 
     /// An instruction.
     pub fn instruction(content: InstructionContent) -> Self {
-        Self::new(MessageContent::Instruction(content))
+        Self::new(MessageContent::Instruction(Box::new(content)))
     }
 
     /// A model reply with this text.
@@ -210,11 +213,13 @@ impl Message {
 
     /// A tool call.
     pub fn action_request(function: impl Into<String>, arguments: Map<String, Value>) -> Self {
-        Self::new(MessageContent::ActionRequest(ActionRequestContent {
-            function: function.into(),
-            arguments,
-            action_response_id: None,
-        }))
+        Self::new(MessageContent::ActionRequest(Box::new(
+            ActionRequestContent {
+                function: function.into(),
+                arguments,
+                action_response_id: None,
+            },
+        )))
     }
 
     /// The id.
