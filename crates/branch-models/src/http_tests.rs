@@ -726,7 +726,6 @@ async fn anthropic_stream_assembles_text_tool_calls_and_usage() {
 #[tokio::test]
 async fn openai_compatible_family_bodies_and_auth() {
     let server = MockServer::start().await;
-    server.script((0..4).map(|_| MockReply::text("ok")));
     for (provider, model, auth) in [
         ("ollama", "llama3", None),
         ("gemini", "gemini-2.5-flash", Some("Bearer g-key")),
@@ -745,6 +744,14 @@ async fn openai_compatible_family_bodies_and_auth() {
             .build()
             .unwrap();
         let m = IModel::with_api_key(c, ApiKey::new("g-key")).unwrap();
+        if provider == "ollama" {
+            // the local model list the Ollama check reads first
+            server.push(MockReply::raw(
+                200,
+                r#"{"models": [{"name": "llama3:latest"}]}"#,
+            ));
+        }
+        server.push(MockReply::text("ok"));
         let req = user("hi")
             .with_field("reasoning_effort", "low")
             .with_field("not_a_field", 1);
@@ -915,4 +922,49 @@ async fn a_tracing_span_per_call_with_status_attempts_and_tokens() {
     assert_eq!(get("attempts").as_deref(), Some("2"));
     assert_eq!(get("prompt_tokens").as_deref(), Some("11"));
     assert_eq!(get("completion_tokens").as_deref(), Some("7"));
+}
+
+#[tokio::test]
+async fn ollama_pulls_a_missing_model_once() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::raw(200, r#"{"models": [{"name": "other:latest"}]}"#),
+        MockReply::raw(200, r#"{"status": "success"}"#),
+        MockReply::text("from ollama"),
+        MockReply::text("again"),
+    ]);
+    let c = ModelConfig::builder()
+        .provider("ollama")
+        .model("llama3")
+        .base_url(&format!("http://localhost:{}/v1", server.addr().port()))
+        .build()
+        .unwrap();
+    assert!(c.allow_local_network());
+    let model = IModel::new(c).unwrap();
+    assert_eq!(
+        model
+            .chat(user("hi").with_field("reasoning_effort", "low"))
+            .await
+            .unwrap()
+            .text,
+        "from ollama"
+    );
+    assert_eq!(model.chat(user("hi")).await.unwrap().text, "again");
+    let reqs = server.requests();
+    let paths: Vec<_> = reqs
+        .iter()
+        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            ("GET", "/api/tags"),
+            ("POST", "/api/pull"),
+            ("POST", "/v1/chat/completions"),
+            ("POST", "/v1/chat/completions")
+        ]
+    );
+    assert_eq!(reqs[1].body, json!({"model": "llama3", "stream": false}));
+    assert!(reqs[2].header("authorization").is_none());
+    assert!(reqs[2].body.get("reasoning_effort").is_none());
 }
