@@ -84,7 +84,7 @@ async fn main() {
     let best_imodel = results.iter().map(|r| r.1).min().unwrap_or_default();
     let best_raw = results.iter().map(|r| r.2).min().unwrap_or_default();
     println!(
-        "{{\"calls\": {calls}, \"imodel_ms\": {:.1}, \"raw_ms\": {:.1}, \"ratio\": {:.3}}}",
+        "{{\"bench\": \"model\", \"metric\": \"{calls}_concurrent_calls\", \"ours\": {:.1}, \"baseline\": {:.1}, \"unit\": \"ms\", \"ratio\": {:.3}}}",
         best_imodel.as_secs_f64() * 1000.0,
         best_raw.as_secs_f64() * 1000.0,
         best_imodel.as_secs_f64() / best_raw.as_secs_f64()
