@@ -79,9 +79,11 @@ fn bench(args: &[String]) -> Result<(), String> {
         package,
         "--example",
         example,
-        "--",
     ]);
-    cmd.args(&args[1..]);
+    if !features.is_empty() {
+        cmd.args(["--features", features]);
+    }
+    cmd.arg("--").args(&args[1..]);
     eprintln!("xtask: running {cmd:?}");
     let out = cmd
         .output()

@@ -3,7 +3,8 @@
 //!
 //! `cargo run --release -p branch-models --features test-support --example bench_model [N]`
 //!
-//! Prints one JSON line: calls, imodel_ms, raw_ms, ratio.
+//! Prints one JSON line: bench, metric, ours (IModel ms), baseline (raw reqwest ms),
+//! unit, ratio.
 
 use std::sync::Arc;
 use std::time::Instant;
