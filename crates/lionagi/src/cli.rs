@@ -41,7 +41,7 @@ pub enum CliError {
         /// The store file.
         path: String,
         /// What failed.
-        source: branch_session::store::StoreError,
+        source: Box<branch_session::store::StoreError>,
     },
     /// No stored branch has this id or name, or several share the name.
     #[error("{path}: {reason}")]
@@ -118,7 +118,7 @@ fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Result<(), Cl
         use branch_session::store::{BranchStore, SqliteStore};
         let store_err = |source| CliError::Store {
             path: db.to_owned(),
-            source,
+            source: Box::new(source),
         };
         let store = SqliteStore::open(db).await.map_err(store_err)?;
         let write = |out: &mut dyn Write, text: &str| {
@@ -194,7 +194,7 @@ async fn resolve(
     use branch_session::store::BranchStore;
     let all = store.list().await.map_err(|source| CliError::Store {
         path: db.to_owned(),
-        source,
+        source: Box::new(source),
     })?;
     if let Some(id) = branch_core::element::parse_uuid(key) {
         if all.iter().any(|b| b.id == id) {
