@@ -17,7 +17,9 @@ pub enum CallStatus {
     Completed,
     /// Finished with an error (tool error, timeout, panic, bad arguments).
     Failed,
-    /// Stopped before finishing (the caller dropped the call).
+    /// Stopped from outside before finishing (its task was cancelled,
+    /// e.g. by a runtime shutdown). A call whose caller stops waiting
+    /// leaves no record at all.
     Cancelled,
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use branch_core::message::ActionRequestContent;
 use branch_core::{ActionManager, RegisteredTool, ToolError};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
@@ -37,6 +38,43 @@ impl ToolCall {
             function: function.into(),
             arguments,
         }
+    }
+
+    /// Reads a request as models write it in `action_requests`:
+    /// `{"function": name, "arguments": {...}}`, where `arguments` may
+    /// also be JSON text or null (no arguments). Anything else is refused
+    /// with the reason.
+    pub fn from_request_value(v: &Value) -> Result<Self, String> {
+        let o = v.as_object().ok_or_else(|| {
+            "an action request must be an object with `function` and `arguments`".to_owned()
+        })?;
+        let function = match o.get("function") {
+            Some(Value::String(f)) if !f.is_empty() => f.clone(),
+            _ => return Err("an action request needs a non-empty `function` name".into()),
+        };
+        let arguments = match o.get("arguments") {
+            None | Some(Value::Null) => Map::new(),
+            Some(Value::Object(a)) => a.clone(),
+            Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
+                Ok(Value::Object(a)) => a,
+                _ => {
+                    return Err(format!(
+                        "the arguments of `{function}` are not a JSON object"
+                    ));
+                }
+            },
+            Some(_) => return Err(format!("the arguments of `{function}` must be an object")),
+        };
+        Ok(Self {
+            function,
+            arguments,
+        })
+    }
+}
+
+impl From<&ActionRequestContent> for ToolCall {
+    fn from(r: &ActionRequestContent) -> Self {
+        Self::new(r.function.clone(), r.arguments.clone())
     }
 }
 
@@ -134,19 +172,24 @@ pub async fn invoke_tool(
     };
     drop(task);
     let elapsed = start.elapsed();
+    let cancelled = matches!(&joined, Some(Err(e)) if e.is_cancelled());
     let result = match joined {
         None => Err(ToolError::Timeout(timeout.unwrap_or_default())),
         Some(Ok(r)) => r,
         Some(Err(e)) if e.is_panic() => Err(ToolError::Panicked(panic_message(e.into_panic()))),
         Some(Err(_)) => Err(ToolError::Failed("the tool task was cancelled".into())),
     };
-    finish(
+    let mut outcome = finish(
         call,
         tool_id,
         result.map_err(CallError::from),
         calling,
         Some(elapsed),
-    )
+    );
+    if cancelled {
+        outcome.calling.status = CallStatus::Cancelled;
+    }
+    outcome
 }
 
 fn finish(

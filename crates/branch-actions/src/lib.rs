@@ -14,7 +14,8 @@
 //!   `ActionManager::register(tool.into_tool(), update)`;
 //! * offer them with [`ActionManagerExt::tool_schemas`] (registration
 //!   order, or a named subset; an unknown name fails);
-//! * run the model's requests with [`ActionManagerExt::invoke_all`]
+//! * read the model's requests with [`ToolCall::from_request_value`];
+//! * run them with [`ActionManagerExt::invoke_all`]
 //!   (results in request order, never a panic) and record each
 //!   [`CallOutcome`]: [`CallOutcome::response_output`] is the
 //!   ActionResponse `output`, [`CallOutcome::returned_output`] what `act`

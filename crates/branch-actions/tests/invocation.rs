@@ -449,3 +449,29 @@ fn outside_a_runtime_a_call_fails_instead_of_panicking() {
         std::task::Poll::Pending => panic!("expected an immediate failure"),
     }
 }
+
+#[test]
+fn requests_are_read_as_models_write_them() {
+    let call = ToolCall::from_request_value(
+        &json!({"function": "multiply", "arguments": "{\"a\": 6, \"b\": 7}"}),
+    )
+    .unwrap();
+    assert_eq!(
+        call,
+        ToolCall::new("multiply", args(json!({"a": 6, "b": 7})))
+    );
+    let bare = ToolCall::from_request_value(&json!({"function": "f", "arguments": null})).unwrap();
+    assert!(bare.arguments.is_empty());
+    assert!(ToolCall::from_request_value(&json!({"arguments": {}})).is_err());
+    assert!(ToolCall::from_request_value(&json!({"function": "f", "arguments": "[1]"})).is_err());
+    assert!(ToolCall::from_request_value(&json!("multiply")).is_err());
+    let content = branch_core::message::ActionRequestContent {
+        function: "f".into(),
+        arguments: args(json!({"x": 1})),
+        action_response_id: None,
+    };
+    assert_eq!(
+        ToolCall::from(&content),
+        ToolCall::new("f", args(json!({"x": 1})))
+    );
+}

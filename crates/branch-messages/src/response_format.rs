@@ -44,6 +44,22 @@ impl ResponseFormat {
         })
     }
 
+    /// The typed format of `T`: its schemars JSON Schema (draft 2020-12,
+    /// `$schema` removed, `title` kept). `None` when `T` is not an object
+    /// with properties (a struct), the only shape a typed answer takes.
+    pub fn for_type<T: schemars::JsonSchema>() -> Option<Self> {
+        let mut schema = schemars::generate::SchemaSettings::draft2020_12()
+            .for_deserialize()
+            .into_generator()
+            .into_root_schema_for::<T>()
+            .to_value();
+        schema.as_object_mut()?.shift_remove("$schema");
+        match Self::from_value(&schema)? {
+            s @ Self::Schema(_) => Some(s),
+            Self::Fields(_) => None,
+        }
+    }
+
     /// The value to store on `InstructionContent::response_format`.
     pub fn to_value(&self) -> Value {
         match self {
@@ -195,6 +211,29 @@ mod tests {
         );
         assert_eq!(ResponseFormat::Fields(Map::new()).banner(), "");
         assert!(ResponseFormat::from_value(&json!(["a", "b"])).is_none());
+    }
+
+    #[test]
+    fn typed_formats_come_from_rust_types() {
+        /// An answer.
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Answer {
+            /// The final answer
+            answer: String,
+            confidence: f64,
+            note: Option<String>,
+        }
+        let f = ResponseFormat::for_type::<Answer>().unwrap();
+        let schema = f.schema().unwrap();
+        assert_eq!(schema["title"], "Answer");
+        assert!(schema.get("$schema").is_none());
+        assert_eq!(schema["required"], json!(["answer", "confidence"]));
+        assert_eq!(
+            f.example().to_string(),
+            r#"{"answer":"string","confidence":"number","note":"string | null"}"#
+        );
+        assert!(ResponseFormat::for_type::<Vec<String>>().is_none());
     }
 
     #[test]

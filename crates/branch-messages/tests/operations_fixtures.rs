@@ -2,10 +2,10 @@
 //! provider requests: the branch state each request was compiled from is
 //! rebuilt, compiled, and compared with the request's `messages`.
 //!
-//! Not covered here: `stream_sse_imodel` (the caller passed `messages`
-//! straight to the model; nothing is compiled) and the scenarios whose
-//! requests.jsonl is empty (`act_direct`, `parse_direct`,
-//! `run_api_model_rejected`).
+//! `stream_sse_imodel` passed its `messages` straight to the model; its
+//! test shows the equivalent compiled turn (plain content). The scenarios
+//! whose requests.jsonl is empty (`act_direct`, `parse_direct`,
+//! `run_api_model_rejected`) send nothing to compile.
 
 mod support;
 
@@ -323,6 +323,21 @@ fn run_scripted_cli_stream() {
     let reqs = requests("run_scripted_cli_stream");
     assert_eq!(
         as_json(&compile(&with_system("Streamer."), &ins("say hello"))),
+        reqs[0]["messages"]
+    );
+}
+
+#[test]
+fn stream_sse_imodel() {
+    // The scenario called the model directly with one raw user message;
+    // a branch without history sends the same for plain content.
+    let reqs = requests("stream_sse_imodel");
+    let current = InstructionContent {
+        plain_content: Some("stream please".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        as_json(&compile(&MessageManager::new(), &current)),
         reqs[0]["messages"]
     );
 }

@@ -50,6 +50,7 @@ struct Inner {
     state: Mutex<State>,
     max_rate_limit_wait: Option<Duration>,
     breaker: Option<Breaker>,
+    ollama_ready: tokio::sync::OnceCell<()>,
 }
 
 /// A chat model connected to its provider over HTTP. Cheap to clone (shared
@@ -141,6 +142,7 @@ impl IModelBuilder {
                 state: Mutex::new(state),
                 max_rate_limit_wait: self.max_rate_limit_wait,
                 breaker: config_breaker,
+                ollama_ready: tokio::sync::OnceCell::new(),
             }),
         })
     }
@@ -439,6 +441,59 @@ impl IModel {
         Ok(value)
     }
 
+    /// For Ollama: once per model, list the local models (`GET /api/tags`)
+    /// and pull the configured one if it is missing (`POST /api/pull`), as
+    /// the reference does before calls. Failures are logged and left to the
+    /// call itself to report (the server may be another OpenAI-compatible
+    /// one).
+    async fn ensure_ollama_model(&self) {
+        let config = &self.inner.config;
+        if config.provider_spec().is_none_or(|s| s.name != "ollama") {
+            return;
+        }
+        let (Some(base), Some(model)) = (config.base_url(), config.model_name()) else {
+            return;
+        };
+        let root = base.trim_end_matches('/');
+        let root = root
+            .strip_suffix("/v1")
+            .or_else(|| root.strip_suffix("/api"))
+            .unwrap_or(root);
+        self.inner
+            .ollama_ready
+            .get_or_init(|| async {
+                let client = &self.inner.client;
+                let tags = client.get(format!("{root}/api/tags")).send().await;
+                let listed: Option<Value> = match tags {
+                    Ok(r) if r.status().is_success() => r.json().await.ok(),
+                    _ => None,
+                };
+                let Some(listed) = listed else {
+                    tracing::debug!("ollama: could not list local models");
+                    return;
+                };
+                let present = listed["models"].as_array().into_iter().flatten().any(|m| {
+                    let name = m["name"]
+                        .as_str()
+                        .or_else(|| m["model"].as_str())
+                        .unwrap_or_default();
+                    name == model || name.strip_suffix(":latest") == Some(model)
+                });
+                if !present {
+                    tracing::info!(model, "ollama: pulling missing model");
+                    let pull = client
+                        .post(format!("{root}/api/pull"))
+                        .json(&serde_json::json!({"model": model, "stream": false}))
+                        .send()
+                        .await;
+                    if !pull.is_ok_and(|r| r.status().is_success()) {
+                        tracing::warn!(model, "ollama: pull failed");
+                    }
+                }
+            })
+            .await;
+    }
+
     fn retry_policy(&self) -> RetryPolicy {
         let ep = self.inner.config.endpoint();
         match self.inner.config.retry_config() {
@@ -481,6 +536,7 @@ impl IModel {
     async fn chat_attempts(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(&request, false)?;
+        self.ensure_ollama_model().await;
         let _permit = self
             .inner
             .limiter
@@ -542,6 +598,7 @@ impl IModel {
     async fn stream_inner(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(&request, true)?;
+        self.ensure_ollama_model().await;
         let permit = self
             .inner
             .limiter

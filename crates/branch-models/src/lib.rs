@@ -19,6 +19,8 @@
 
 pub mod breaker;
 pub mod dialect;
+#[cfg(test)]
+mod e2e_tests;
 pub mod guard;
 #[cfg(test)]
 mod http_tests;

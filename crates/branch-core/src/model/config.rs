@@ -491,9 +491,10 @@ pub fn now_timestamp() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// A setting from the environment or the dotenv files (see
+/// [`super::settings::setting`]), trimmed, if non-empty.
 fn env_nonempty(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
+    super::settings::setting(name)
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())
 }

@@ -11,6 +11,7 @@ mod error;
 pub mod pyrepr;
 pub mod registry;
 pub mod sanitize;
+pub mod settings;
 
 use std::sync::Arc;
 

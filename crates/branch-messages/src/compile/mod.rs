@@ -15,20 +15,51 @@
 //!    of the current turn when the history is empty.
 //! 5. Each entry renders; empty renderings are skipped.
 //!
+//! [`ToolMode::Native`] (beyond the reference) sends recorded tool calls
+//! as the provider's own `tool_calls` / `tool` messages instead of step 1's
+//! folding; see its documentation.
+//!
 //! Deliberate differences from the reference (NOTES-compat.md): an
 //! instruction directly following another is kept (the reference drops
 //! it), and pending action results reach the current turn even when the
 //! system fold targets it (the reference loses them there).
 
 mod dedup;
+mod entry;
+mod message;
+
+use std::collections::{HashMap, HashSet};
 
 use branch_core::message::{InstructionContent, Message, MessageContent, MessageManager};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+pub use message::{RequestMessage, RequestRole};
+
 use crate::error::{CompileError, ImageOwner};
-use crate::render::{RenderedContent, render_instruction};
+use crate::render::RenderedContent;
 use crate::yaml::minimal_yaml_stripped;
+use entry::{Entry, NativeCall};
+
+/// How tool calls and results travel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolMode {
+    /// The reference's way: tool schemas are rendered into the instruction
+    /// text (`Tools:`), action requests are not sent, and results are
+    /// folded into the next instruction's context.
+    #[default]
+    Prompt,
+    /// The provider's own function calling: the current instruction does
+    /// not render its tool schemas (send them as the request's `tools`),
+    /// each recorded action request becomes a `tool_calls` entry of the
+    /// model reply it follows and is answered right after by a `tool`
+    /// message. A call without a recorded result is answered with an error
+    /// result so the request stays valid. The call id is the request's
+    /// `metadata.tool_call_id` when set (the provider's id), else its
+    /// message id. With a system message but no instruction first in the
+    /// history, the system text goes out as a leading `system` message.
+    Native,
+}
 
 /// Per-call inputs of a compilation besides the history.
 #[derive(Debug, Clone, Copy, Default)]
@@ -42,47 +73,9 @@ pub struct CompileOptions<'a> {
     /// ReAct's caller context during its later rounds: shown once, in the
     /// first history instruction carrying it (§1.3).
     pub react_context: Option<&'a [Value]>,
-}
-
-/// The role of a compiled message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RequestRole {
-    /// An instruction.
-    User,
-    /// A model reply.
-    Assistant,
-}
-
-impl RequestRole {
-    /// The wire spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::User => "user",
-            Self::Assistant => "assistant",
-        }
-    }
-}
-
-/// One message of the request's `messages` list.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RequestMessage {
-    /// Who speaks.
-    pub role: RequestRole,
-    /// What is said.
-    pub content: RenderedContent,
-}
-
-impl RequestMessage {
-    /// `{"role": ..., "content": ...}`.
-    pub fn to_value(&self) -> Value {
-        json!({"role": self.role.as_str(), "content": self.content.to_value()})
-    }
-}
-
-/// A compiled entry before rendering.
-enum Entry {
-    Instruction(Box<InstructionContent>, ImageOwner),
-    Assistant(String),
+    /// Prompt-embedded tool calling (the reference's, the default) or
+    /// native function calling.
+    pub tool_mode: ToolMode,
 }
 
 /// Compiles `current` (the instruction being sent, not yet in the branch)
@@ -116,17 +109,68 @@ pub fn compile_request(
         current.prompt_context = ctx;
     }
 
+    let native = opts.tool_mode == ToolMode::Native;
+    if native {
+        // The schemas travel as the request's `tools`.
+        current.tool_schemas.clear();
+    }
+    // Native mode answers each call where it is made, from the results
+    // recorded anywhere in the compiled history.
+    let results: HashMap<Uuid, Option<Value>> = if native {
+        history
+            .iter()
+            .filter_map(|(_, m)| match &m.content {
+                MessageContent::ActionResponse(r) => {
+                    r.action_request_id.map(|id| (id, r.output.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let requested: HashSet<Uuid> = history
+        .iter()
+        .filter(|(_, m)| matches!(m.content, MessageContent::ActionRequest(_)))
+        .map(|(_, m)| m.id())
+        .collect();
+
     let mut entries = Vec::new();
     let mut pending: Vec<Value> = Vec::new();
     for &(i, m) in &history {
         match &m.content {
+            MessageContent::ActionResponse(r)
+                if native
+                    && r.action_request_id
+                        .is_some_and(|id| requested.contains(&id)) => {}
             MessageContent::ActionResponse(r) => pending.push(json!({
                 "function": r.function,
                 "arguments": r.arguments,
                 "output": r.output.clone().unwrap_or(Value::Null),
             })),
             MessageContent::AssistantResponse(a) => {
-                entries.push(Entry::Assistant(a.assistant_response.clone()));
+                entries.push(Entry::Assistant {
+                    text: a.assistant_response.clone(),
+                    calls: Vec::new(),
+                });
+            }
+            MessageContent::ActionRequest(r) if native => {
+                let call = NativeCall {
+                    id: match m.element.metadata.get("tool_call_id") {
+                        Some(Value::String(id)) if !id.is_empty() => id.clone(),
+                        _ => m.id().to_string(),
+                    },
+                    function: r.function.clone(),
+                    arguments: r.arguments.clone(),
+                    result: results.get(&m.id()).cloned(),
+                };
+                match entries.last_mut() {
+                    Some(Entry::Assistant { calls, .. }) => calls.push(call),
+                    _ => entries.push(Entry::Assistant {
+                        text: String::new(),
+                        calls: vec![call],
+                    }),
+                }
             }
             MessageContent::Instruction(c) => {
                 let mut c = c.clone();
@@ -143,7 +187,8 @@ pub fn compile_request(
     }
     fold_actions(&mut current.prompt_context, &mut pending);
 
-    let mut entries = merge(entries);
+    let mut entries = entry::merge(entries);
+    let mut lead = Vec::new();
 
     if let Some(system) = msgs.system().and_then(Message::as_system) {
         let prefix = format!("{}{}", system.rendered(), opts.context_blocks.join("\n"));
@@ -154,7 +199,13 @@ pub fn compile_request(
         match entries.first_mut() {
             None => fold(&mut current),
             Some(Entry::Instruction(c, _)) => fold(c),
-            Some(Entry::Assistant(_)) => {
+            Some(Entry::Assistant { .. }) if native => {
+                lead.push(RequestMessage::new(
+                    RequestRole::System,
+                    RenderedContent::Text(prefix.clone()),
+                ));
+            }
+            Some(Entry::Assistant { .. }) => {
                 let id = history
                     .iter()
                     .find(|(_, m)| matches!(m.content, MessageContent::AssistantResponse(_)))
@@ -169,26 +220,16 @@ pub fn compile_request(
         ImageOwner::CurrentTurn,
     ));
 
-    let last = entries.len() - 1;
-    let mut out = Vec::with_capacity(entries.len());
-    for (i, e) in entries.into_iter().enumerate() {
-        let (role, content) = match e {
-            Entry::Assistant(t) => (RequestRole::Assistant, RenderedContent::Text(t)),
-            Entry::Instruction(c, owner) => (RequestRole::User, render_instruction(&c, owner)?),
-        };
-        if content.is_empty() {
-            if i == last && has_real_content(&current) {
-                return Err(CompileError::EmptyOutgoingContent {
-                    instruction_len: current.instruction.as_ref().map_or(0, text_len),
-                    plain_content_len: current.plain_content.as_deref().map_or(0, str::len),
-                    has_images: !current.images.is_empty(),
-                });
-            }
-            continue;
-        }
-        out.push(RequestMessage { role, content });
+    let (messages, last_empty) = entry::render(entries)?;
+    if last_empty && has_real_content(&current) {
+        return Err(CompileError::EmptyOutgoingContent {
+            instruction_len: current.instruction.as_ref().map_or(0, text_len),
+            plain_content_len: current.plain_content.as_deref().map_or(0, str::len),
+            has_images: !current.images.is_empty(),
+        });
     }
-    Ok(out)
+    lead.extend(messages);
+    Ok(lead)
 }
 
 /// Appends the pending action results to a context, skipping any equal to
@@ -199,22 +240,6 @@ fn fold_actions(context: &mut Vec<Value>, pending: &mut Vec<Value>) {
             context.push(item);
         }
     }
-}
-
-/// The merge pass: consecutive model replies join with a blank line.
-/// Every instruction is kept.
-fn merge(entries: Vec<Entry>) -> Vec<Entry> {
-    let mut out: Vec<Entry> = Vec::with_capacity(entries.len());
-    for e in entries {
-        match (out.last_mut(), e) {
-            (Some(Entry::Assistant(prev)), Entry::Assistant(t)) => {
-                prev.push_str("\n\n");
-                prev.push_str(&t);
-            }
-            (_, e) => out.push(e),
-        }
-    }
-    out
 }
 
 /// Guidance as folded text: a string as is, another truthy value as its

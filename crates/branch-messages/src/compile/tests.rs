@@ -242,3 +242,179 @@ fn images_become_content_parts() {
                {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}}])
     );
 }
+
+#[test]
+fn compiled_messages_convert_to_the_model_seam() {
+    let out = compile_request(
+        &MessageManager::new(),
+        &ins("hi"),
+        &CompileOptions::default(),
+    )
+    .unwrap();
+    let chat: branch_core::model::ChatMessage = out[0].clone().into();
+    assert_eq!(
+        chat.to_value(),
+        json!({"role": "user", "content": "Instruction: hi"})
+    );
+}
+
+fn native() -> CompileOptions<'static> {
+    CompileOptions {
+        tool_mode: ToolMode::Native,
+        ..Default::default()
+    }
+}
+
+fn args_ab(a: i64, b: i64) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("a".into(), a.into());
+    m.insert("b".into(), b.into());
+    m
+}
+
+#[test]
+fn native_mode_sends_calls_and_results_as_messages() {
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("S")));
+    mm.add_message(Message::instruction(ins("compute")));
+    mm.add_message(Message::assistant("calling tools"));
+    let mut provider_call = Message::action_request("multiply", args_ab(6, 7));
+    provider_call
+        .element
+        .metadata
+        .insert("tool_call_id".into(), "call_abc".into());
+    let r1 = mm.add_message(provider_call);
+    let r2 = mm.add_message(Message::action_request("lookup", Map::new()));
+    mm.add_action_response(r1, Some(42.into()), None, None)
+        .unwrap();
+    mm.add_action_response(r2, Some("Paris".into()), None, None)
+        .unwrap();
+    let current = InstructionContent {
+        tool_schemas: vec![json!({"type": "function", "function": {"name": "multiply"}})],
+        ..ins("and now?")
+    };
+    let out = contents(&mm, &current, &native());
+    assert_eq!(
+        out,
+        json!([
+            {"role": "user", "content": "Guidance: S\nInstruction: compute"},
+            {"role": "assistant", "content": "calling tools", "tool_calls": [
+                {"id": "call_abc", "type": "function", "function": {"name": "multiply", "arguments": "{\"a\":6,\"b\":7}"}},
+                {"id": r2.to_string(), "type": "function", "function": {"name": "lookup", "arguments": "{}"}}
+            ]},
+            {"role": "tool", "content": "42", "tool_call_id": "call_abc"},
+            {"role": "tool", "content": "Paris", "tool_call_id": r2.to_string()},
+            {"role": "user", "content": "Instruction: and now?"}
+        ])
+    );
+    let chat = compile_request(&mm, &current, &native()).unwrap()[1].to_chat_message();
+    assert_eq!(chat.extra["tool_calls"][0]["id"], "call_abc");
+}
+
+#[test]
+fn native_mode_answers_a_call_left_without_result() {
+    let mut mm = MessageManager::new();
+    mm.add_message(Message::instruction(ins("go")));
+    let r = mm.add_message(Message::action_request("slow", Map::new()));
+    let out = contents(&mm, &ins("next"), &native());
+    assert_eq!(out[1]["content"], Value::Null);
+    assert_eq!(
+        out[2],
+        json!({"role": "tool", "content": entry::MISSING_RESULT, "tool_call_id": r.to_string()})
+    );
+    assert_eq!(out[3]["role"], "user");
+}
+
+#[test]
+fn native_mode_puts_the_system_first_when_calls_open_the_history() {
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("S")));
+    let r = mm.add_message(Message::action_request("f", Map::new()));
+    mm.add_action_response(r, None, None, None).unwrap();
+    let out = contents(&mm, &ins("next"), &native());
+    assert_eq!(out[0], json!({"role": "system", "content": "S"}));
+    assert_eq!(
+        out[2],
+        json!({"role": "tool", "content": "null", "tool_call_id": r.to_string()})
+    );
+    assert_eq!(
+        out[3],
+        json!({"role": "user", "content": "Instruction: next"})
+    );
+}
+
+#[test]
+fn native_mode_folds_results_whose_call_is_not_sent() {
+    let mut mm = MessageManager::new();
+    let r = mm.add_message(Message::action_request("f", Map::new()));
+    let resp = mm
+        .add_action_response(r, Some(1.into()), None, None)
+        .unwrap();
+    let only = [resp];
+    let opts = CompileOptions {
+        progression: Some(&only),
+        tool_mode: ToolMode::Native,
+        ..Default::default()
+    };
+    let out = contents(&mm, &ins("next"), &opts);
+    assert_eq!(
+        out,
+        json!([{"role": "user", "content": "Instruction: next\nContext:\n- function: f\n  output: 1"}])
+    );
+}
+
+#[test]
+fn non_text_guidance_folds_as_yaml() {
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let c = InstructionContent {
+        guidance: Some(json!({"tone": "dry"})),
+        ..ins("x")
+    };
+    assert_eq!(
+        contents(&mm, &c, &CompileOptions::default())[0]["content"],
+        "Guidance: 'SYStone: dry'\nInstruction: x"
+    );
+    // A falsy guidance adds nothing; a number is PyYAML's open-ended scalar.
+    let zero = InstructionContent {
+        guidance: Some(json!(0)),
+        ..ins("x")
+    };
+    assert_eq!(
+        contents(&mm, &zero, &CompileOptions::default())[0]["content"],
+        "Guidance: SYS\nInstruction: x"
+    );
+    let five = InstructionContent {
+        guidance: Some(json!(5)),
+        ..ins("x")
+    };
+    assert_eq!(
+        contents(&mm, &five, &CompileOptions::default())[0]["content"],
+        "Guidance: |-\n  SYS5\n  ...\nInstruction: x"
+    );
+}
+
+#[test]
+fn plain_content_never_carries_react_context() {
+    let ctx = vec![json!("data")];
+    let mut mm = MessageManager::new();
+    mm.add_message(Message::instruction(InstructionContent {
+        plain_content: Some("raw".into()),
+        prompt_context: ctx.clone(),
+        ..Default::default()
+    }));
+    mm.add_message(Message::assistant("r"));
+    let opts = CompileOptions {
+        react_context: Some(&ctx),
+        ..Default::default()
+    };
+    let current = InstructionContent {
+        prompt_context: ctx.clone(),
+        ..ins("next")
+    };
+    // The only holder renders as plain text, so the current turn keeps it.
+    assert_eq!(
+        contents(&mm, &current, &opts)[2]["content"],
+        "Instruction: next\nContext:\n- data"
+    );
+}
