@@ -226,6 +226,7 @@ pub(crate) async fn communicate_inner(
     };
     let send_opts = SendOptions {
         react_context: middle.react_context,
+        native_tools: middle.native_tools.is_some(),
         ..SendOptions::default()
     };
     let turn = chat_turn(branch, &chat, send_opts).await?;

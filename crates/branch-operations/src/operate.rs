@@ -325,7 +325,21 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
             }
         }
         if !calls.is_empty() {
-            let acted = run_calls(branch, calls, act).await;
+            let mut acted = run_calls(branch, calls, act).await;
+            if native {
+                // The provider's call ids, so later requests answer each
+                // call under the id the provider gave it.
+                let ids = c.tool_calls.iter().map(|tc| tc.id.clone());
+                let requests = acted.messages.iter_mut().filter(|m| {
+                    matches!(
+                        m.content,
+                        branch_core::message::MessageContent::ActionRequest(_)
+                    )
+                });
+                for (m, id) in requests.zip(ids) {
+                    m.element.metadata.insert("tool_call_id".into(), id.into());
+                }
+            }
             messages.extend(acted.messages);
             action_responses = acted.responses;
             if let Some(Value::Object(o)) = structured.as_mut() {

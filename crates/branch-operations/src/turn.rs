@@ -11,7 +11,9 @@ use branch_core::log::Log;
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ChatResponse, api_call_execution};
 use branch_core::{Branch, Participant, Role};
-use branch_messages::{CompileOptions, ResponseFormat, compile_request, token_usage_note};
+use branch_messages::{
+    CompileOptions, ResponseFormat, ToolMode, compile_request, token_usage_note,
+};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -204,6 +206,9 @@ pub(crate) struct SendOptions<'a> {
     /// Messages of the current call not yet in the branch, compiled as
     /// history (a parse repair sees its own turn).
     pub pending: &'a [Message],
+    /// Native function calling: recorded calls go out as `tool_calls` and
+    /// `tool` messages (every call answered, see `ToolMode::Native`).
+    pub native_tools: bool,
 }
 
 /// Compiles the request for `content` against the branch history.
@@ -218,6 +223,11 @@ pub(crate) fn compile(
         progression: opts.progression,
         context_blocks: &blocks,
         react_context: opts.react_context,
+        tool_mode: if opts.native_tools {
+            ToolMode::Native
+        } else {
+            ToolMode::Prompt
+        },
     };
     let compiled = if opts.pending.is_empty() {
         compile_request(branch.msgs(), content, &copts)
@@ -230,10 +240,7 @@ pub(crate) fn compile(
         compile_request(&scratch, content, &copts)
     }
     .map_err(OperationError::compile)?;
-    let mut messages: Vec<ChatMessage> = compiled
-        .into_iter()
-        .map(|m| ChatMessage::new(m.role.as_str(), m.content.to_value()))
-        .collect();
+    let mut messages: Vec<ChatMessage> = compiled.into_iter().map(ChatMessage::from).collect();
     if opts.token_note {
         let total: u64 = messages
             .iter()

@@ -418,3 +418,33 @@ async fn clear_messages_takes_effect_only_when_the_turn_succeeds() {
     let last = server.bodies().pop().unwrap();
     assert_eq!(last["messages"].as_array().unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn native_history_answers_every_tool_call_under_its_provider_id() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::tool_calls(vec![MockToolCall {
+            id: "call_9".into(),
+            name: "multiply".into(),
+            arguments: json!({"a": 2, "b": 3}),
+        }]),
+        MockReply::text("It is 6."),
+    ]);
+    let mut b = branch(&server);
+    b.acts_mut().register(common::multiply(), false).unwrap();
+    b.operate(OperateOptions::new("2*3?").actions(true).native_tools(true))
+        .await
+        .unwrap();
+    b.operate(OperateOptions::new("So?").actions(true).native_tools(true))
+        .await
+        .unwrap();
+    let second = &server.bodies()[1];
+    let msgs = second["messages"].as_array().unwrap();
+    let call = msgs
+        .iter()
+        .position(|m| m.get("tool_calls").is_some())
+        .expect("the recorded call is sent natively");
+    assert_eq!(msgs[call]["tool_calls"][0]["id"], "call_9");
+    assert_eq!(msgs[call + 1]["role"], "tool");
+    assert_eq!(msgs[call + 1]["tool_call_id"], "call_9");
+}

@@ -325,7 +325,10 @@ async fn operate_invoke_actions_false() {
         )
         .await
         .unwrap();
-    assert_eq!(r.parsed, Parsed::Value(fx.output["return_value"]["value"].clone()));
+    assert_eq!(
+        r.parsed,
+        Parsed::Value(fx.output["return_value"]["value"].clone())
+    );
     assert!(r.action_responses.is_empty());
     assert_requests(&server, &fx.requests);
     let mut cmp = Comparer::new(&fx);
