@@ -39,6 +39,18 @@ fn answer_prompt(instruction: &str) -> String {
     )
 }
 
+/// A callback run before each extension round: given the branch and the
+/// number of rounds done, text it returns is sent as that round's
+/// instruction instead of the extension prompt.
+#[derive(Clone)]
+pub struct BetweenRounds(pub Arc<dyn Fn(&Branch, usize) -> Option<String> + Send + Sync>);
+
+impl std::fmt::Debug for BetweenRounds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BetweenRounds(..)")
+    }
+}
+
 /// Options of `ReAct` / `ReActStream` (defaults: branch.md §9.7).
 #[derive(Debug, Clone)]
 pub struct ReActOptions {
@@ -71,6 +83,8 @@ pub struct ReActOptions {
     pub native_tools: bool,
     /// Waits between parse repairs (first, factor).
     pub repair_backoff: (std::time::Duration, f64),
+    /// Run before each extension round; its text replaces the prompt.
+    pub between_rounds: Option<BetweenRounds>,
 }
 
 impl Default for ReActOptions {
@@ -90,6 +104,7 @@ impl Default for ReActOptions {
             act: ActOptions::default(),
             native_tools: false,
             repair_backoff: (std::time::Duration::from_secs(1), 1.85),
+            between_rounds: None,
         }
     }
 }
@@ -165,6 +180,16 @@ impl ReActOptions {
     /// Switches native function calling on.
     pub fn native_tools(mut self, on: bool) -> Self {
         self.native_tools = on;
+        self
+    }
+
+    /// Runs `f(branch, rounds_done)` before each extension round; text it
+    /// returns is sent as that round's instruction.
+    pub fn between_rounds<F>(mut self, f: F) -> Self
+    where
+        F: Fn(&Branch, usize) -> Option<String> + Send + Sync + 'static,
+    {
+        self.between_rounds = Some(BetweenRounds(Arc::new(f)));
         self
     }
 
@@ -293,6 +318,16 @@ impl State<'_> {
             return self.analysis_round(opts).await;
         }
         if extending && self.extensions > 0 && self.last_needs_extension {
+            let injected = self
+                .opts
+                .between_rounds
+                .as_ref()
+                .and_then(|cb| (cb.0)(self.branch, self.round));
+            if let Some(text) = injected {
+                let opts = self.round_options(text, false);
+                self.extensions -= 1;
+                return self.analysis_round(opts).await;
+            }
             let instruction = if self.extensions == max {
                 first_ext_prompt(self.extensions)
             } else {

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use branch_core::log::Log;
 use branch_core::message::{ActionResponseContent, Message, MessageContent};
@@ -56,6 +56,11 @@ pub struct RunOptions {
     pub cli_args: Vec<String>,
     /// How native tool calls of an SSE reply run.
     pub act: ActOptions,
+    /// Overall deadline of the stream (none by default).
+    pub timeout: Option<Duration>,
+    /// Longest wait for the next chunk or line (none by default; the
+    /// reference's CLI idle window is 600 s).
+    pub idle_timeout: Option<Duration>,
 }
 
 turn_setters!(RunOptions);
@@ -75,6 +80,18 @@ impl RunOptions {
     /// Runs through this CLI agent executable.
     pub fn cli_command(mut self, p: impl Into<PathBuf>) -> Self {
         self.cli_command = Some(p.into());
+        self
+    }
+
+    /// Sets an overall deadline.
+    pub fn timeout(mut self, d: Duration) -> Self {
+        self.timeout = Some(d);
+        self
+    }
+
+    /// Sets the longest wait between chunks.
+    pub fn idle_timeout(mut self, d: Duration) -> Self {
+        self.idle_timeout = Some(d);
         self
     }
 
@@ -117,6 +134,31 @@ struct RunState<'b> {
     record: Vec<Message>,
     source: Option<Source>,
     done: bool,
+    deadline: Option<tokio::time::Instant>,
+}
+
+/// Waits for `fut` within the idle window and the overall deadline.
+async fn bounded<F: std::future::Future>(
+    fut: F,
+    idle: Option<Duration>,
+    deadline: Option<tokio::time::Instant>,
+) -> std::result::Result<F::Output, &'static str> {
+    let now = tokio::time::Instant::now();
+    let idle_at = idle.map(|d| now + d);
+    let until = match (idle_at, deadline) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    match until {
+        None => Ok(fut.await),
+        Some(t) => tokio::time::timeout_at(t, fut).await.map_err(|_| {
+            if deadline.is_some_and(|d| d <= t) {
+                "the run's deadline passed"
+            } else {
+                "no output within the idle window"
+            }
+        }),
+    }
 }
 
 impl RunState<'_> {
@@ -134,6 +176,7 @@ impl RunState<'_> {
     }
 
     async fn start(&mut self) -> Result<()> {
+        self.deadline = self.opts.timeout.map(|d| tokio::time::Instant::now() + d);
         if let Some(m) = self.opts.chat_model.clone() {
             self.branch.set_chat_model(m);
         }
@@ -282,7 +325,13 @@ impl RunState<'_> {
                 started_at,
                 model,
             } => {
-                while let Some(chunk) = stream.next().await {
+                loop {
+                    let next =
+                        match bounded(stream.next(), self.opts.idle_timeout, self.deadline).await {
+                            Ok(n) => n,
+                            Err(why) => return Err(self.fail(why.to_owned())),
+                        };
+                    let Some(chunk) = next else { break };
                     match chunk {
                         Ok(c) => acc.push(&c),
                         Err(e) => {
@@ -337,10 +386,18 @@ impl RunState<'_> {
                     mut tool_requests,
                 } = *cli;
                 loop {
-                    let line = match lines.next_line().await {
-                        Ok(Some(l)) => l,
-                        Ok(None) => break,
-                        Err(e) => return Err(self.fail(format!("reading the CLI stream: {e}"))),
+                    let next =
+                        bounded(lines.next_line(), self.opts.idle_timeout, self.deadline).await;
+                    let line = match next {
+                        Ok(Ok(Some(l))) => l,
+                        Ok(Ok(None)) => break,
+                        Ok(Err(e)) => {
+                            return Err(self.fail(format!("reading the CLI stream: {e}")));
+                        }
+                        Err(why) => {
+                            // The agent is killed on drop (kill_on_drop).
+                            return Err(self.fail(why.to_owned()));
+                        }
                     };
                     let Ok(event) = serde_json::from_str::<Value>(line.trim()) else {
                         continue;
@@ -538,6 +595,7 @@ pub(crate) fn run(
         record: Vec::new(),
         source: None,
         done: false,
+        deadline: None,
     };
     futures_util::stream::unfold((state, false), |(mut st, started)| async move {
         if !started {

@@ -448,3 +448,64 @@ async fn native_history_answers_every_tool_call_under_its_provider_id() {
     assert_eq!(msgs[call + 1]["role"], "tool");
     assert_eq!(msgs[call + 1]["tool_call_id"], "call_9");
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_silent_cli_agent_hits_the_idle_window_and_records_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-idle-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("silent.sh");
+    std::fs::write(&script, "#!/bin/sh\ncat > /dev/null\nexec sleep 60\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let items: Vec<_> = b
+        .run(
+            RunOptions::new("hello")
+                .cli_command(&script)
+                .idle_timeout(Duration::from_millis(100)),
+        )
+        .collect()
+        .await;
+    assert_eq!(items.len(), 2, "the instruction, then the error");
+    let err = items[1].as_ref().unwrap_err();
+    assert!(err.to_string().contains("idle window"), "{err}");
+    assert_eq!(b.messages().len(), 1, "only the system message");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn between_rounds_text_replaces_the_extension_prompt() {
+    let server = MockServer::start().await;
+    let more = json!({"analysis": "more", "extension_needed": true});
+    server.script([
+        MockReply::json(more.clone()),
+        MockReply::json(json!({"analysis": "ok", "extension_needed": false})),
+        MockReply::json(json!({"answer": "A"})),
+    ]);
+    let mut b = branch(&server);
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .include_token_usage_to_model(false)
+                .between_rounds(|branch, done| {
+                    Some(format!(
+                        "Status after {done} round(s): {} messages",
+                        branch.messages().len()
+                    ))
+                }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.answer, json!("A"));
+    let second = &server.bodies()[1];
+    let last = second["messages"].as_array().unwrap().last().unwrap();
+    assert!(
+        last["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Instruction: 'Status after 1 round(s): 3 messages'"),
+        "{last}"
+    );
+}
