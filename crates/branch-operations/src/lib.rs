@@ -58,7 +58,9 @@ pub use format::{analysis_schema, format_of, operative_schema, react_analysis_sc
 pub use interpret::InterpretOptions;
 pub use operate::{OperateOptions, Operated};
 pub use parse::{OnParseFailure, ParseOptions, Parsed, Unparsed};
-pub use react::{BetweenRounds, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound};
+pub use react::{
+    BetweenRounds, BetweenRoundsFn, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound,
+};
 pub use run::RunOptions;
 pub use turn::TurnInput;
 

@@ -43,7 +43,10 @@ fn answer_prompt(instruction: &str) -> String {
 /// number of rounds done, text it returns is sent as that round's
 /// instruction instead of the extension prompt.
 #[derive(Clone)]
-pub struct BetweenRounds(pub Arc<dyn Fn(&Branch, usize) -> Option<String> + Send + Sync>);
+pub struct BetweenRounds(pub Arc<BetweenRoundsFn>);
+
+/// The function behind [`BetweenRounds`].
+pub type BetweenRoundsFn = dyn Fn(&Branch, usize) -> Option<String> + Send + Sync;
 
 impl std::fmt::Debug for BetweenRounds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
