@@ -157,6 +157,12 @@ impl ContextProviderRegistry {
         self
     }
 
+    /// Removes every provider; the counters and budget stay. The next
+    /// gather pass finds an empty registry and clears the last report.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
     /// Whether nothing is registered (the reference's `bool(registry)` is
     /// the negation).
     pub fn is_empty(&self) -> bool {
