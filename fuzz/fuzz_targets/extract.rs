@@ -4,7 +4,7 @@
 
 #![no_main]
 
-use branch_capabilities::{extract_emissions, fenced_json_blocks, parse_lenient, FieldSpec, Grant};
+use branch_capabilities::{FieldSpec, Grant, extract_emissions, fenced_json_blocks, parse_lenient};
 use libfuzzer_sys::fuzz_target;
 
 fn naive_blocks(text: &str) -> Vec<&str> {
@@ -24,12 +24,17 @@ fn naive_blocks(text: &str) -> Vec<&str> {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(text) = std::str::from_utf8(data) else { return };
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
     let grant = Grant::builder()
         .name("Fuzz")
         .field(FieldSpec::string("note"))
         .field(FieldSpec::integer("score"))
-        .field(FieldSpec::array("todo", serde_json::json!({"type": "string"})))
+        .field(FieldSpec::array(
+            "todo",
+            serde_json::json!({"type": "string"}),
+        ))
         .build()
         .expect("static grant is valid");
     let fast: Vec<&str> = fenced_json_blocks(text).collect();

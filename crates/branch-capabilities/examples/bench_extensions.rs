@@ -15,10 +15,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use branch_capabilities::{extract_emissions, fenced_json_blocks, FieldSpec, Grant};
+use branch_capabilities::{FieldSpec, Grant, extract_emissions, fenced_json_blocks};
 use branch_core::message::InstructionContent;
 use branch_core::{Branch, ContextProvider, Message, ProviderError};
-use branch_providers::{gather, ProviderOptions, ProvidersExt};
+use branch_providers::{ProviderOptions, ProvidersExt, gather};
 use serde_json::json;
 
 const TEN_MB: usize = 10_000_000;
@@ -68,7 +68,11 @@ async fn time_gather(branch: &mut Branch, instruction: &Message, iterations: usi
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let scale: usize = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(1).max(1);
+    let scale: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1)
+        .max(1);
 
     let (text, blocks) = assistant_message();
     let runs = 7 * scale;
@@ -109,7 +113,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                "mb_per_s": mb_per_s(text.len(), extract)})
     );
 
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(async {
         let instruction = Message::instruction(InstructionContent {
             instruction: Some(json!("How tall is the tower?")),
@@ -123,8 +129,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut with = Branch::builder().system("Base system.").build()?;
         for i in 0..10 {
             with.providers().register_with(
-                Static(format!("Provider {i}: the user prefers metric units and short answers.")),
-                ProviderOptions::default().priority(i % 3).name(format!("p{i}")),
+                Static(format!(
+                    "Provider {i}: the user prefers metric units and short answers."
+                )),
+                ProviderOptions::default()
+                    .priority(i % 3)
+                    .name(format!("p{i}")),
             );
         }
         let ten = time_gather(&mut with, &instruction, iterations).await;

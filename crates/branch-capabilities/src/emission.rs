@@ -32,7 +32,10 @@ impl Extraction {
 /// message.
 fn error_text(model: &str, errors: &[(String, String)]) -> String {
     let n = errors.len();
-    let mut text = format!("{n} validation error{} for {model}", if n == 1 { "" } else { "s" });
+    let mut text = format!(
+        "{n} validation error{} for {model}",
+        if n == 1 { "" } else { "s" }
+    );
     for (loc, msg) in errors {
         text.push('\n');
         text.push_str(loc);
@@ -119,23 +122,36 @@ pub fn emission_signals(
     grant: &Grant,
     message: &Message,
 ) -> Vec<Signal> {
-    let Some(text) = message.as_assistant_text() else { return Vec::new() };
+    let Some(text) = message.as_assistant_text() else {
+        return Vec::new();
+    };
     if message.kind() != MessageKind::AssistantResponse {
         return Vec::new();
     }
     let ex = extract_emissions(text, grant, branch_name);
     let grant_name = grant.name().map(str::to_owned);
-    let mut signals = Vec::with_capacity(ex.bundles.len() + ex.violations.len() + ex.rejections.len());
+    let mut signals =
+        Vec::with_capacity(ex.bundles.len() + ex.violations.len() + ex.rejections.len());
     signals.extend(ex.bundles.into_iter().map(|data| Signal::StructuredOutput {
         branch_id,
         grant_name: grant_name.clone(),
         data,
     }));
     signals.extend(
-        ex.violations.into_iter().map(|violation| Signal::CapabilityViolation { branch_id, violation }),
+        ex.violations
+            .into_iter()
+            .map(|violation| Signal::CapabilityViolation {
+                branch_id,
+                violation,
+            }),
     );
     signals.extend(
-        ex.rejections.into_iter().map(|rejection| Signal::EmissionRejected { branch_id, rejection }),
+        ex.rejections
+            .into_iter()
+            .map(|rejection| Signal::EmissionRejected {
+                branch_id,
+                rejection,
+            }),
     );
     signals
 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use branch_core::message::{SystemContent, DEFAULT_SYSTEM_MESSAGE};
+use branch_core::message::{DEFAULT_SYSTEM_MESSAGE, SystemContent};
 use branch_core::{Branch, Message, MessageKind};
 
 use crate::emission::emission_signals;
@@ -46,14 +46,19 @@ pub trait CapabilitiesExt {
 }
 
 fn system_text(branch: &Branch) -> Option<String> {
-    branch.system().and_then(Message::as_system).map(|c| match c.text() {
-        Some(t) => t.to_owned(),
-        None => c.system_message.to_string(),
-    })
+    branch
+        .system()
+        .and_then(Message::as_system)
+        .map(|c| match c.text() {
+            Some(t) => t.to_owned(),
+            None => c.system_message.to_string(),
+        })
 }
 
 fn replace_system(branch: &mut Branch, text: String) {
-    let system = Message::system(SystemContent::new(text)).with_sender(None).with_recipient(None);
+    let system = Message::system(SystemContent::new(text))
+        .with_sender(None)
+        .with_recipient(None);
     branch.msgs_mut().set_system(system);
 }
 

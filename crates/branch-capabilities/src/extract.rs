@@ -23,7 +23,12 @@ const FENCE: &[u8] = b"```";
 /// `` ``` ``, trailing whitespace removed. An unterminated fence ends the
 /// scan.
 pub fn fenced_json_blocks(text: &str) -> FencedBlocks<'_> {
-    FencedBlocks { text, pos: 0, open: memmem::Finder::new(OPEN), fence: memmem::Finder::new(FENCE) }
+    FencedBlocks {
+        text,
+        pos: 0,
+        open: memmem::Finder::new(OPEN),
+        fence: memmem::Finder::new(FENCE),
+    }
 }
 
 /// The iterator of [`fenced_json_blocks`].
@@ -66,7 +71,10 @@ fn push_blocks(v: Value, out: &mut Vec<Value>) {
 pub fn json_blocks(text: &str) -> Vec<Value> {
     let mut out = Vec::new();
     if text.len() > MAX_INPUT {
-        tracing::debug!(len = text.len(), "assistant message over 10 MiB; not scanned");
+        tracing::debug!(
+            len = text.len(),
+            "assistant message over 10 MiB; not scanned"
+        );
         return out;
     }
     let trimmed = text.trim_start();
@@ -100,13 +108,19 @@ mod tests {
         let nested: Vec<&str> = fenced_json_blocks("```json A ```json B").collect();
         assert_eq!(nested, ["A"]);
         assert_eq!(fenced_json_blocks("```json {\"x\": 1}").count(), 0);
-        assert_eq!(fenced_json_blocks("```json   ```").collect::<Vec<_>>(), [""]);
+        assert_eq!(
+            fenced_json_blocks("```json   ```").collect::<Vec<_>>(),
+            [""]
+        );
     }
 
     #[test]
     fn whole_text_first_then_blocks() {
         assert_eq!(json_blocks("{\"a\": 1}"), [json!({"a": 1})]);
-        assert_eq!(json_blocks("[{\"a\": 1}, {\"b\": 2}]"), [json!({"a": 1}), json!({"b": 2})]);
+        assert_eq!(
+            json_blocks("[{\"a\": 1}, {\"b\": 2}]"),
+            [json!({"a": 1}), json!({"b": 2})]
+        );
         assert_eq!(
             json_blocks("x ```json [{\"a\": 1}, 2] ``` ```json nope ``` ```json {'b': 2,} ```"),
             [json!({"a": 1}), json!(2), json!({"b": 2})]

@@ -171,9 +171,18 @@ mod tests {
         assert_eq!(parse_lenient("{v: 4}"), Some(json!({"v": 4})));
         assert_eq!(parse_lenient(r#"{"v": 10"#), Some(json!({"v": 10})));
         assert_eq!(parse_lenient(r#"[{"v": 9}]"#), Some(json!([{"v": 9}])));
-        assert_eq!(parse_lenient("{'s': 'it\\'s \"q\"'}"), Some(json!({"s": "it's \"q\""})));
-        assert_eq!(parse_lenient("[true, false, null,]"), Some(json!([true, false, null])));
-        assert_eq!(parse_lenient("{a: {b: [1, 2"), Some(json!({"a": {"b": [1, 2]}})));
+        assert_eq!(
+            parse_lenient("{'s': 'it\\'s \"q\"'}"),
+            Some(json!({"s": "it's \"q\""}))
+        );
+        assert_eq!(
+            parse_lenient("[true, false, null,]"),
+            Some(json!([true, false, null]))
+        );
+        assert_eq!(
+            parse_lenient("{a: {b: [1, 2"),
+            Some(json!({"a": {"b": [1, 2]}}))
+        );
     }
 
     #[test]

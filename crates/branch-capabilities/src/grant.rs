@@ -3,9 +3,9 @@
 //! `Operable` of `Spec`s).
 
 use jsonschema::Validator;
-use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
-use serde_json::{json, Map, Value};
+use schemars::generate::SchemaSettings;
+use serde_json::{Map, Value, json};
 
 use crate::error::CapabilityError;
 
@@ -23,7 +23,12 @@ impl FieldSpec {
     /// A field whose value must satisfy `schema` (a JSON Schema; `$ref`s
     /// point into `#/$defs/...`, supplied with [`FieldSpec::with_defs`]).
     pub fn new(name: impl Into<String>, schema: Value) -> Self {
-        Self { name: name.into(), schema, description: None, defs: Map::new() }
+        Self {
+            name: name.into(),
+            schema,
+            description: None,
+            defs: Map::new(),
+        }
     }
 
     /// A string field (Python `str`).
@@ -71,7 +76,12 @@ impl FieldSpec {
                 Value::Object(root)
             }
         };
-        Self { name: name.into(), schema, description: None, defs }
+        Self {
+            name: name.into(),
+            schema,
+            description: None,
+            defs,
+        }
     }
 
     /// Sets the description shown to the model.
@@ -99,7 +109,9 @@ impl FieldSpec {
 
 /// The root schema of `T` without `$schema`, and its `$defs` taken out.
 fn root_schema<T: JsonSchema>() -> (Map<String, Value>, Map<String, Value>) {
-    let schema = SchemaSettings::draft2020_12().into_generator().into_root_schema_for::<T>();
+    let schema = SchemaSettings::draft2020_12()
+        .into_generator()
+        .into_root_schema_for::<T>();
     let mut root = match schema.to_value() {
         Value::Object(m) => m,
         // `true` / `false` schemas: anything / nothing.
@@ -172,7 +184,10 @@ impl std::fmt::Debug for Grant {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Grant")
             .field("name", &self.name)
-            .field("fields", &self.fields.iter().map(|s| &s.name).collect::<Vec<_>>())
+            .field(
+                "fields",
+                &self.fields.iter().map(|s| &s.name).collect::<Vec<_>>(),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -188,7 +203,9 @@ impl Grant {
                 return Err(CapabilityError::EmptyFieldName { index });
             }
             if fields[..index].iter().any(|g| g.name == f.name) {
-                return Err(CapabilityError::DuplicateField { name: f.name.clone() });
+                return Err(CapabilityError::DuplicateField {
+                    name: f.name.clone(),
+                });
             }
             for (k, v) in &f.defs {
                 match defs.get(k) {
@@ -217,7 +234,9 @@ impl Grant {
                     other => {
                         return Err(CapabilityError::InvalidSchema {
                             field: f.name.clone(),
-                            message: format!("a schema must be an object or a boolean, not {other}"),
+                            message: format!(
+                                "a schema must be an object or a boolean, not {other}"
+                            ),
                         });
                     }
                 };
@@ -225,11 +244,19 @@ impl Grant {
                     schema.insert("$defs".into(), Value::Object(defs.clone()));
                 }
                 jsonschema::validator_for(&Value::Object(schema)).map_err(|e| {
-                    CapabilityError::InvalidSchema { field: f.name.clone(), message: e.to_string() }
+                    CapabilityError::InvalidSchema {
+                        field: f.name.clone(),
+                        message: e.to_string(),
+                    }
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Self { name, fields, defs, validators })
+        Ok(Self {
+            name,
+            fields,
+            defs,
+            validators,
+        })
     }
 
     /// A builder.
@@ -340,13 +367,31 @@ mod tests {
 
     #[test]
     fn bad_grants_are_typed_errors() {
-        let dup = Grant::builder().field(FieldSpec::string("a")).field(FieldSpec::integer("a")).build();
-        assert_eq!(dup.unwrap_err(), CapabilityError::DuplicateField { name: "a".into() });
+        let dup = Grant::builder()
+            .field(FieldSpec::string("a"))
+            .field(FieldSpec::integer("a"))
+            .build();
+        assert_eq!(
+            dup.unwrap_err(),
+            CapabilityError::DuplicateField { name: "a".into() }
+        );
         let empty = Grant::builder().field(FieldSpec::string("")).build();
-        assert_eq!(empty.unwrap_err(), CapabilityError::EmptyFieldName { index: 0 });
-        let bad = Grant::builder().field(FieldSpec::new("x", json!({"type": 12}))).build();
-        assert!(matches!(bad.unwrap_err(), CapabilityError::InvalidSchema { field, .. } if field == "x"));
-        let not_schema = Grant::builder().field(FieldSpec::new("x", json!("str"))).build();
-        assert!(matches!(not_schema.unwrap_err(), CapabilityError::InvalidSchema { .. }));
+        assert_eq!(
+            empty.unwrap_err(),
+            CapabilityError::EmptyFieldName { index: 0 }
+        );
+        let bad = Grant::builder()
+            .field(FieldSpec::new("x", json!({"type": 12})))
+            .build();
+        assert!(
+            matches!(bad.unwrap_err(), CapabilityError::InvalidSchema { field, .. } if field == "x")
+        );
+        let not_schema = Grant::builder()
+            .field(FieldSpec::new("x", json!("str")))
+            .build();
+        assert!(matches!(
+            not_schema.unwrap_err(),
+            CapabilityError::InvalidSchema { .. }
+        ));
     }
 }

@@ -25,15 +25,15 @@ mod fuzzy;
 mod grant;
 mod render;
 
-pub use emission::{emission_signals, extract_emissions, observe_assistant_message, Extraction};
+pub use emission::{Extraction, emission_signals, extract_emissions, observe_assistant_message};
 pub use error::CapabilityError;
-pub use ext::{CapabilitiesExt, CAPABILITY_CALLBACK};
-pub use extract::{fenced_json_blocks, json_blocks, FencedBlocks, MAX_INPUT};
+pub use ext::{CAPABILITY_CALLBACK, CapabilitiesExt};
+pub use extract::{FencedBlocks, MAX_INPUT, fenced_json_blocks, json_blocks};
 pub use fuzzy::parse_lenient;
 pub use grant::{FieldSpec, Grant, GrantBuilder};
 pub use render::{
-    capabilities_schema, render_capabilities_prompt, strip_capability_block,
-    with_capability_block, CAP_BEGIN, CAP_END,
+    CAP_BEGIN, CAP_END, capabilities_schema, render_capabilities_prompt, strip_capability_block,
+    with_capability_block,
 };
 
 pub use branch_core::{CapabilityViolation, EmissionRejected};

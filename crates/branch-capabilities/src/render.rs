@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::grant::{field_title, Grant};
+use crate::grant::{Grant, field_title};
 
 /// Opens the capability block in the system prompt.
 pub const CAP_BEGIN: &str = "<!-- lionagi:capabilities -->";
@@ -51,14 +51,21 @@ pub fn capabilities_schema(grant: &Grant) -> Value {
         }
         p.insert("name".into(), Value::String(f.name().to_owned()));
         if !p.contains_key("$ref") {
-            p.entry("title").or_insert_with(|| Value::String(field_title(f.name())));
+            p.entry("title")
+                .or_insert_with(|| Value::String(field_title(f.name())));
         }
-        props.insert(f.name().to_owned(), pydantic_sorted(&Value::Object(p), None));
+        props.insert(
+            f.name().to_owned(),
+            pydantic_sorted(&Value::Object(p), None),
+        );
     }
     let mut schema = Map::new();
     schema.insert("properties".into(), Value::Object(props));
     if !grant.defs().is_empty() {
-        schema.insert("$defs".into(), pydantic_sorted(&Value::Object(grant.defs().clone()), None));
+        schema.insert(
+            "$defs".into(),
+            pydantic_sorted(&Value::Object(grant.defs().clone()), None),
+        );
     }
     Value::Object(schema)
 }
@@ -84,7 +91,9 @@ fn balanced_block(text: &str) -> Option<(usize, usize)> {
     // later BEGIN can have one either.
     let end = text[after..].find(CAP_END).map(|i| i + after)?;
     // A later BEGIN before that END is the one it pairs with.
-    let begin = text[after..end].rfind(CAP_BEGIN).map_or(first, |i| after + i);
+    let begin = text[after..end]
+        .rfind(CAP_BEGIN)
+        .map_or(first, |i| after + i);
     Some((begin, end + CAP_END.len()))
 }
 
@@ -106,7 +115,10 @@ pub fn strip_capability_block(text: &str) -> Option<String> {
 /// The system text after a grant: `text` without its balanced block (if
 /// any), then a blank line and the new marked block.
 pub fn with_capability_block(text: &str, grant: &Grant) -> String {
-    let block = format!("{CAP_BEGIN}\n{}\n{CAP_END}", render_capabilities_prompt(grant));
+    let block = format!(
+        "{CAP_BEGIN}\n{}\n{CAP_END}",
+        render_capabilities_prompt(grant)
+    );
     let base = strip_capability_block(text).unwrap_or_else(|| text.to_owned());
     let base = base.trim_end();
     if base.trim().is_empty() {
@@ -123,11 +135,20 @@ mod tests {
     #[test]
     fn finds_the_innermost_balanced_pair() {
         let t = format!("A {CAP_BEGIN} B\n\n{CAP_BEGIN}\nblk\n{CAP_END}");
-        assert_eq!(strip_capability_block(&t).unwrap(), format!("A {CAP_BEGIN} B"));
+        assert_eq!(
+            strip_capability_block(&t).unwrap(),
+            format!("A {CAP_BEGIN} B")
+        );
         let lone_end = format!("{CAP_END} keep {CAP_BEGIN}x{CAP_END} tail");
-        assert_eq!(strip_capability_block(&lone_end).unwrap(), format!("{CAP_END} keep\n\ntail"));
+        assert_eq!(
+            strip_capability_block(&lone_end).unwrap(),
+            format!("{CAP_END} keep\n\ntail")
+        );
         assert_eq!(strip_capability_block(&format!("x {CAP_BEGIN} y")), None);
-        assert_eq!(strip_capability_block(&format!("x {CAP_END} y {CAP_BEGIN}")), None);
+        assert_eq!(
+            strip_capability_block(&format!("x {CAP_END} y {CAP_BEGIN}")),
+            None
+        );
         assert_eq!(strip_capability_block("plain"), None);
     }
 }

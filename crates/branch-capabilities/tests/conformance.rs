@@ -14,12 +14,12 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use branch_capabilities::{
-    extract_emissions, observe_assistant_message, render_capabilities_prompt, CapabilitiesExt,
-    FieldSpec, Grant, CAP_BEGIN, CAP_END,
+    CAP_BEGIN, CAP_END, CapabilitiesExt, FieldSpec, Grant, extract_emissions,
+    observe_assistant_message, render_capabilities_prompt,
 };
 use branch_core::message::SystemContent;
 use branch_core::{Branch, Message, Observer, Participant, Signal, ToDictOptions};
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 fn fixtures_dir() -> PathBuf {
     match std::env::var_os("LIONAGI_FIXTURES_DIR") {
@@ -31,7 +31,10 @@ fn fixtures_dir() -> PathBuf {
 }
 
 fn read(scenario: &str, file: &str) -> String {
-    let path = fixtures_dir().join("capabilities").join(scenario).join(file);
+    let path = fixtures_dir()
+        .join("capabilities")
+        .join(scenario)
+        .join(file);
     std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("fixture {} unreadable: {e}", path.display()))
 }
@@ -71,7 +74,11 @@ fn branch(system: Option<&str>, name: Option<&str>) -> Branch {
 }
 
 fn system_text(b: &Branch) -> String {
-    b.system().and_then(|m| m.as_system()).and_then(SystemContent::text).expect("text system").to_owned()
+    b.system()
+        .and_then(|m| m.as_system())
+        .and_then(SystemContent::text)
+        .expect("text system")
+        .to_owned()
 }
 
 #[derive(Default)]
@@ -132,7 +139,10 @@ fn assert_signals(got: &[Signal], expected: &Value) {
 /// indented message.
 fn assert_same_error_head(got: &str, expected: &str) {
     let head = |s: &str| -> Vec<String> {
-        s.lines().filter(|l| !l.starts_with(' ')).map(str::to_owned).collect()
+        s.lines()
+            .filter(|l| !l.starts_with(' '))
+            .map(str::to_owned)
+            .collect()
     };
     assert_eq!(head(got), head(expected), "got error text {got:?}");
 }
@@ -142,7 +152,12 @@ fn check_attempt_extract(scenario: &str) {
     let grant = reviewer();
     for case in out["attempt_extract"].as_array().unwrap() {
         let ex = extract_emissions(case["text"].as_str().unwrap(), &grant, "");
-        assert_eq!(json!(ex.bundles), case["bundles"], "bundles of {}", case["text"]);
+        assert_eq!(
+            json!(ex.bundles),
+            case["bundles"],
+            "bundles of {}",
+            case["text"]
+        );
         assert_eq!(json!(ex.violations), case["violations"]);
         let rejects = case["rejects"].as_array().unwrap();
         assert_eq!(ex.rejections.len(), rejects.len());
@@ -174,7 +189,10 @@ fn grant_then_system_prompt() {
     let grant = Arc::new(reviewer());
     b.grant_capabilities(grant.clone(), true);
     assert_eq!(json!(system_text(&b)), out["system_text"]);
-    assert_eq!(json!(render_capabilities_prompt(&grant)), out["rendered_block_only"]);
+    assert_eq!(
+        json!(render_capabilities_prompt(&grant)),
+        out["rendered_block_only"]
+    );
     let system = b.system().unwrap();
     let facts = json!({
         "capabilities_is_grant": Arc::ptr_eq(&b.capabilities().unwrap(), &grant),
@@ -190,10 +208,20 @@ fn grant_then_system_prompt() {
     let d = b.to_dict(&ToDictOptions::default()).unwrap();
     let sys = &d["messages"]["collections"][0];
     let exp = &out["to_dict"]["messages"]["collections"][0];
-    for key in ["content", "sender", "recipient", "role", "channel", "embedding"] {
+    for key in [
+        "content",
+        "sender",
+        "recipient",
+        "role",
+        "channel",
+        "embedding",
+    ] {
         assert_eq!(sys[key], exp[key], "system {key}");
     }
-    assert!(!d.to_string().contains("Reviewer\""), "the grant is not serialized");
+    assert!(
+        !d.to_string().contains("Reviewer\""),
+        "the grant is not serialized"
+    );
 }
 
 #[test]
@@ -205,8 +233,14 @@ fn regrant_replaces_block() {
     b.grant_capabilities(planner(), true);
     let second = system_text(&b);
     assert_eq!(json!(second), out["after_second"]);
-    assert_eq!(json!(second.matches(CAP_BEGIN).count()), out["begin_marker_count"]);
-    assert_eq!(json!(b.capabilities().unwrap().name()), out["capabilities_name"]);
+    assert_eq!(
+        json!(second.matches(CAP_BEGIN).count()),
+        out["begin_marker_count"]
+    );
+    assert_eq!(
+        json!(b.capabilities().unwrap().name()),
+        out["capabilities_name"]
+    );
     assert_eq!(b.messages().len(), 1);
 }
 
@@ -218,14 +252,20 @@ fn revoke_removes_block() {
     let revoked = b.revoke_capabilities();
     assert_eq!(revoked.unwrap().name(), Some("Reviewer"));
     assert_eq!(json!(system_text(&b)), out["after_revoke"]);
-    assert_eq!(json!(b.capabilities().map(|g| g.name().map(str::to_owned))), out["capabilities_after_revoke"]);
+    assert_eq!(
+        json!(b.capabilities().map(|g| g.name().map(str::to_owned))),
+        out["capabilities_after_revoke"]
+    );
 
     let mut b2 = branch(Some("Untouched."), None);
     let sid = b2.system().unwrap().id();
     b2.grant_capabilities(reviewer(), false);
     let unchanged = system_text(&b2) == "Untouched." && b2.system().unwrap().id() == sid;
     assert_eq!(json!(unchanged), out["prompt_false_system_unchanged"]);
-    assert_eq!(json!(b2.capabilities().is_some()), out["prompt_false_capabilities_set"]);
+    assert_eq!(
+        json!(b2.capabilities().is_some()),
+        out["prompt_false_capabilities_set"]
+    );
 }
 
 #[test]
@@ -248,8 +288,12 @@ fn extract_mixed_keys_violation() {
 fn extract_no_granted_key() {
     check_attempt_extract("extract_no_granted_key");
     let out = output("extract_no_granted_key");
-    let texts: Vec<&str> =
-        out["attempt_extract"].as_array().unwrap().iter().map(|c| c["text"].as_str().unwrap()).collect();
+    let texts: Vec<&str> = out["attempt_extract"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["text"].as_str().unwrap())
+        .collect();
     assert_signals(&observe_texts(&texts, reviewer()), &out["signals"]);
 }
 
@@ -261,7 +305,9 @@ fn extract_invalid_rejected() {
     let signals = observe_texts(&[text], reviewer());
     assert_signals(&signals, &out["signals"]);
     // Through the observer the branch's name is filled in.
-    let Signal::EmissionRejected { rejection, .. } = &signals[1] else { panic!("not a rejection") };
+    let Signal::EmissionRejected { rejection, .. } = &signals[1] else {
+        panic!("not a rejection")
+    };
     assert_eq!(rejection.branch_name, "worker");
 }
 
@@ -272,12 +318,19 @@ fn capability_block_in_provider_request() {
     let rec = Arc::new(Recorder::default());
     b.set_observer(Some(rec.clone()));
     b.grant_capabilities(reviewer(), true);
-    let expected_system = &out["to_dict"]["messages"]["collections"][0]["content"]["system_message"];
+    let expected_system =
+        &out["to_dict"]["messages"]["collections"][0]["content"]["system_message"];
     assert_eq!(json!(system_text(&b)), *expected_system);
 
     // The request folds the system text (with its block) into the first
     // instruction's guidance.
-    let req: Value = serde_json::from_str(read("capability_block_in_provider_request", "requests.jsonl").lines().next().unwrap()).unwrap();
+    let req: Value = serde_json::from_str(
+        read("capability_block_in_provider_request", "requests.jsonl")
+            .lines()
+            .next()
+            .unwrap(),
+    )
+    .unwrap();
     let content = req["messages"][0]["content"].as_str().unwrap();
     let block = content.strip_prefix("Guidance: |-\n").unwrap();
     let guidance: Vec<&str> = block
@@ -285,7 +338,10 @@ fn capability_block_in_provider_request() {
         .take_while(|l| l.is_empty() || l.starts_with("  "))
         .map(|l| l.strip_prefix("  ").unwrap_or(l))
         .collect();
-    assert_eq!(guidance.join("\n"), branch_providers::fold_guidance(Some(&system_text(&b)), "", ""));
+    assert_eq!(
+        guidance.join("\n"),
+        branch_providers::fold_guidance(Some(&system_text(&b)), "", "")
+    );
 
     // The reply is observed: MessageAdded, then the StructuredOutput.
     let reply = out["return_value"]["value"].as_str().unwrap();
@@ -296,7 +352,9 @@ fn capability_block_in_provider_request() {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|s| s["data_class"] == "AssistantResponse" || s["signal_class"] == "StructuredOutput")
+        .filter(|s| {
+            s["data_class"] == "AssistantResponse" || s["signal_class"] == "StructuredOutput"
+        })
         .cloned()
         .collect();
     assert_signals(&got, &Value::Array(expected));
@@ -336,7 +394,11 @@ fn an_unbalanced_end_marker_is_left_alone_by_revoke() {
     let id = b.system().unwrap().id();
     b.revoke_capabilities();
     assert_eq!(system_text(&b), prompt);
-    assert_eq!(b.system().unwrap().id(), id, "nothing to strip: the system is kept");
+    assert_eq!(
+        b.system().unwrap().id(),
+        id,
+        "nothing to strip: the system is kept"
+    );
 }
 
 #[test]
@@ -345,7 +407,10 @@ fn grant_creates_a_system_and_revoke_restores_the_default_text() {
     b.grant_capabilities(reviewer(), true);
     assert!(system_text(&b).starts_with(CAP_BEGIN));
     b.revoke_capabilities();
-    assert_eq!(system_text(&b), "You are a helpful AI assistant. Let's think step by step.");
+    assert_eq!(
+        system_text(&b),
+        "You are a helpful AI assistant. Let's think step by step."
+    );
     assert!(b.capabilities().is_none());
 }
 
@@ -354,10 +419,12 @@ fn revoke_stops_observation_and_no_observer_means_no_scan() {
     let mut b = branch(Some("S"), None);
     let rec = Arc::new(Recorder::default());
     b.grant_capabilities(reviewer(), false);
-    b.msgs_mut().add_message(Message::assistant("```json\n{\"score\": 1}\n```"));
+    b.msgs_mut()
+        .add_message(Message::assistant("```json\n{\"score\": 1}\n```"));
     b.set_observer(Some(rec.clone()));
     b.revoke_capabilities();
-    b.msgs_mut().add_message(Message::assistant("```json\n{\"score\": 2}\n```"));
+    b.msgs_mut()
+        .add_message(Message::assistant("```json\n{\"score\": 2}\n```"));
     let got = rec.0.lock().unwrap();
     assert_eq!(got.len(), 1);
     assert!(matches!(got[0], Signal::MessageAdded { .. }));
@@ -379,7 +446,11 @@ fn schemars_typed_grant_renders_like_the_reference() {
     // extensions.md §3.3, verified output for `note: Note{text: str}`,
     // `score: int` (the struct's doc comment adds its description).
     let rendered = render_capabilities_prompt(&grant);
-    let schema_text = rendered.split("```json\n").nth(1).unwrap().trim_end_matches("\n```");
+    let schema_text = rendered
+        .split("```json\n")
+        .nth(1)
+        .unwrap()
+        .trim_end_matches("\n```");
     let schema: Value = serde_json::from_str(schema_text).unwrap();
     assert_eq!(
         schema,
@@ -397,11 +468,22 @@ fn schemars_typed_grant_renders_like_the_reference() {
     );
     let keys: Vec<&String> = schema.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["properties", "$defs"]);
-    let ex = extract_emissions("```json {\"note\": {\"text\": \"a\"}, \"score\": 3} ```", &grant, "");
-    assert_eq!(json!(ex.bundles), json!([{"note": {"text": "a"}, "score": 3}]));
+    let ex = extract_emissions(
+        "```json {\"note\": {\"text\": \"a\"}, \"score\": 3} ```",
+        &grant,
+        "",
+    );
+    assert_eq!(
+        json!(ex.bundles),
+        json!([{"note": {"text": "a"}, "score": 3}])
+    );
     let bad = extract_emissions("```json {\"note\": {\"txt\": 1}} ```", &grant, "b");
     assert_eq!(bad.rejections.len(), 1);
-    assert!(bad.rejections[0].error.starts_with("1 validation error for Capabilities\nnote\n"));
+    assert!(
+        bad.rejections[0]
+            .error
+            .starts_with("1 validation error for Capabilities\nnote\n")
+    );
 }
 
 #[test]
@@ -419,7 +501,10 @@ fn whole_struct_grant_from_type() {
     assert_eq!(grant.name(), Some("Reviewer"));
     assert_eq!(grant.allowed(), ["note", "score"]);
     let ex = extract_emissions("```json {\"score\": 7, \"note\": \"x\"} ```", &grant, "");
-    assert_eq!(serde_json::to_string(&ex.bundles[0]).unwrap(), r#"{"note":"x","score":7}"#);
+    assert_eq!(
+        serde_json::to_string(&ex.bundles[0]).unwrap(),
+        r#"{"note":"x","score":7}"#
+    );
 }
 
 #[test]
@@ -438,12 +523,19 @@ fn the_verified_mixed_text_of_the_reference() {
         .unwrap();
     let text = "hi ```json {\"note\": {\"text\": \"a\"}, \"score\": 3} ``` and ```json {\"note\": {\"text\": \"b\"}, \"evil\": 1} ``` and ```json {\"other\": 1} ``` and ```json {\"score\": \"notint\"} ```";
     let ex = extract_emissions(text, &note, "");
-    assert_eq!(json!(ex.bundles), json!([{"note": {"text": "a"}, "score": 3}]));
+    assert_eq!(
+        json!(ex.bundles),
+        json!([{"note": {"text": "a"}, "score": 3}])
+    );
     assert_eq!(
         json!(ex.violations),
         json!([{"offending": ["evil"], "allowed": ["note", "score"], "block": {"note": {"text": "b"}, "evil": 1}}])
     );
     assert_eq!(ex.rejections.len(), 1);
-    assert!(ex.rejections[0].error.starts_with("1 validation error for Grant\nscore\n  "));
+    assert!(
+        ex.rejections[0]
+            .error
+            .starts_with("1 validation error for Grant\nscore\n  ")
+    );
     assert_eq!(json!(ex.rejections[0].block), json!({"score": "notint"}));
 }

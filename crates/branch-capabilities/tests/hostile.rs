@@ -4,7 +4,9 @@
 //! scanner on which fenced blocks exist, and must keep its output bounded
 //! by its input. (No timing here: speed is the benchmark's business.)
 
-use branch_capabilities::{extract_emissions, fenced_json_blocks, json_blocks, FieldSpec, Grant, MAX_INPUT};
+use branch_capabilities::{
+    FieldSpec, Grant, MAX_INPUT, extract_emissions, fenced_json_blocks, json_blocks,
+};
 use serde_json::json;
 
 fn grant() -> Grant {
@@ -34,10 +36,42 @@ impl Rng {
 }
 
 const PIECES: &[&str] = &[
-    "```json", "```", "``", "`", "```JSON", "json", "{", "}", "[", "]", "\"", "'", "\\", ",", ":",
-    " ", "\n", "\t", "\u{3000}", "é", "😀", "note", "score", "\"note\"", "\"score\"", "1", "-2.5e3",
-    "true", "null", "{\"note\": \"x\"}", "{\"score\": 3}", "{'note': 'y',}", "{note: 1}",
-    "[{\"score\": 1}, 2]", "<!-- lionagi:capabilities -->", "{\"evil\": 1, \"note\": \"z\"}",
+    "```json",
+    "```",
+    "``",
+    "`",
+    "```JSON",
+    "json",
+    "{",
+    "}",
+    "[",
+    "]",
+    "\"",
+    "'",
+    "\\",
+    ",",
+    ":",
+    " ",
+    "\n",
+    "\t",
+    "\u{3000}",
+    "é",
+    "😀",
+    "note",
+    "score",
+    "\"note\"",
+    "\"score\"",
+    "1",
+    "-2.5e3",
+    "true",
+    "null",
+    "{\"note\": \"x\"}",
+    "{\"score\": 3}",
+    "{'note': 'y',}",
+    "{note: 1}",
+    "[{\"score\": 1}, 2]",
+    "<!-- lionagi:capabilities -->",
+    "{\"evil\": 1, \"note\": \"z\"}",
 ];
 
 fn random_text(rng: &mut Rng) -> String {
@@ -88,7 +122,10 @@ fn random_hostile_texts_never_panic_and_match_the_naive_scanner() {
         // outnumber the characters that delimit them.
         assert!(found <= text.len(), "seed {seed}");
         for b in &ex.bundles {
-            assert!(b.keys().all(|k| k == "note" || k == "score"), "seed {seed}: {b:?}");
+            assert!(
+                b.keys().all(|k| k == "note" || k == "score"),
+                "seed {seed}: {b:?}"
+            );
         }
     }
 }
@@ -102,7 +139,10 @@ fn unterminated_fences_yield_the_closed_blocks_only() {
     // Each block is closed by the next opening fence's backticks, which
     // that fence therefore loses: half of the fences open a block.
     assert_eq!(fenced_json_blocks(&many_open).count(), 25_000);
-    assert_eq!(fenced_json_blocks(&many_open).count(), naive_blocks(&many_open).len());
+    assert_eq!(
+        fenced_json_blocks(&many_open).count(),
+        naive_blocks(&many_open).len()
+    );
     assert!(extract_emissions(&many_open, &grant(), "").is_empty());
 }
 
@@ -111,14 +151,19 @@ fn ten_thousand_blocks() {
     let mut text = String::new();
     for i in 0..10_000 {
         match i % 4 {
-            0 => text.push_str(&format!("step {i}\n```json\n{{\"note\": \"n{i}\", \"score\": {i}}}\n```\n")),
+            0 => text.push_str(&format!(
+                "step {i}\n```json\n{{\"note\": \"n{i}\", \"score\": {i}}}\n```\n"
+            )),
             1 => text.push_str("```json\n{\"note\": \"x\", \"evil\": true}\n```\n"),
             2 => text.push_str("```json\n{\"score\": \"high\"}\n```\n"),
             _ => text.push_str("```json\n{\"unrelated\": 1}\n```\n"),
         }
     }
     let ex = extract_emissions(&text, &grant(), "w");
-    assert_eq!((ex.bundles.len(), ex.violations.len(), ex.rejections.len()), (2500, 2500, 2500));
+    assert_eq!(
+        (ex.bundles.len(), ex.violations.len(), ex.rejections.len()),
+        (2500, 2500, 2500)
+    );
     assert_eq!(ex.bundles[1]["score"], json!(4));
 }
 
@@ -129,11 +174,19 @@ fn deep_nesting_is_refused_without_overflowing_the_stack() {
         assert!(json_blocks(&arrays).is_empty());
         let closed = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
         assert!(json_blocks(&closed).is_empty());
-        let objects = format!("```json {}1{} ```", "{\"note\":".repeat(depth), "}".repeat(depth));
+        let objects = format!(
+            "```json {}1{} ```",
+            "{\"note\":".repeat(depth),
+            "}".repeat(depth)
+        );
         assert!(extract_emissions(&objects, &grant(), "").is_empty());
     }
     // Shallow enough for serde_json's limit: parsed, then rejected.
-    let ok = format!("```json {{\"note\": {}1{} }} ```", "[".repeat(100), "]".repeat(100));
+    let ok = format!(
+        "```json {{\"note\": {}1{} }} ```",
+        "[".repeat(100),
+        "]".repeat(100)
+    );
     assert_eq!(extract_emissions(&ok, &grant(), "").rejections.len(), 1);
 }
 

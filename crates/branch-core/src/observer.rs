@@ -5,13 +5,13 @@
 //! Signals are observations only: nothing in a signal is executed or
 //! authorized by emitting it.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use serde::Serialize;
-use serde_json::{json, Map, Value};
-use tokio::sync::{mpsc, Notify};
+use serde_json::{Map, Value, json};
+use tokio::sync::{Notify, mpsc};
 use uuid::Uuid;
 
 use crate::message::{Message, MessageKind};
@@ -84,7 +84,9 @@ impl Default for RunUsage {
 fn count(v: Option<&Value>) -> Option<u64> {
     match v {
         None | Some(Value::Null) => Some(0),
-        Some(v) => v.as_u64().or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
+        Some(v) => v
+            .as_u64()
+            .or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
     }
 }
 
@@ -273,14 +275,20 @@ impl Signal {
                 message.kind().class_name().to_owned(),
                 message.to_value().unwrap_or(Value::Null),
             ),
-            Signal::StructuredOutput { grant_name, data, .. } => (
+            Signal::StructuredOutput {
+                grant_name, data, ..
+            } => (
                 grant_name.clone().map_or(Value::Null, Value::String),
-                grant_name.clone().unwrap_or_else(|| "Capabilities".to_owned()),
+                grant_name
+                    .clone()
+                    .unwrap_or_else(|| "Capabilities".to_owned()),
                 Value::Object(data.clone()),
             ),
-            Signal::CapabilityViolation { violation, .. } => {
-                (Value::Null, "CapabilityViolation".to_owned(), json!(violation))
-            }
+            Signal::CapabilityViolation { violation, .. } => (
+                Value::Null,
+                "CapabilityViolation".to_owned(),
+                json!(violation),
+            ),
             Signal::EmissionRejected { rejection, .. } => {
                 (Value::Null, "EmissionRejected".to_owned(), json!(rejection))
             }
@@ -288,9 +296,13 @@ impl Signal {
             Signal::RunEnded { result, .. } => {
                 (Value::Null, data_class(result).to_owned(), result.clone())
             }
-            Signal::RunFailed { error_kind, error, .. } => {
-                (Value::Null, error_kind.clone(), Value::String(error.clone()))
-            }
+            Signal::RunFailed {
+                error_kind, error, ..
+            } => (
+                Value::Null,
+                error_kind.clone(),
+                Value::String(error.clone()),
+            ),
         };
         let mut view = json!({
             "signal_class": self.class_name(),
@@ -321,7 +333,9 @@ pub struct ObserverSlot(Arc<RwLock<Option<Arc<dyn Observer>>>>);
 
 impl std::fmt::Debug for ObserverSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ObserverSlot").field("attached", &self.get().is_some()).finish()
+        f.debug_struct("ObserverSlot")
+            .field("attached", &self.get().is_some())
+            .finish()
     }
 }
 
@@ -440,7 +454,11 @@ impl QueuedObserver {
                 c.progress.notify_waiters();
             }
         });
-        Ok(Arc::new(Self { tx, counters, capacity }))
+        Ok(Arc::new(Self {
+            tx,
+            counters,
+            capacity,
+        }))
     }
 
     /// The counters so far.
@@ -508,7 +526,10 @@ mod tests {
     }
 
     fn started(verb: &str) -> Signal {
-        Signal::RunStarted { branch_id: Uuid::nil(), verb: verb.into() }
+        Signal::RunStarted {
+            branch_id: Uuid::nil(),
+            verb: verb.into(),
+        }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -554,18 +575,26 @@ mod tests {
     #[test]
     fn spawn_outside_a_runtime_is_a_typed_error() {
         let rec = Arc::new(Recorder(Mutex::new(Vec::new())));
-        assert_eq!(QueuedObserver::spawn(rec, 4).unwrap_err(), QueuedObserverError::NoRuntime);
+        assert_eq!(
+            QueuedObserver::spawn(rec, 4).unwrap_err(),
+            QueuedObserverError::NoRuntime
+        );
     }
 
     #[test]
     fn usage_normalises_openai_and_anthropic_styles() {
         let mut u = RunUsage::default();
-        u.add_response(&json!({"usage": {"prompt_tokens": 11, "completion_tokens": 7,
-            "prompt_tokens_details": {"cached_tokens": 4}}}));
+        u.add_response(
+            &json!({"usage": {"prompt_tokens": 11, "completion_tokens": 7,
+            "prompt_tokens_details": {"cached_tokens": 4}}}),
+        );
         u.add_response(&json!({"usage": {"input_tokens": 5, "output_tokens": 2,
             "cache_read_input_tokens": 3, "cache_creation_input_tokens": 6,
             "cache_creation": {"ephemeral_5m_input_tokens": 6}}, "total_cost_usd": 0.5}));
-        assert_eq!((u.input_tokens, u.output_tokens, u.cached_tokens), (12, 9, 7));
+        assert_eq!(
+            (u.input_tokens, u.output_tokens, u.cached_tokens),
+            (12, 9, 7)
+        );
         assert_eq!((u.cache_write_tokens, u.cache_write_5m_tokens), (6, 6));
         assert_eq!(u.total_cost_usd, Some(0.5));
         assert!(u.usage_valid);
@@ -575,7 +604,11 @@ mod tests {
 
     #[test]
     fn run_end_view_carries_usage_fields() {
-        let usage = RunUsage { input_tokens: 11, output_tokens: 7, ..RunUsage::default() };
+        let usage = RunUsage {
+            input_tokens: 11,
+            output_tokens: 7,
+            ..RunUsage::default()
+        };
         let s = Signal::RunEnded {
             branch_id: Uuid::nil(),
             verb: "communicate".into(),

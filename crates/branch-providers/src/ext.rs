@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use branch_core::{Branch, Message};
 
-use crate::gather::{record_pass, run_pass, run_writeback, WritebackSummary};
+use crate::gather::{WritebackSummary, record_pass, run_pass, run_writeback};
 use crate::registry::ContextProviderRegistry;
 use crate::report::ProviderReport;
 
@@ -28,7 +28,8 @@ pub trait ProvidersExt {
 
 impl ProvidersExt for Branch {
     fn providers(&mut self) -> &mut ContextProviderRegistry {
-        self.extensions_mut().get_or_insert_with(ContextProviderRegistry::default)
+        self.extensions_mut()
+            .get_or_insert_with(ContextProviderRegistry::default)
     }
 
     fn try_providers(&self) -> Option<&ContextProviderRegistry> {
@@ -36,7 +37,9 @@ impl ProvidersExt for Branch {
     }
 
     fn last_context_report(&self) -> Option<Arc<ProviderReport>> {
-        self.extensions().get::<LastContextReport>().map(|r| r.0.clone())
+        self.extensions()
+            .get::<LastContextReport>()
+            .map(|r| r.0.clone())
     }
 }
 
@@ -86,8 +89,13 @@ pub async fn gather(branch: &mut Branch, instruction: &Message) -> Option<Contex
         report
     };
     let report = Arc::new(report);
-    branch.extensions_mut().insert(LastContextReport(report.clone()));
-    Some(ContextPass { blocks_text: report.blocks_text(), report })
+    branch
+        .extensions_mut()
+        .insert(LastContextReport(report.clone()));
+    Some(ContextPass {
+        blocks_text: report.blocks_text(),
+        report,
+    })
 }
 
 /// The post-action pass. Call it after `operate` actually executed
@@ -99,7 +107,10 @@ pub async fn gather(branch: &mut Branch, instruction: &Message) -> Option<Contex
 /// a failing or panicking hook is logged and counted in
 /// `writeback_failed`, and the next still runs. Returns what happened;
 /// without a registry, providers or responses nothing runs.
-pub async fn gather_writeback(branch: &mut Branch, action_responses: &[Message]) -> WritebackSummary {
+pub async fn gather_writeback(
+    branch: &mut Branch,
+    action_responses: &[Message],
+) -> WritebackSummary {
     if action_responses.is_empty() {
         return WritebackSummary::default();
     }

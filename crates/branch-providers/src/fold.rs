@@ -37,7 +37,10 @@ mod tests {
     fn verified_reference_fold() {
         // extensions.md §2.4: system "SYS", guidance "G", two blocks.
         let blocks = ["LOW BLOCK", "HIGH BLOCK"].join("\n");
-        assert_eq!(fold_guidance(Some("SYS"), &blocks, "G"), "SYSLOW BLOCK\nHIGH BLOCKG");
+        assert_eq!(
+            fold_guidance(Some("SYS"), &blocks, "G"),
+            "SYSLOW BLOCK\nHIGH BLOCKG"
+        );
         assert_eq!(fold_guidance(None, &blocks, "G"), "LOW BLOCK\nHIGH BLOCKG");
         assert_eq!(fold_guidance(Some("S"), "", ""), "S");
     }

@@ -31,8 +31,15 @@ pub(crate) async fn run_pass(
         let outcome = AssertUnwindSafe(entry.provider.provide(branch, instruction))
             .catch_unwind()
             .await;
-        if let Some(reason) = entry.provider.degradation_reason().filter(|r| !r.is_empty()) {
-            report.degraded.push(Degraded { provider_name: entry.name.clone(), reason });
+        if let Some(reason) = entry
+            .provider
+            .degradation_reason()
+            .filter(|r| !r.is_empty())
+        {
+            report.degraded.push(Degraded {
+                provider_name: entry.name.clone(),
+                reason,
+            });
         }
         let text = match outcome {
             Ok(Ok(Some(text))) if !text.is_empty() => text,
@@ -49,11 +56,18 @@ pub(crate) async fn run_pass(
             }
         };
         let tokens = count_tokens_async(&text).await;
-        if entry.limit().is_some_and(|limit| tokens as i128 > limit as i128) {
+        if entry
+            .limit()
+            .is_some_and(|limit| tokens as i128 > limit as i128)
+        {
             report.skipped.push(entry.name.clone());
             continue;
         }
-        candidates.push(Candidate { index, text, tokens });
+        candidates.push(Candidate {
+            index,
+            text,
+            tokens,
+        });
     }
 
     let mut by_priority: Vec<usize> = (0..candidates.len()).collect();
@@ -64,7 +78,9 @@ pub(crate) async fn run_pass(
     for c in by_priority {
         let tokens = candidates[c].tokens as i128;
         if total + tokens > budget as i128 {
-            report.skipped.push(entries[candidates[c].index].name.clone());
+            report
+                .skipped
+                .push(entries[candidates[c].index].name.clone());
         } else {
             total += tokens;
             admitted[c] = true;

@@ -39,10 +39,10 @@ mod registry;
 mod report;
 mod tokens;
 
-pub use ext::{gather, gather_writeback, ContextPass, ProvidersExt};
+pub use ext::{ContextPass, ProvidersExt, gather, gather_writeback};
 pub use fold::fold_guidance;
 pub use gather::WritebackSummary;
-pub use registry::{ContextProviderRegistry, ProviderEntry, ProviderOptions, DEFAULT_BUDGET};
+pub use registry::{ContextProviderRegistry, DEFAULT_BUDGET, ProviderEntry, ProviderOptions};
 pub use report::{Degraded, Fired, ProviderReport, RegistryStats};
 pub use tokens::{count_tokens, count_tokens_async, warm_up};
 

@@ -111,7 +111,11 @@ fn short_type_name<P>() -> String {
 impl ContextProviderRegistry {
     /// An empty registry with this total budget per turn.
     pub fn new(budget: i64) -> Self {
-        Self { entries: Vec::new(), budget, stats: RegistryStats::default() }
+        Self {
+            entries: Vec::new(),
+            budget,
+            stats: RegistryStats::default(),
+        }
     }
 
     /// The total budget per turn, in tokens.

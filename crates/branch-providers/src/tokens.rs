@@ -68,7 +68,10 @@ mod tests {
     fn counts_match_the_reference_fixtures() {
         // context_providers/registry_report_mixed: token_counts.
         assert_eq!(count_tokens("ALPHA: the user prefers metric units."), 9);
-        assert_eq!(count_tokens(&format!("BETA: {}", "very long reference text ".repeat(4))), 20);
+        assert_eq!(
+            count_tokens(&format!("BETA: {}", "very long reference text ".repeat(4))),
+            20
+        );
         let zeta = format!(
             "ZETA: {}",
             "background material that is fairly long and costs many tokens ".repeat(3)

@@ -13,10 +13,10 @@ mod support;
 use std::sync::Arc;
 
 use branch_providers::{
-    fold_guidance, gather, gather_writeback, ContextProviderRegistry, ProviderOptions,
-    ProvidersExt, DEFAULT_BUDGET,
+    ContextProviderRegistry, DEFAULT_BUDGET, ProviderOptions, ProvidersExt, fold_guidance, gather,
+    gather_writeback,
 };
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 use support::*;
 
 fn opts() -> ProviderOptions {
@@ -24,7 +24,10 @@ fn opts() -> ProviderOptions {
 }
 
 fn system_text(b: &branch_core::Branch) -> String {
-    b.system().and_then(|m| m.as_system()).map(|c| c.rendered()).expect("system")
+    b.system()
+        .and_then(|m| m.as_system())
+        .map(|c| c.rendered())
+        .expect("system")
 }
 
 #[tokio::test]
@@ -32,13 +35,17 @@ async fn registry_report_mixed() {
     let out = output("context_providers/registry_report_mixed");
     let mut b = branch_with_system(Some("Base system."));
     let alpha = Arc::new(TestProvider::text("ALPHA: the user prefers metric units."));
-    let beta = Arc::new(TestProvider::text(format!("BETA: {}", "very long reference text ".repeat(4))));
+    let beta = Arc::new(TestProvider::text(format!(
+        "BETA: {}",
+        "very long reference text ".repeat(4)
+    )));
     let zeta = Arc::new(TestProvider::text(format!(
         "ZETA: {}",
         "background material that is fairly long and costs many tokens ".repeat(3)
     )));
     let eta = Arc::new(TestProvider::text("ETA: project codename is Bluebird."));
-    let failing = Arc::new(TestProvider::new(Provide::Fail("provider exploded".into())).named("failing"));
+    let failing =
+        Arc::new(TestProvider::new(Provide::Fail("provider exploded".into())).named("failing"));
     let none_p = Arc::new(TestProvider::new(Provide::Nothing).named("none_provider"));
     let empty_p = Arc::new(TestProvider::text("").named("empty_provider"));
     let reg = b.providers();
@@ -52,11 +59,16 @@ async fn registry_report_mixed() {
         .register_shared(eta.clone(), opts().priority(10).name("eta"));
 
     let instr = instruction("How tall is the tower?", Some("Be exact."));
-    let pass = gather(&mut b, &instr).await.expect("a registry with providers runs");
+    let pass = gather(&mut b, &instr)
+        .await
+        .expect("a registry with providers runs");
 
     assert_eq!(json!(*pass.report), out["report"]);
     let last = b.last_context_report().expect("report kept");
-    assert!(Arc::ptr_eq(&last, &pass.report), "last_context_report is the pass's report");
+    assert!(
+        Arc::ptr_eq(&last, &pass.report),
+        "last_context_report is the pass's report"
+    );
     let reg = b.try_providers().unwrap();
     assert_eq!(json!(reg.names()), out["registry_names"]);
     assert_eq!(json!(reg.stats()), out["registry_stats"]);
@@ -70,7 +82,10 @@ async fn registry_report_mixed() {
     // The request: system + blocks + guidance folded into the guidance.
     let req = &requests("context_providers/registry_report_mixed")[0];
     let sent = guidance_of(req["messages"][0]["content"].as_str().unwrap()).unwrap();
-    assert_eq!(fold_guidance(Some(&system_text(&b)), &pass.blocks_text, "Be exact."), sent);
+    assert_eq!(
+        fold_guidance(Some(&system_text(&b)), &pass.blocks_text, "Be exact."),
+        sent
+    );
 
     // The blocks are never stored: the branch still holds only its system.
     assert_eq!(b.messages().len(), 1);
@@ -87,10 +102,15 @@ async fn no_system_all_skipped() {
     b.providers()
         .register_shared(a.clone(), opts().name("a").priority(2))
         .register_shared(f.clone(), opts());
-    let pass = gather(&mut b, &instruction("Hi", None)).await.expect("registry present");
+    let pass = gather(&mut b, &instruction("Hi", None))
+        .await
+        .expect("registry present");
     assert_eq!(json!(*pass.report), out["report"]);
     assert_eq!(pass.blocks_text, "");
-    assert_eq!(json!({"a": a.calls(), "failing": f.calls()}), out["provider_calls"]);
+    assert_eq!(
+        json!({"a": a.calls(), "failing": f.calls()}),
+        out["provider_calls"]
+    );
     assert_eq!(json!(b.providers().stats()), out["registry_stats"]);
     assert_eq!(b.last_context_report().as_deref(), Some(&*pass.report));
     // WAITS FOR VERBS: the request is "Instruction: Hi" — without a system
@@ -103,13 +123,16 @@ async fn non_string_and_degraded() {
     let mut b = branch_with_system(Some("S"));
     // A Rust provider cannot return a non-string: the reference's `123`
     // result is the error case, reported under `failed` the same way.
-    let non_string =
-        TestProvider::new(Provide::Fail("provide returned int, not str".into())).named("non_string");
+    let non_string = TestProvider::new(Provide::Fail("provide returned int, not str".into()))
+        .named("non_string");
     let degraded = TestProvider::text("DEGRADED-BUT-USEFUL note.")
         .named("degraded")
         .degraded("index is stale");
     let echo = Arc::new(TestProvider::text("ECHO block.").named("echo"));
-    b.providers().register(non_string).register(degraded).register_shared(echo.clone(), opts());
+    b.providers()
+        .register(non_string)
+        .register(degraded)
+        .register_shared(echo.clone(), opts());
     let instr = instruction("Check providers", None);
     let pass = gather(&mut b, &instr).await.unwrap();
     assert_eq!(json!(*pass.report), out["report"]);
@@ -118,7 +141,10 @@ async fn non_string_and_degraded() {
 
     let req = &requests("context_providers/non_string_and_degraded")[0];
     let sent = guidance_of(req["messages"][0]["content"].as_str().unwrap()).unwrap();
-    assert_eq!(fold_guidance(Some(&system_text(&b)), &pass.blocks_text, ""), sent);
+    assert_eq!(
+        fold_guidance(Some(&system_text(&b)), &pass.blocks_text, ""),
+        sent
+    );
 }
 
 #[tokio::test]
@@ -138,7 +164,10 @@ async fn untouched_or_empty_registry() {
         "last_context_report": b.last_context_report().map(|r| json!(*r)),
     });
     assert_eq!(after, out["after_turn_untouched"]);
-    assert!(b.extensions().is_empty(), "an untouched registry costs nothing");
+    assert!(
+        b.extensions().is_empty(),
+        "an untouched registry costs nothing"
+    );
 
     let reg = b.providers();
     let empty = json!({
@@ -182,14 +211,27 @@ async fn gather_writeback_after_operate() {
     let plain = TestProvider::text("plain").named("plain").logging(&log);
     let none_wb = TestProvider::text("none-wb").named("none-wb").logging(&log);
     let sync_wb = Arc::new(
-        TestProvider::text("sync-wb").named("sync-wb").with_writeback(Writeback::Fails).logging(&log),
+        TestProvider::text("sync-wb")
+            .named("sync-wb")
+            .with_writeback(Writeback::Fails)
+            .logging(&log),
     );
     let noncall = TestProvider::text("noncallable")
         .named("noncallable")
         .with_writeback(Writeback::Fails)
         .logging(&log);
-    let wb1 = Arc::new(TestProvider::text("wb1 text").named("wb1").with_writeback(Writeback::Records).logging(&log));
-    let wb2 = Arc::new(TestProvider::text("wb2 text").named("wb2").with_writeback(Writeback::Records).logging(&log));
+    let wb1 = Arc::new(
+        TestProvider::text("wb1 text")
+            .named("wb1")
+            .with_writeback(Writeback::Records)
+            .logging(&log),
+    );
+    let wb2 = Arc::new(
+        TestProvider::text("wb2 text")
+            .named("wb2")
+            .with_writeback(Writeback::Records)
+            .logging(&log),
+    );
     b.providers()
         .register_with(plain, opts().name("plain"))
         .register_with(none_wb, opts().name("none_wb"))
@@ -198,11 +240,16 @@ async fn gather_writeback_after_operate() {
         .register_shared(wb1.clone(), opts().name("wb1"))
         .register_shared(wb2.clone(), opts().name("wb2"));
 
-    let pass = gather(&mut b, &instruction("Compute both products.", None)).await.unwrap();
+    let pass = gather(&mut b, &instruction("Compute both products.", None))
+        .await
+        .unwrap();
     assert_eq!(json!(*pass.report), out["report"]);
     let req = &requests("context_providers/gather_writeback_after_operate")[0];
     let sent = guidance_of(req["messages"][0]["content"].as_str().unwrap()).unwrap();
-    assert_eq!(fold_guidance(Some(&system_text(&b)), &pass.blocks_text, ""), sent);
+    assert_eq!(
+        fold_guidance(Some(&system_text(&b)), &pass.blocks_text, ""),
+        sent
+    );
 
     // operate ran multiply(2, 21) and multiply(5, 5).
     let responses = [
@@ -218,25 +265,46 @@ async fn gather_writeback_after_operate() {
             calls
                 .iter()
                 .map(|call| {
-                    Value::Array(call.as_array().unwrap().iter().map(|r| r["value"].clone()).collect())
+                    Value::Array(
+                        call.as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|r| r["value"].clone())
+                            .collect(),
+                    )
                 })
                 .collect(),
         )
     };
     assert_eq!(json!(*wb1.writebacks.lock().unwrap()), expected_wb("wb1"));
     assert_eq!(json!(*wb2.writebacks.lock().unwrap()), expected_wb("wb2"));
-    assert_eq!(json!(sync_wb.writeback_calls.load(std::sync::atomic::Ordering::SeqCst)), out["sync_calls"]);
+    assert_eq!(
+        json!(
+            sync_wb
+                .writeback_calls
+                .load(std::sync::atomic::Ordering::SeqCst)
+        ),
+        out["sync_calls"]
+    );
     assert_eq!(json!(b.providers().stats()), out["registry_stats"]);
     assert_eq!(json!(*b.last_context_report().unwrap()), out["report"]);
 
     // Sequential and in registration order; hooks without writeback are
     // skipped, failures contained.
     let log = log.lock().unwrap();
-    let writebacks: Vec<&str> =
-        log.iter().filter(|l| l.starts_with("writeback:")).map(String::as_str).collect();
+    let writebacks: Vec<&str> = log
+        .iter()
+        .filter(|l| l.starts_with("writeback:"))
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         writebacks,
-        ["writeback:sync-wb", "writeback:noncallable", "writeback:wb1", "writeback:wb2"]
+        [
+            "writeback:sync-wb",
+            "writeback:noncallable",
+            "writeback:wb1",
+            "writeback:wb2"
+        ]
     );
     // WAITS FOR VERBS: return_value (the AnswerResponse with
     // action_responses) and the seven-message summary after operate().
@@ -246,7 +314,11 @@ async fn gather_writeback_after_operate() {
 async fn no_writeback_without_actions() {
     let out = output("context_providers/no_writeback_without_actions");
     let mut b = branch_with_system(Some("S"));
-    let wb = Arc::new(TestProvider::text("wb").named("wb").with_writeback(Writeback::Records));
+    let wb = Arc::new(
+        TestProvider::text("wb")
+            .named("wb")
+            .with_writeback(Writeback::Records),
+    );
     b.providers().register_shared(wb.clone(), opts().name("wb"));
     let reqs = requests("context_providers/no_writeback_without_actions");
     for (turn, text) in ["one", "two", "three"].into_iter().enumerate() {
@@ -254,7 +326,10 @@ async fn no_writeback_without_actions() {
         // Every request folds the new blocks into its oldest instruction
         // ("one"), never into the current turn.
         let sent = guidance_of(reqs[turn]["messages"][0]["content"].as_str().unwrap()).unwrap();
-        assert_eq!(fold_guidance(Some(&system_text(&b)), &pass.blocks_text, ""), sent);
+        assert_eq!(
+            fold_guidance(Some(&system_text(&b)), &pass.blocks_text, ""),
+            sent
+        );
         // None of the three operate calls produced action responses, so
         // the verb passes none and nothing is written back.
         let s = gather_writeback(&mut b, &[]).await;
@@ -275,12 +350,21 @@ async fn budget_admission_is_greedy_by_priority_and_reported_in_registration_ord
     let mut b = branch_with_system(Some("S"));
     let reg = b.providers();
     reg.set_budget(5);
-    reg.register_with(TestProvider::text("one two three four"), opts().name("a").priority(1))
-        .register_with(TestProvider::text("alpha beta gamma"), opts().name("b").priority(2))
-        .register_with(TestProvider::text("x"), opts().name("c").priority(0));
+    reg.register_with(
+        TestProvider::text("one two three four"),
+        opts().name("a").priority(1),
+    )
+    .register_with(
+        TestProvider::text("alpha beta gamma"),
+        opts().name("b").priority(2),
+    )
+    .register_with(TestProvider::text("x"), opts().name("c").priority(0));
     let pass = gather(&mut b, &instruction("q", None)).await.unwrap();
     assert_eq!(pass.report.blocks, ["alpha beta gamma", "x"]);
-    assert_eq!(json!(pass.report.fired), json!([{"provider_name": "b", "tokens": 3}, {"provider_name": "c", "tokens": 1}]));
+    assert_eq!(
+        json!(pass.report.fired),
+        json!([{"provider_name": "b", "tokens": 3}, {"provider_name": "c", "tokens": 1}])
+    );
     assert_eq!(pass.report.skipped, ["a"]);
 }
 
@@ -290,10 +374,16 @@ async fn verified_mixed_example_with_truthiness_rules() {
     let big = "word ".repeat(250);
     let reg = b.providers();
     reg.register_with(TestProvider::text("LOW BLOCK"), opts().name("low"))
-        .register_with(TestProvider::text("HIGH BLOCK"), opts().name("high").priority(5))
+        .register_with(
+            TestProvider::text("HIGH BLOCK"),
+            opts().name("high").priority(5),
+        )
         .register_with(TestProvider::new(Provide::Nothing), opts().name("none"))
         .register_with(TestProvider::text(""), opts().name("empty"))
-        .register_with(TestProvider::new(Provide::Fail("boom".into())), opts().name("err"))
+        .register_with(
+            TestProvider::new(Provide::Fail("boom".into())),
+            opts().name("err"),
+        )
         .register_with(TestProvider::text(big), opts().name("big").max_tokens(10))
         .register_with(TestProvider::new(Provide::Panic), opts().name("bad"))
         .register_with(TestProvider::text("z"), opts().name("zero").max_tokens(0));
@@ -326,7 +416,10 @@ async fn negative_limit_and_non_positive_budget() {
         .register_with(TestProvider::text("<|endoftext|>"), opts().name("special"));
     let pass = gather(&mut b, &instruction("q", None)).await.unwrap();
     assert_eq!(pass.report.skipped, ["pos"]);
-    assert_eq!(json!(pass.report.fired), json!([{"provider_name": "special", "tokens": 0}]));
+    assert_eq!(
+        json!(pass.report.fired),
+        json!([{"provider_name": "special", "tokens": 0}])
+    );
 }
 
 #[tokio::test]
@@ -341,9 +434,17 @@ async fn names_fall_back_to_the_provider_then_its_type() {
 #[tokio::test]
 async fn writeback_panics_are_contained_and_later_hooks_run() {
     let mut b = branch_with_system(Some("S"));
-    let after = Arc::new(TestProvider::text("a").named("after").with_writeback(Writeback::Records));
+    let after = Arc::new(
+        TestProvider::text("a")
+            .named("after")
+            .with_writeback(Writeback::Records),
+    );
     b.providers()
-        .register(TestProvider::text("p").named("panics").with_writeback(Writeback::Panics))
+        .register(
+            TestProvider::text("p")
+                .named("panics")
+                .with_writeback(Writeback::Panics),
+        )
         .register_shared(after.clone(), opts());
     let r = [action_response("f", json!({}), json!(1))];
     let s = gather_writeback(&mut b, &r).await;
@@ -358,13 +459,22 @@ async fn writeback_without_a_registry_does_nothing() {
     let mut b = branch_with_system(Some("S"));
     let r = [action_response("f", json!({}), json!(1))];
     assert_eq!(gather_writeback(&mut b, &r).await.called, 0);
-    assert!(b.try_providers().is_none(), "writeback does not create the registry");
+    assert!(
+        b.try_providers().is_none(),
+        "writeback does not create the registry"
+    );
 }
 
 #[test]
 fn guidance_reader_handles_both_yaml_forms() {
-    assert_eq!(guidance_of("Guidance: S\nInstruction: x").as_deref(), Some("S"));
-    assert_eq!(guidance_of("Guidance: |-\n  A\n\n  B\nInstruction: x").as_deref(), Some("A\n\nB"));
+    assert_eq!(
+        guidance_of("Guidance: S\nInstruction: x").as_deref(),
+        Some("S")
+    );
+    assert_eq!(
+        guidance_of("Guidance: |-\n  A\n\n  B\nInstruction: x").as_deref(),
+        Some("A\n\nB")
+    );
     assert_eq!(guidance_of("Instruction: x"), None);
     let _ = obj(json!({}));
 }

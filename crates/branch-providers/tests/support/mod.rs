@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use branch_core::message::{ActionResponseContent, InstructionContent};
 use branch_core::{Branch, ContextProvider, Message, MessageContent, ProviderError};
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value, json};
 
 pub fn fixtures_dir() -> PathBuf {
     match std::env::var_os("LIONAGI_FIXTURES_DIR") {
@@ -32,7 +32,9 @@ pub fn requests(scenario: &str) -> Vec<Value> {
     let path = fixtures_dir().join(scenario).join("requests.jsonl");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("fixture {} unreadable: {e}", path.display()));
-    text.lines().map(|l| serde_json::from_str(l).expect("request line is JSON")).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("request line is JSON"))
+        .collect()
 }
 
 /// The `Guidance:` value of a rendered user message (the YAML-ish
@@ -77,7 +79,9 @@ pub fn instruction(text: &str, guidance: Option<&str>) -> Message {
 }
 
 pub fn action_response(function: &str, arguments: Value, output: Value) -> Message {
-    let Value::Object(arguments) = arguments else { panic!("arguments must be an object") };
+    let Value::Object(arguments) = arguments else {
+        panic!("arguments must be an object")
+    };
     Message::new(MessageContent::ActionResponse(ActionResponseContent {
         function: function.into(),
         arguments,
