@@ -1,1 +1,144 @@
-fn main() {}
+//! Repository tasks, run as `cargo xtask <task>`.
+//!
+//! - `cargo xtask ci`: format check, clippy with `-D warnings`, every test.
+//! - `cargo xtask bench <name> [args]`: runs a benchmark program in release
+//!   mode and prints its figures as a table (`serialize`, `model`, `turns`,
+//!   `extensions`, `store`, `local`).
+
+use std::process::{Command, ExitCode};
+
+/// Benchmarks: name → (package, example program).
+const BENCHES: &[(&str, &str, &str)] = &[
+    ("serialize", "lionagi", "bench_serialize"),
+    ("model", "branch-models", "bench_model"),
+    ("turns", "branch-operations", "bench_turns"),
+    ("extensions", "branch-capabilities", "bench_extensions"),
+    ("store", "branch-session", "bench_store"),
+    ("local", "branch-models", "bench_local"),
+];
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("ci") => ci(),
+        Some("bench") => bench(&args[1..]),
+        _ => Err(format!(
+            "usage: cargo xtask ci | cargo xtask bench <{}> [args]",
+            BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join("|")
+        )),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("xtask: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    eprintln!("xtask: running {cmd:?}");
+    let status = cmd
+        .status()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{cmd:?} failed with {status}"))
+    }
+}
+
+fn ci() -> Result<(), String> {
+    run(cargo().args(["fmt", "--all", "--check"]))?;
+    run(cargo().args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
+    run(cargo().args(["test", "--workspace", "--no-fail-fast"]))
+}
+
+fn bench(args: &[String]) -> Result<(), String> {
+    let name = args.first().ok_or("bench needs a name")?;
+    let (_, package, example) = BENCHES
+        .iter()
+        .find(|b| b.0 == name)
+        .ok_or_else(|| format!("unknown benchmark `{name}`"))?;
+    let mut cmd = cargo();
+    cmd.args([
+        "run",
+        "--release",
+        "--quiet",
+        "--package",
+        package,
+        "--example",
+        example,
+        "--",
+    ]);
+    cmd.args(&args[1..]);
+    eprintln!("xtask: running {cmd:?}");
+    let out = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "benchmark `{name}` failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!("| benchmark | metric | ours | baseline (same run) | ratio |");
+    println!("|---|---|---|---|---|");
+    for line in text.lines().filter(|l| l.trim_start().starts_with('{')) {
+        let field = |k: &str| json_field(line, k);
+        let unit = field("unit").unwrap_or_default();
+        let fmt = |v: Option<String>| match v.as_deref() {
+            None | Some("null") => "-".to_owned(),
+            Some(n) => format!("{} {unit}", round(n)),
+        };
+        let ratio = match field("ratio").as_deref() {
+            None | Some("null") => "-".to_owned(),
+            Some(r) => format!("{}×", round(r)),
+        };
+        println!(
+            "| {} | {} | {} | {} | {} |",
+            field("bench").unwrap_or_default(),
+            field("metric").unwrap_or_default(),
+            fmt(field("ours")),
+            fmt(field("baseline")),
+            ratio
+        );
+    }
+    Ok(())
+}
+
+fn round(n: &str) -> String {
+    match n.parse::<f64>() {
+        Ok(f) if f.abs() >= 100.0 => format!("{f:.0}"),
+        Ok(f) if f.abs() >= 1.0 => format!("{f:.2}"),
+        Ok(f) => format!("{f:.3}"),
+        Err(_) => n.to_owned(),
+    }
+}
+
+/// Reads one scalar field of a flat JSON object line. The benchmark
+/// programs print flat objects; a full JSON parser is not worth a
+/// dependency here.
+fn json_field(line: &str, key: &str) -> Option<String> {
+    let pat = format!("\"{key}\":");
+    let start = line.find(&pat)? + pat.len();
+    let rest = line[start..].trim_start();
+    if let Some(s) = rest.strip_prefix('"') {
+        return Some(s[..s.find('"')?].to_owned());
+    }
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(rest[..end].trim().to_owned())
+}

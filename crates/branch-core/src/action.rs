@@ -79,7 +79,10 @@ impl RegisteredTool {
 
 impl std::fmt::Debug for RegisteredTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RegisteredTool").field("id", &self.id).field("name", &self.name()).finish()
+        f.debug_struct("RegisteredTool")
+            .field("id", &self.id)
+            .field("name", &self.name())
+            .finish()
     }
 }
 
@@ -108,7 +111,13 @@ impl ActionManager {
         if self.tools.contains_key(&name) && !update {
             return Err(BranchError::DuplicateTool(name));
         }
-        self.tools.insert(name, RegisteredTool { id: Uuid::new_v4(), tool });
+        self.tools.insert(
+            name,
+            RegisteredTool {
+                id: Uuid::new_v4(),
+                tool,
+            },
+        );
         Ok(())
     }
 
@@ -163,6 +172,9 @@ impl ActionManager {
 
     /// Name → schema, sorted by name.
     pub fn schemas(&self) -> BTreeMap<&str, &Value> {
-        self.tools.iter().map(|(k, t)| (k.as_str(), t.tool.schema())).collect()
+        self.tools
+            .iter()
+            .map(|(k, t)| (k.as_str(), t.tool.schema()))
+            .collect()
     }
 }

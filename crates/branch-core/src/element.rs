@@ -5,8 +5,8 @@
 //! `metadata.lion_class` names the Python class the reference would build, so
 //! files stay loadable by lionagi; it is never stored in memory.
 
-use serde::de::{self, Deserializer};
 use serde::Deserialize;
+use serde::de::{self, Deserializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -63,7 +63,11 @@ impl Default for Element {
 impl Element {
     /// A fresh element: new v4 id, created now, empty metadata.
     pub fn new() -> Self {
-        Self { id: Uuid::new_v4(), created_at: now(), metadata: Map::new() }
+        Self {
+            id: Uuid::new_v4(),
+            created_at: now(),
+            metadata: Map::new(),
+        }
     }
 }
 
@@ -143,7 +147,11 @@ pub(crate) fn de_created_at<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::E
             f.write_str("a timestamp (number, numeric string or ISO 8601 string)")
         }
         fn visit_f64<E: de::Error>(self, v: f64) -> Result<f64, E> {
-            if v.is_finite() { Ok(v) } else { Err(E::custom("timestamp is not finite")) }
+            if v.is_finite() {
+                Ok(v)
+            } else {
+                Err(E::custom("timestamp is not finite"))
+            }
         }
         fn visit_i64<E: de::Error>(self, v: i64) -> Result<f64, E> {
             Ok(v as f64)
@@ -173,9 +181,7 @@ pub(crate) fn de_created_at<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::E
 
 /// Serde helper: metadata; `null` is empty. `lion_class` is removed (it is
 /// a class selector on input, recomputed on output).
-pub(crate) fn de_metadata<'de, D: Deserializer<'de>>(
-    d: D,
-) -> Result<Map<String, Value>, D::Error> {
+pub(crate) fn de_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
     let mut m = <Option<Map<String, Value>>>::deserialize(d)?.unwrap_or_default();
     m.shift_remove("lion_class");
     Ok(m)
@@ -211,7 +217,10 @@ impl serde::Serialize for Finite {
         if self.0.is_finite() {
             s.serialize_f64(self.0)
         } else {
-            Err(serde::ser::Error::custom(format!("non-finite float {} cannot be written", self.0)))
+            Err(serde::ser::Error::custom(format!(
+                "non-finite float {} cannot be written",
+                self.0
+            )))
         }
     }
 }
@@ -222,15 +231,27 @@ mod tests {
 
     #[test]
     fn iso_datetimes_parse_like_the_reference() {
-        assert_eq!(parse_iso_datetime("2025-08-30T10:54:59+02:00"), Some(1756544099.0));
-        assert_eq!(parse_iso_datetime("2025-01-01 00:00:00"), Some(1735689600.0));
-        assert_eq!(parse_iso_datetime("2025-01-01T00:00:00Z"), Some(1735689600.0));
+        assert_eq!(
+            parse_iso_datetime("2025-08-30T10:54:59+02:00"),
+            Some(1756544099.0)
+        );
+        assert_eq!(
+            parse_iso_datetime("2025-01-01 00:00:00"),
+            Some(1735689600.0)
+        );
+        assert_eq!(
+            parse_iso_datetime("2025-01-01T00:00:00Z"),
+            Some(1735689600.0)
+        );
         assert_eq!(parse_iso_datetime("not a date"), None);
     }
 
     #[test]
     fn minute_format() {
-        assert_eq!(format_minute_utc(1735689600.0 + 61.0), "2025-01-01T00:01+00:00");
+        assert_eq!(
+            format_minute_utc(1735689600.0 + 61.0),
+            "2025-01-01T00:01+00:00"
+        );
     }
 
     #[test]

@@ -71,7 +71,10 @@ pub enum BranchError {
 
 impl BranchError {
     pub(crate) fn invalid(path: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::InvalidData { path: path.into(), reason: reason.into() }
+        Self::InvalidData {
+            path: path.into(),
+            reason: reason.into(),
+        }
     }
 }
 

@@ -13,23 +13,32 @@ pub struct Extensions {
 
 impl std::fmt::Debug for Extensions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Extensions").field("len", &self.map.len()).finish()
+        f.debug_struct("Extensions")
+            .field("len", &self.map.len())
+            .finish()
     }
 }
 
 impl Extensions {
     /// The value of type `T`, if set.
     pub fn get<T: Send + Sync + 'static>(&self) -> Option<&T> {
-        self.map.get(&TypeId::of::<T>()).and_then(|b| b.downcast_ref())
+        self.map
+            .get(&TypeId::of::<T>())
+            .and_then(|b| b.downcast_ref())
     }
 
     /// The value of type `T`, mutably.
     pub fn get_mut<T: Send + Sync + 'static>(&mut self) -> Option<&mut T> {
-        self.map.get_mut(&TypeId::of::<T>()).and_then(|b| b.downcast_mut())
+        self.map
+            .get_mut(&TypeId::of::<T>())
+            .and_then(|b| b.downcast_mut())
     }
 
     /// The value of type `T`, created with `init` on first use.
-    pub fn get_or_insert_with<T: Send + Sync + 'static>(&mut self, init: impl FnOnce() -> T) -> &mut T {
+    pub fn get_or_insert_with<T: Send + Sync + 'static>(
+        &mut self,
+        init: impl FnOnce() -> T,
+    ) -> &mut T {
         self.map
             .entry(TypeId::of::<T>())
             .or_insert_with(|| Box::new(init()))
@@ -46,7 +55,9 @@ impl Extensions {
 
     /// Removes the value of type `T`.
     pub fn remove<T: Send + Sync + 'static>(&mut self) -> Option<T> {
-        self.map.remove(&TypeId::of::<T>()).and_then(|b| b.downcast().ok().map(|b| *b))
+        self.map
+            .remove(&TypeId::of::<T>())
+            .and_then(|b| b.downcast().ok().map(|b| *b))
     }
 
     /// Whether nothing is stored.

@@ -36,7 +36,7 @@ pub use branch::{
     SerializationMode, SharedOperations, SystemDatetime, SystemSpec, ToDictOptions,
 };
 pub use context::{ContextProvider, ProviderError};
-pub use element::{lion_class, Element};
+pub use element::{Element, lion_class};
 pub use error::{BranchError, Result};
 pub use extensions::Extensions;
 pub use log::{DataLogger, DataLoggerConfig, Log, LogExtension};

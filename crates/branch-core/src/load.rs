@@ -1,14 +1,18 @@
 //! Loading and writing stored data with JSON paths in every error.
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{BranchError, Result};
 
 fn path_of(p: &serde_path_to_error::Path) -> String {
     let s = p.to_string();
-    if s.is_empty() || s == "." { ".".into() } else { s }
+    if s.is_empty() || s == "." {
+        ".".into()
+    } else {
+        s
+    }
 }
 
 /// Deserializes from a JSON value. The fast path runs without path
@@ -17,7 +21,10 @@ pub(crate) fn from_value<T: DeserializeOwned>(v: &Value) -> Result<T> {
     match T::deserialize(v) {
         Ok(t) => Ok(t),
         Err(first) => match serde_path_to_error::deserialize::<_, T>(v) {
-            Err(e) => Err(BranchError::invalid(path_of(e.path()), e.inner().to_string())),
+            Err(e) => Err(BranchError::invalid(
+                path_of(e.path()),
+                e.inner().to_string(),
+            )),
             Ok(_) => Err(BranchError::invalid(".", first.to_string())),
         },
     }
@@ -32,7 +39,10 @@ pub(crate) fn from_slice<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
         Err(first) => {
             let mut de = serde_json::Deserializer::from_slice(bytes);
             match serde_path_to_error::deserialize::<_, T>(&mut de) {
-                Err(e) => Err(BranchError::invalid(path_of(e.path()), e.inner().to_string())),
+                Err(e) => Err(BranchError::invalid(
+                    path_of(e.path()),
+                    e.inner().to_string(),
+                )),
                 Ok(_) => Err(BranchError::invalid(".", first.to_string())),
             }
         }
@@ -46,13 +56,17 @@ pub(crate) fn to_value<T: Serialize + ?Sized>(t: &T, what: &str) -> Result<Value
         Ok(v) => Ok(v),
         Err(first) => {
             let mut track = serde_path_to_error::Track::new();
-            let ser = serde_path_to_error::Serializer::new(serde_json::value::Serializer, &mut track);
+            let ser =
+                serde_path_to_error::Serializer::new(serde_json::value::Serializer, &mut track);
             match t.serialize(ser) {
                 Err(e) => Err(BranchError::Serialize {
                     path: format!("{what}{}", suffix(&track.path())),
                     reason: e.to_string(),
                 }),
-                Ok(_) => Err(BranchError::Serialize { path: what.into(), reason: first.to_string() }),
+                Ok(_) => Err(BranchError::Serialize {
+                    path: what.into(),
+                    reason: first.to_string(),
+                }),
             }
         }
     }
@@ -65,5 +79,9 @@ pub(crate) fn to_vec<T: Serialize + ?Sized>(t: &T, what: &str) -> Result<Vec<u8>
 
 fn suffix(p: &serde_path_to_error::Path) -> String {
     let s = p.to_string();
-    if s.is_empty() || s == "." { String::new() } else { format!(".{s}") }
+    if s.is_empty() || s == "." {
+        String::new()
+    } else {
+        format!(".{s}")
+    }
 }

@@ -2,6 +2,7 @@
 //! calls, tool calls and custom events.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
@@ -9,7 +10,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::element::{self, de_metadata, lion_class, Element, Finite, MetadataOut};
+use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
 use crate::error::{BranchError, Result};
 use crate::pile::{Pile, Stored};
 use crate::progression::de_opt_created_at;
@@ -38,7 +39,10 @@ impl Log {
         } else {
             content
         };
-        Self { element: Element::new(), content }
+        Self {
+            element: Element::new(),
+            content,
+        }
     }
 
     /// A log of any JSON value; a non-object is stored under `"value"`.
@@ -82,7 +86,10 @@ impl Serialize for Log {
         m.serialize_entry("created_at", &Finite(self.element.created_at))?;
         m.serialize_entry(
             "metadata",
-            &MetadataOut { metadata: &self.element.metadata, lion_class: lion_class::LOG },
+            &MetadataOut {
+                metadata: &self.element.metadata,
+                lion_class: lion_class::LOG,
+            },
         )?;
         m.serialize_entry("content", &self.content)?;
         m.end()
@@ -224,13 +231,20 @@ impl DataLoggerConfig {
             persist_dir: env_var("LOG_PERSIST_DIR").unwrap_or(d.persist_dir),
             subfolder: env_var("LOG_SUBFOLDER"),
             file_prefix: Some(env_var("LOG_FILE_PREFIX").unwrap_or_else(|| "log".into())),
-            capacity: Some(env_var("LOG_CAPACITY").and_then(|v| v.parse().ok()).unwrap_or(50)),
+            capacity: Some(
+                env_var("LOG_CAPACITY")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(50),
+            ),
             extension: env_var("LOG_EXTENSION")
                 .and_then(|v| LogExtension::parse(&v))
                 .unwrap_or(d.extension),
             use_timestamp: env_bool("LOG_USE_TIMESTAMP", true),
             hash_digits: Some(
-                env_var("LOG_HASH_DIGITS").and_then(|v| v.parse().ok()).filter(|n| *n <= 10).unwrap_or(5),
+                env_var("LOG_HASH_DIGITS")
+                    .and_then(|v| v.parse().ok())
+                    .filter(|n| *n <= 10)
+                    .unwrap_or(5),
             ),
             auto_save_on_exit: env_bool("LOG_AUTO_SAVE_ON_EXIT", true),
             clear_after_dump: env_bool("LOG_CLEAR_AFTER_DUMP", true),
@@ -272,7 +286,10 @@ impl DataLoggerConfig {
                 "capacity" => {
                     c.capacity = match v {
                         Value::Null => None,
-                        _ => Some(v.as_u64().ok_or_else(|| bad(k, "must be a non-negative integer"))?),
+                        _ => Some(
+                            v.as_u64()
+                                .ok_or_else(|| bad(k, "must be a non-negative integer"))?,
+                        ),
                     }
                 }
                 "extension" => {
@@ -297,8 +314,9 @@ impl DataLoggerConfig {
                 "clear_after_dump" => c.clear_after_dump = boolean(k, v)?,
                 "redact_binary" => c.redact_binary = boolean(k, v)?,
                 "redact_binary_threshold" => {
-                    c.redact_binary_threshold =
-                        v.as_u64().ok_or_else(|| bad(k, "must be a non-negative integer"))?
+                    c.redact_binary_threshold = v
+                        .as_u64()
+                        .ok_or_else(|| bad(k, "must be a non-negative integer"))?
                 }
                 _ => return Err(bad(k, "is not a log configuration field")),
             }
@@ -319,7 +337,10 @@ impl DataLoggerConfig {
         m.insert("auto_save_on_exit".into(), self.auto_save_on_exit.into());
         m.insert("clear_after_dump".into(), self.clear_after_dump.into());
         m.insert("redact_binary".into(), self.redact_binary.into());
-        m.insert("redact_binary_threshold".into(), self.redact_binary_threshold.into());
+        m.insert(
+            "redact_binary_threshold".into(),
+            self.redact_binary_threshold.into(),
+        );
         Value::Object(m)
     }
 
@@ -360,11 +381,54 @@ impl DataLoggerConfig {
     }
 }
 
+fn is_csv(path: &Path) -> bool {
+    path.extension().is_some_and(|e| e == "csv")
+}
+
+/// One JSON object per line, or CSV with the content as a JSON cell.
+fn render_logs(logs: &Pile<Log>, csv: bool) -> Result<String> {
+    let mut out = String::new();
+    if csv {
+        out.push_str("id,created_at,content\n");
+    }
+    for log in logs.iter() {
+        let err = |e: serde_json::Error| BranchError::Serialize {
+            path: format!("logs.{}", log.id()),
+            reason: e.to_string(),
+        };
+        if csv {
+            let content = serde_json::to_string(log.content()).map_err(err)?;
+            out.push_str(&format!(
+                "{},{},\"{}\"\n",
+                log.id(),
+                log.created_at(),
+                content.replace('"', "\"\"")
+            ));
+        } else {
+            out.push_str(&serde_json::to_string(log).map_err(err)?);
+            out.push('\n');
+        }
+    }
+    Ok(out)
+}
+
+fn write_file(path: &Path, text: &str) -> Result<()> {
+    let io = |source| BranchError::LogIo {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    std::fs::write(path, text).map_err(io)
+}
+
 /// The branch's logs and their configuration.
 #[derive(Debug, Clone)]
 pub struct DataLogger {
     logs: Pile<Log>,
-    config: DataLoggerConfig,
+    // Shared: most branches use the same settings configuration.
+    config: Arc<DataLoggerConfig>,
 }
 
 impl Default for DataLogger {
@@ -375,13 +439,19 @@ impl Default for DataLogger {
 
 impl DataLogger {
     /// An empty logger with this configuration.
-    pub fn new(config: DataLoggerConfig) -> Self {
-        Self { logs: Pile::new(true), config }
+    pub fn new(config: impl Into<Arc<DataLoggerConfig>>) -> Self {
+        Self {
+            logs: Pile::new(true),
+            config: config.into(),
+        }
     }
 
     /// A logger over existing logs.
-    pub fn with_logs(config: DataLoggerConfig, logs: Pile<Log>) -> Self {
-        Self { logs, config }
+    pub fn with_logs(config: impl Into<Arc<DataLoggerConfig>>, logs: Pile<Log>) -> Self {
+        Self {
+            logs,
+            config: config.into(),
+        }
     }
 
     /// The logs.
@@ -400,46 +470,50 @@ impl DataLogger {
     pub fn log(&mut self, log: Log) {
         if let Some(cap) = self.config.capacity {
             if cap > 0 && self.logs.len() as u64 >= cap {
-                let path = self.config.new_file_path();
-                if let Err(e) = self.dump_to(&path, self.config.clear_after_dump) {
-                    tracing::warn!(error = %e, "log dump at capacity failed; logs kept in memory");
-                }
+                self.dump_at_capacity();
             }
         }
         self.logs.push(log);
     }
 
-    /// Writes the logs to `path` (one JSON object per line, or CSV) and
-    /// clears them when `clear`. Returns the number of logs written.
-    pub fn dump_to(&mut self, path: &Path, clear: bool) -> Result<usize> {
-        let io = |source| BranchError::LogIo { path: path.to_owned(), source };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(io)?;
+    /// The capacity dump. Inside a tokio runtime the file is written on the
+    /// blocking pool so a turn never waits for the disk; a failed write is
+    /// reported through `tracing` with the number of logs it held.
+    fn dump_at_capacity(&mut self) {
+        let path = self.config.new_file_path();
+        let text = match render_logs(&self.logs, is_csv(&path)) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(error = %e, "log dump at capacity failed; logs kept in memory");
+                return;
+            }
+        };
+        let count = self.logs.len();
+        if self.config.clear_after_dump {
+            self.logs.clear();
         }
-        let mut out = String::new();
-        let csv = path.extension().is_some_and(|e| e == "csv");
-        if csv {
-            out.push_str("id,created_at,content\n");
-        }
-        for log in self.logs.iter() {
-            let line = serde_json::to_string(log).map_err(|e| BranchError::Serialize {
-                path: format!("logs.{}", log.id()),
-                reason: e.to_string(),
-            })?;
-            if csv {
-                let content = serde_json::to_string(log.content()).unwrap_or_default();
-                out.push_str(&format!(
-                    "{},{},\"{}\"\n",
-                    log.id(),
-                    log.created_at(),
-                    content.replace('"', "\"\"")
-                ));
-            } else {
-                out.push_str(&line);
-                out.push('\n');
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(move || {
+                    if let Err(e) = write_file(&path, &text) {
+                        tracing::error!(error = %e, count, "log dump at capacity failed");
+                    }
+                });
+            }
+            Err(_) => {
+                if let Err(e) = write_file(&path, &text) {
+                    tracing::error!(error = %e, count, "log dump at capacity failed");
+                }
             }
         }
-        std::fs::write(path, out).map_err(io)?;
+    }
+
+    /// Writes the logs to `path` (one JSON object per line, or CSV) and
+    /// clears them when `clear`. Returns the number of logs written. This
+    /// is blocking file I/O: from async code call it on the blocking pool.
+    pub fn dump_to(&mut self, path: &Path, clear: bool) -> Result<usize> {
+        let text = render_logs(&self.logs, is_csv(path))?;
+        write_file(path, &text)?;
         let n = self.logs.len();
         if clear {
             self.logs.clear();
@@ -470,7 +544,8 @@ mod tests {
 
     #[test]
     fn dict_config_uses_class_defaults() {
-        let c = DataLoggerConfig::from_value(&json!({"capacity": 3, "extension": "jsonl"})).unwrap();
+        let c =
+            DataLoggerConfig::from_value(&json!({"capacity": 3, "extension": "jsonl"})).unwrap();
         assert_eq!(c.file_prefix, None);
         assert_eq!(c.extension, LogExtension::Jsonl);
         assert!(DataLoggerConfig::from_value(&json!({"hash_digits": 11})).is_err());
@@ -499,6 +574,9 @@ mod tests {
 
     #[test]
     fn empty_log_content() {
-        assert_eq!(Log::new(Map::new()).content()["error"], "No content to log.");
+        assert_eq!(
+            Log::new(Map::new()).content()["error"],
+            "No content to log."
+        );
     }
 }

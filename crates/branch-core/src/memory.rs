@@ -23,7 +23,11 @@ pub struct MemoryItem {
 impl MemoryItem {
     /// A new item with this content.
     pub fn new(content: impl Into<Value>) -> Self {
-        Self { element: Element::new(), content: content.into(), tags: Vec::new() }
+        Self {
+            element: Element::new(),
+            content: content.into(),
+            tags: Vec::new(),
+        }
     }
 
     /// Adds tags (builder style).
@@ -53,7 +57,12 @@ pub struct MemoryQuery {
 
 impl Default for MemoryQuery {
     fn default() -> Self {
-        Self { text: None, tags: None, filters: None, limit: 20 }
+        Self {
+            text: None,
+            tags: None,
+            filters: None,
+            limit: 20,
+        }
     }
 }
 
@@ -110,13 +119,18 @@ impl MemoryStore for InMemoryStore {
 
     async fn search(&self, q: &MemoryQuery) -> Result<Vec<MemoryItem>, MemoryError> {
         let items = self.items.read().await;
-        let text = q.text.as_deref().filter(|t| !t.is_empty()).map(str::to_lowercase);
+        let text = q
+            .text
+            .as_deref()
+            .filter(|t| !t.is_empty())
+            .map(str::to_lowercase);
         let tags = q.tags.as_ref().filter(|t| !t.is_empty());
         let filters = q.filters.as_ref().filter(|f| !f.is_empty());
         Ok(items
             .values()
             .filter(|i| {
-                text.as_ref().is_none_or(|t| content_text(&i.content).to_lowercase().contains(t))
+                text.as_ref()
+                    .is_none_or(|t| content_text(&i.content).to_lowercase().contains(t))
             })
             .filter(|i| tags.is_none_or(|tags| i.tags.iter().any(|t| tags.contains(t))))
             .filter(|i| {
@@ -145,9 +159,16 @@ mod tests {
         let all = s.search(&MemoryQuery::default()).await.unwrap();
         assert_eq!(all.len(), 2);
         assert_eq!(all[0].id(), a_id);
-        let q = MemoryQuery { text: Some("HELLO".into()), ..Default::default() };
+        let q = MemoryQuery {
+            text: Some("HELLO".into()),
+            ..Default::default()
+        };
         assert_eq!(s.search(&q).await.unwrap().len(), 1);
-        let q = MemoryQuery { tags: Some(vec!["y".into()]), limit: 1, ..Default::default() };
+        let q = MemoryQuery {
+            tags: Some(vec!["y".into()]),
+            limit: 1,
+            ..Default::default()
+        };
         assert_eq!(s.search(&q).await.unwrap()[0].content, "other");
     }
 }

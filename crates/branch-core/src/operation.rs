@@ -3,7 +3,32 @@
 //! The reference refuses non-async functions at run time. Here the type of
 //! [`OperationManager::register`] only admits functions returning a
 //! `Future`, so a synchronous function cannot be registered at all: the
-//! check moved from run time to compile time.
+//! check moved from run time to compile time:
+//!
+//! ```compile_fail
+//! use branch_core::OperationManager;
+//! use serde_json::Value;
+//! fn sync_summarize(_: Value) -> Result<Value, branch_core::OperationError> {
+//!     Ok(Value::Null)
+//! }
+//! let mut ops = OperationManager::new();
+//! ops.register("summarize", sync_summarize, false).unwrap();
+//! ```
+//!
+//! while an async function registers:
+//!
+//! ```
+//! use branch_core::{OperationError, OperationManager};
+//! use serde_json::{json, Value};
+//! async fn summarize(args: Value) -> Result<Value, OperationError> {
+//!     Ok(json!(format!("summary of {}", args["text"])))
+//! }
+//! let mut ops = OperationManager::new();
+//! ops.register("summarize", summarize, false).unwrap();
+//! assert!(ops.register("summarize", summarize, false).is_err());
+//! ops.register("summarize", summarize, true).unwrap();
+//! assert_eq!(ops.names(), ["summarize"]);
+//! ```
 
 use std::collections::HashMap;
 use std::future::Future;

@@ -157,7 +157,10 @@ pub(crate) fn participant_from_value(v: &serde_json::Value) -> Result<Option<Par
             Some(u) => Ok(Some(Participant::Id(u))),
             None => Err("an object given as a participant must carry a valid `id`".into()),
         },
-        other => Err(format!("a participant must be a string or null, not {}", json_type(other))),
+        other => Err(format!(
+            "a participant must be a string or null, not {}",
+            json_type(other)
+        )),
     }
 }
 
@@ -179,7 +182,10 @@ mod tests {
 
     #[test]
     fn normalisation_matches_the_reference() {
-        assert_eq!(Participant::parse("user"), Some(Participant::Role(Role::User)));
+        assert_eq!(
+            Participant::parse("user"),
+            Some(Participant::Role(Role::User))
+        );
         assert_eq!(
             Participant::parse("ASSISTANT"),
             Some(Participant::Name("ASSISTANT".into()))

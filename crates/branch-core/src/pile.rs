@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::element::{self, de_metadata, lion_class, Element, Finite, MetadataOut};
-use crate::progression::{de_opt_created_at, Progression};
+use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
+use crate::progression::{Progression, de_opt_created_at};
 
 /// Anything a pile can hold: it has an id.
 pub trait Stored {
@@ -81,12 +81,16 @@ impl<T: Stored> Pile<T> {
 
     /// The item at logical position `index`.
     pub fn at(&self, index: usize) -> Option<&T> {
-        self.progression.order.get(index).and_then(|id| self.items.get(id))
+        self.progression
+            .order
+            .get(index)
+            .and_then(|id| self.items.get(id))
     }
 
     /// Appends an item; an item whose id is present replaces it in place.
     pub fn push(&mut self, item: T) {
         let id = item.id();
+        self.reserve_first();
         if self.items.insert(id, item).is_none() {
             self.progression.order.push(id);
         }
@@ -97,8 +101,18 @@ impl<T: Stored> Pile<T> {
     /// reference after a system replacement).
     pub fn push_front(&mut self, item: T) {
         let id = item.id();
+        self.reserve_first();
         if self.items.insert(id, item).is_none() {
             self.progression.order.insert(0, id);
+        }
+    }
+
+    /// Most branches hold few messages until a conversation starts: the
+    /// first item gets room for itself only, instead of the default four.
+    fn reserve_first(&mut self) {
+        if self.items.capacity() == 0 {
+            self.items.reserve_exact(1);
+            self.progression.order.reserve_exact(1);
         }
     }
 
@@ -150,7 +164,12 @@ impl<T: Stored> Pile<T> {
         progression: Progression,
         strict_type: bool,
     ) -> Self {
-        Self { element, items, progression, strict_type }
+        Self {
+            element,
+            items,
+            progression,
+            strict_type,
+        }
     }
 
     /// Checks the pile invariant: the progression names every item exactly
@@ -170,7 +189,9 @@ impl<T: Stored> Pile<T> {
             ));
         }
         if let Some(missing) = order.iter().find(|id| !items.contains_key(*id)) {
-            return Err(format!("the order does not match the pile: {missing} not found"));
+            return Err(format!(
+                "the order does not match the pile: {missing} not found"
+            ));
         }
         Ok(())
     }
@@ -191,7 +212,10 @@ impl<T: Serialize> Serialize for PileOut<'_, T> {
             }
         }
         let p = self.pile;
-        let meta = MetadataOut { metadata: &p.element.metadata, lion_class: lion_class::PILE };
+        let meta = MetadataOut {
+            metadata: &p.element.metadata,
+            lion_class: lion_class::PILE,
+        };
         let mut m = s.serialize_map(Some(6))?;
         m.serialize_entry("id", &p.element.id)?;
         m.serialize_entry("created_at", &Finite(p.element.created_at))?;
@@ -210,7 +234,11 @@ impl<T: Serialize> Serialize for PileOut<'_, T> {
 
 impl<T: Serialize> Serialize for Pile<T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        PileOut { pile: self, meta: MetaPlacement::Head }.serialize(s)
+        PileOut {
+            pile: self,
+            meta: MetaPlacement::Head,
+        }
+        .serialize(s)
     }
 }
 
@@ -245,13 +273,18 @@ impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Pile<T> {
         for item in w.collections {
             let id = item.id();
             if items.insert(id, item).is_some() {
-                return Err(de::Error::custom(format!("item {id} appears twice in collections")));
+                return Err(de::Error::custom(format!(
+                    "item {id} appears twice in collections"
+                )));
             }
         }
         // The order comes from `order` when present, else from `progression`
         // (a Progression object, or a bare list).
         let (order, kept) = match (&w.order, &w.progression) {
-            (Some(o), _) => (crate::progression::flatten_order(o).map_err(de::Error::custom)?, None),
+            (Some(o), _) => (
+                crate::progression::flatten_order(o).map_err(de::Error::custom)?,
+                None,
+            ),
             (None, Some(p @ Value::Object(_))) => match Progression::deserialize(p) {
                 Ok(prog) => (prog.order.clone(), Some(prog)),
                 Err(_) => (
@@ -260,7 +293,10 @@ impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Pile<T> {
                     None,
                 ),
             },
-            (None, Some(p)) => (crate::progression::flatten_order(p).map_err(de::Error::custom)?, None),
+            (None, Some(p)) => (
+                crate::progression::flatten_order(p).map_err(de::Error::custom)?,
+                None,
+            ),
             (None, None) => (Vec::new(), None),
         };
         let progression = if order.is_empty() {
@@ -278,6 +314,11 @@ impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Pile<T> {
             created_at: w.created_at.unwrap_or_else(element::now),
             metadata,
         };
-        Ok(Pile::from_parts(element, items, progression, w.strict_type.unwrap_or(false)))
+        Ok(Pile::from_parts(
+            element,
+            items,
+            progression,
+            w.strict_type.unwrap_or(false),
+        ))
     }
 }

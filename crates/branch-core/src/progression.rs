@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::element::{self, de_created_at, de_metadata, lion_class, Element, Finite, MetadataOut};
+use crate::element::{self, Element, Finite, MetadataOut, de_created_at, de_metadata, lion_class};
 use crate::participant::json_type;
 
 /// An ordered list of element ids. Duplicates are allowed in a bare
@@ -29,7 +29,10 @@ impl Progression {
 
     /// A progression over the given ids.
     pub fn from_ids(order: impl IntoIterator<Item = Uuid>) -> Self {
-        Self { order: order.into_iter().collect(), ..Self::default() }
+        Self {
+            order: order.into_iter().collect(),
+            ..Self::default()
+        }
     }
 
     /// Number of ids.
@@ -70,9 +73,8 @@ pub fn flatten_order(v: &Value) -> Result<Vec<Uuid>, String> {
             return Err("order nests deeper than 64 levels".into());
         }
         match v {
-            Value::String(s) => out.push(
-                element::parse_uuid(s).ok_or_else(|| format!("`{s}` is not a valid UUID"))?,
-            ),
+            Value::String(s) => out
+                .push(element::parse_uuid(s).ok_or_else(|| format!("`{s}` is not a valid UUID"))?),
             Value::Array(items) => {
                 for i in items {
                     walk(i, out, depth + 1)?;
@@ -88,7 +90,12 @@ pub fn flatten_order(v: &Value) -> Result<Vec<Uuid>, String> {
                 }
             }
             Value::Null => {}
-            other => return Err(format!("an order item must be an id, not {}", json_type(other))),
+            other => {
+                return Err(format!(
+                    "an order item must be an id, not {}",
+                    json_type(other)
+                ));
+            }
         }
         Ok(())
     }
@@ -109,9 +116,11 @@ fn de_order<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Uuid>, D::Error> {
             let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
             while let Some(v) = seq.next_element::<Value>()? {
                 match &v {
-                    Value::String(s) => out.push(element::parse_uuid(s).ok_or_else(|| {
-                        de::Error::custom(format!("`{s}` is not a valid UUID"))
-                    })?),
+                    Value::String(s) => {
+                        out.push(element::parse_uuid(s).ok_or_else(|| {
+                            de::Error::custom(format!("`{s}` is not a valid UUID"))
+                        })?)
+                    }
                     other => out.extend(flatten_order(other).map_err(de::Error::custom)?),
                 }
             }
@@ -172,7 +181,10 @@ impl Serialize for Progression {
         m.serialize_entry("created_at", &Finite(self.element.created_at))?;
         m.serialize_entry(
             "metadata",
-            &MetadataOut { metadata: &self.element.metadata, lion_class: lion_class::PROGRESSION },
+            &MetadataOut {
+                metadata: &self.element.metadata,
+                lion_class: lion_class::PROGRESSION,
+            },
         )?;
         m.serialize_entry("order", &self.order)?;
         m.serialize_entry("name", &self.name)?;

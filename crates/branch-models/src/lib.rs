@@ -7,6 +7,31 @@
 //! limiting, the network guard and API-key handling. Usable alone as a
 //! provider client. It must not know branches' histories or the verbs.
 //!
-//! The code arrives with the model-layer issue; until then this crate holds
-//! only its charter. The plain-data model configuration (what `to_dict`
-//! writes) already lives in `branch_core::model`.
+//! ```no_run
+//! # async fn demo() -> Result<(), branch_core::model::ModelError> {
+//! use branch_core::model::{ChatMessage, ChatRequest};
+//! use branch_models::IModel;
+//! let model = IModel::from_model_string("openai/gpt-4.1-mini")?; // key from OPENAI_API_KEY
+//! let reply = model.invoke(ChatRequest::new(vec![ChatMessage::user("Say hi")])).await?;
+//! println!("{}", reply.text);
+//! # Ok(()) }
+//! ```
+
+pub mod breaker;
+pub mod dialect;
+pub mod guard;
+#[cfg(test)]
+mod http_tests;
+mod imodel;
+pub mod limiter;
+#[cfg(any(test, feature = "test-support"))]
+pub mod mock;
+mod secret;
+pub mod sse;
+
+pub use branch_core::model::{
+    ChatChunk, ChatMessage, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig,
+    ModelError, ModelErrorKind, StreamAccumulator, Usage,
+};
+pub use imodel::{IModel, IModelBuilder};
+pub use secret::ApiKey;

@@ -1,2 +1,40 @@
-//! lionagi-rs.
+//! lionagi-rs: the lionagi `Branch` (one LLM conversation) in Rust.
+//!
+//! This umbrella crate re-exports the workspace's crates and offers a
+//! [`prelude`]. Depend on a single `branch-*` crate instead when only one
+//! part is needed (for example `branch-models` as a provider client).
+//!
+//! ```
+//! use lionagi::prelude::*;
+//!
+//! let branch = Branch::builder()
+//!     .system("You are terse.")
+//!     .user("alice")
+//!     .build()?;
+//! let stored = branch.to_dict(&ToDictOptions::default())?;
+//! let restored = Branch::from_dict(&stored)?;
+//! assert_eq!(restored.to_dict(&ToDictOptions::default())?, stored);
+//! # Ok::<(), lionagi::core::BranchError>(())
+//! ```
+
+pub mod cli;
+
+pub use branch_actions as actions;
+pub use branch_capabilities as capabilities;
 pub use branch_core as core;
+pub use branch_messages as messages;
+pub use branch_models as models;
+pub use branch_operations as operations;
+pub use branch_providers as providers;
+pub use branch_session as session;
+
+/// The names most programs need.
+pub mod prelude {
+    pub use branch_core::message::{InstructionContent, SystemContent};
+    pub use branch_core::model::{ChatModel, ModelConfig};
+    pub use branch_core::{
+        Branch, BranchBuilder, BranchError, DataLoggerConfig, FromDictOptions, Log, MemoryItem,
+        MemoryQuery, MemoryStore, Message, MessageContent, MessageKind, Participant, Role,
+        SerializationMode, SystemDatetime, ToDictOptions, Tool,
+    };
+}

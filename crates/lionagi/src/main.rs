@@ -1,1 +1,11 @@
-fn main() {}
+//! The `lionagi` command.
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if let Err(e) = lionagi::cli::run(&args, &mut out) {
+        eprintln!("lionagi: {e}");
+        std::process::exit(e.exit_code());
+    }
+}

@@ -5,14 +5,14 @@ use std::sync::{Arc, OnceLock};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use super::system::{build_system, SystemDatetime, SystemSpec};
-use super::{Branch, ModelManager};
+use super::system::{SystemDatetime, SystemSpec, build_system};
+use super::{Branch, ModelManager, Parts};
 use crate::action::{ActionManager, Tool};
 use crate::element::Element;
 use crate::error::Result;
 use crate::log::{DataLogger, DataLoggerConfig, Log};
 use crate::memory::MemoryStore;
-use crate::message::{truthy, Message, MessageManager};
+use crate::message::{Message, MessageManager, truthy};
 use crate::model::{ChatModel, ModelConfig};
 use crate::participant::{Participant, Role};
 use crate::pile::Pile;
@@ -24,7 +24,7 @@ pub enum ModelChoice {
     /// A model object, kept by identity.
     Model(Arc<dyn ChatModel>),
     /// A configuration.
-    Config(ModelConfig),
+    Config(Box<ModelConfig>),
     /// `"provider/model"`, or a model of `LIONAGI_CHAT_PROVIDER`.
     Spec(String),
     /// An `iModel.to_dict` value.
@@ -46,7 +46,7 @@ impl ModelChoice {
     pub(crate) fn resolve(self) -> Result<Arc<dyn ChatModel>> {
         Ok(match self {
             ModelChoice::Model(m) => m,
-            ModelChoice::Config(c) => Arc::new(c),
+            ModelChoice::Config(c) => Arc::new(*c),
             ModelChoice::Spec(s) => Arc::new(ModelConfig::from_model_string(&s)?),
             ModelChoice::Dict(v) => Arc::new(ModelConfig::from_dict(&v)?),
         })
@@ -61,7 +61,7 @@ impl From<Arc<dyn ChatModel>> for ModelChoice {
 
 impl From<ModelConfig> for ModelChoice {
     fn from(c: ModelConfig) -> Self {
-        ModelChoice::Config(c)
+        ModelChoice::Config(Box::new(c))
     }
 }
 
@@ -108,7 +108,7 @@ pub struct BranchBuilder {
     chat_model: Option<ModelChoice>,
     parse_model: Option<ModelChoice>,
     tools: Vec<Arc<dyn Tool>>,
-    log_config: Option<DataLoggerConfig>,
+    log_config: Option<Arc<DataLoggerConfig>>,
     logs: Option<Pile<Log>>,
     memory: Option<Arc<dyn MemoryStore>>,
     deprecated: Vec<Deprecated>,
@@ -213,15 +213,18 @@ impl BranchBuilder {
 
     /// The log configuration (default: the settings values).
     pub fn log_config(mut self, config: DataLoggerConfig) -> Self {
-        self.log_config = Some(config);
+        self.log_config = Some(Arc::new(config));
         self
     }
 
     /// A dict log configuration: a non-empty object is validated against the
     /// class defaults; `null` or `{}` means the settings values.
     pub fn log_config_value(mut self, v: &Value) -> Result<Self> {
-        self.log_config =
-            if truthy(v) { Some(DataLoggerConfig::from_value(v)?) } else { None };
+        self.log_config = if truthy(v) {
+            Some(Arc::new(DataLoggerConfig::from_value(v)?))
+        } else {
+            None
+        };
         Ok(self)
     }
 
@@ -290,9 +293,11 @@ impl BranchBuilder {
             Some(pile) => MessageManager::from_pile(pile),
             None => MessageManager::new(),
         };
-        if let Some(mut system) =
-            build_system(self.system, self.system_datetime.as_ref(), self.use_lion_system_message)
-        {
+        if let Some(mut system) = build_system(
+            self.system,
+            self.system_datetime.as_ref(),
+            self.use_lion_system_message,
+        ) {
             let sender = self
                 .system_sender
                 .or_else(|| self.user.clone())
@@ -314,14 +319,25 @@ impl BranchBuilder {
             Some(logs) => DataLogger::with_logs(config, logs),
             None => DataLogger::new(config),
         };
-        Ok(Branch::assemble(element, self.user, self.name, msgs, acts, models, logger, self.memory))
+        Ok(Branch::assemble(Parts {
+            element,
+            user: self.user,
+            name: self.name,
+            msgs,
+            acts,
+            models,
+            logger,
+            memory: self.memory,
+        }))
     }
 }
 
 /// The settings' log configuration, read from the environment once.
-pub(crate) fn settings_log_config() -> DataLoggerConfig {
-    static SETTINGS: OnceLock<DataLoggerConfig> = OnceLock::new();
-    SETTINGS.get_or_init(DataLoggerConfig::from_settings).clone()
+pub(crate) fn settings_log_config() -> Arc<DataLoggerConfig> {
+    static SETTINGS: OnceLock<Arc<DataLoggerConfig>> = OnceLock::new();
+    SETTINGS
+        .get_or_init(|| Arc::new(DataLoggerConfig::from_settings()))
+        .clone()
 }
 
 /// A new default chat model from the settings.

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::builder::settings_log_config;
-use super::{Branch, ModelManager};
+use super::{Branch, ModelManager, Parts};
 use crate::action::ActionManager;
 use crate::element::Element;
 use crate::log::DataLogger;
@@ -39,8 +39,12 @@ impl Branch {
 
     fn clone_branch_as(&self, sender: Participant) -> Branch {
         let clone_id = Uuid::new_v4();
-        let source_order: Vec<Value> =
-            self.messages().progression().iter().map(|id| Value::String(id.to_string())).collect();
+        let source_order: Vec<Value> = self
+            .messages()
+            .progression()
+            .iter()
+            .map(|id| Value::String(id.to_string()))
+            .collect();
         let clone_from = serde_json::json!({
             "id": self.id().to_string(),
             "user": self.user().map_or_else(|| "None".to_owned(), ToString::to_string),
@@ -97,16 +101,20 @@ impl Branch {
         for t in self.acts.iter() {
             acts.adopt(t.clone());
         }
-        let element = Element { id: clone_id, created_at: crate::element::now(), metadata };
-        Branch::assemble(
+        let element = Element {
+            id: clone_id,
+            created_at: crate::element::now(),
+            metadata,
+        };
+        Branch::assemble(Parts {
             element,
-            self.user.clone(),
-            None,
+            user: self.user.clone(),
+            name: None,
             msgs,
             acts,
-            ModelManager::new(chat, parse),
-            DataLogger::new(settings_log_config()),
-            None,
-        )
+            models: ModelManager::new(chat, parse),
+            logger: DataLogger::new(settings_log_config()),
+            memory: None,
+        })
     }
 }

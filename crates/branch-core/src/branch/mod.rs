@@ -7,9 +7,9 @@ mod serialize;
 mod system;
 
 pub use builder::{BranchBuilder, ModelChoice};
-pub use models::{same_model, ModelManager};
+pub use models::{ModelManager, same_model};
 pub use serialize::{FromDictOptions, SerializationMode, ToDictOptions};
-pub use system::{SystemDatetime, SystemSpec, LION_SYSTEM_MESSAGE};
+pub use system::{LION_SYSTEM_MESSAGE, SystemDatetime, SystemSpec};
 
 use std::sync::{Arc, OnceLock, RwLock};
 
@@ -83,16 +83,17 @@ impl Branch {
         Self::builder().build()
     }
 
-    pub(crate) fn assemble(
-        element: Element,
-        user: Option<Participant>,
-        name: Option<String>,
-        msgs: MessageManager,
-        acts: ActionManager,
-        models: ModelManager,
-        logger: DataLogger,
-        memory: Option<Arc<dyn MemoryStore>>,
-    ) -> Self {
+    pub(crate) fn assemble(parts: Parts) -> Self {
+        let Parts {
+            element,
+            user,
+            name,
+            msgs,
+            acts,
+            models,
+            logger,
+            memory,
+        } = parts;
         let observer = ObserverSlot::default();
         let mut msgs = msgs;
         let slot = observer.clone();
@@ -101,7 +102,10 @@ impl Branch {
             EMIT_CALLBACK,
             Arc::new(move |m: &Message| {
                 if let Some(o) = slot.get() {
-                    o.observe(Signal::MessageAdded { branch_id, message: m.clone() });
+                    o.observe(Signal::MessageAdded {
+                        branch_id,
+                        message: m.clone(),
+                    });
                 }
             }),
         );
@@ -320,12 +324,33 @@ impl Branch {
             + Send
             + 'static,
     {
-        self.operations.write().unwrap_or_else(|e| e.into_inner()).register(name, func, update)
+        self.operations
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .register(name, func, update)
     }
 
-    /// Looks up an operation: a built-in verb or attribute of the branch
-    /// always wins over a registered name (see [`BUILTIN_NAMES`]).
+    /// Looks up an operation, attribute first as in the reference: a
+    /// built-in verb or method of the branch always wins over a registered
+    /// name ([`BUILTIN_NAMES`]); a data field (`id`, `created_at`,
+    /// `metadata`, `user`, `name`) resolves to its value, and a field that
+    /// is unset resolves to nothing, still shadowing the registry.
     pub fn get_operation(&self, name: &str) -> Option<OperationLookup> {
+        let field = match name {
+            "id" => Some(Value::String(self.id().to_string())),
+            "created_at" => Some(serde_json::json!(self.created_at())),
+            "metadata" => Some(Value::Object(self.element.metadata.clone())),
+            "user" => Some(
+                self.user
+                    .as_ref()
+                    .map_or(Value::Null, |u| Value::String(u.to_string())),
+            ),
+            "name" => Some(self.name.clone().map_or(Value::Null, Value::String)),
+            _ => None,
+        };
+        if let Some(value) = field {
+            return (!value.is_null()).then_some(OperationLookup::Attribute(value));
+        }
         if BUILTIN_NAMES.contains(&name) {
             return Some(OperationLookup::Builtin(name.to_owned()));
         }
@@ -382,11 +407,25 @@ impl Branch {
     }
 }
 
+/// The owned state a branch is assembled from.
+pub(crate) struct Parts {
+    pub(crate) element: Element,
+    pub(crate) user: Option<Participant>,
+    pub(crate) name: Option<String>,
+    pub(crate) msgs: MessageManager,
+    pub(crate) acts: ActionManager,
+    pub(crate) models: ModelManager,
+    pub(crate) logger: DataLogger,
+    pub(crate) memory: Option<Arc<dyn MemoryStore>>,
+}
+
 /// What `get_operation` found.
 #[derive(Clone)]
 pub enum OperationLookup {
-    /// A built-in verb or attribute of `Branch` (always wins).
+    /// A built-in verb or method of `Branch` (always wins).
     Builtin(String),
+    /// The value of a data field of `Branch` (always wins).
+    Attribute(Value),
     /// A registered async operation.
     Registered(Operation),
 }
@@ -395,6 +434,7 @@ impl std::fmt::Debug for OperationLookup {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             OperationLookup::Builtin(n) => write!(f, "Builtin({n})"),
+            OperationLookup::Attribute(v) => write!(f, "Attribute({v})"),
             OperationLookup::Registered(_) => f.write_str("Registered(..)"),
         }
     }
@@ -405,14 +445,57 @@ impl std::fmt::Debug for OperationLookup {
 /// operation can never shadow them.
 pub const BUILTIN_NAMES: &[&str] = &[
     // verbs
-    "chat", "communicate", "parse", "operate", "act", "interpret", "ReAct", "ReActStream",
-    "run", "instruct", "select", "translate", "connect", "chat_and_record",
+    "chat",
+    "communicate",
+    "parse",
+    "operate",
+    "act",
+    "interpret",
+    "ReAct",
+    "ReActStream",
+    "run",
+    "instruct",
+    "select",
+    "translate",
+    "connect",
+    "chat_and_record",
     // fields and properties
-    "id", "created_at", "metadata", "user", "name", "msgs", "acts", "mdls", "messages",
-    "progression", "system", "logs", "tools", "chat_model", "parse_model", "memory",
-    "providers", "last_context_report", "capabilities", "on_message_added", "token_budget",
+    "id",
+    "created_at",
+    "metadata",
+    "user",
+    "name",
+    "msgs",
+    "acts",
+    "mdls",
+    "messages",
+    "progression",
+    "system",
+    "logs",
+    "tools",
+    "chat_model",
+    "parse_model",
+    "memory",
+    "providers",
+    "last_context_report",
+    "capabilities",
+    "on_message_added",
+    "token_budget",
     // methods
-    "to_dict", "from_dict", "clone", "aclone", "get_operation", "register_tools",
-    "grant_capabilities", "revoke_capabilities", "emit", "authorize", "emit_and_log",
-    "control", "drain_signals", "dump_logs", "adump_logs", "to_df",
+    "to_dict",
+    "from_dict",
+    "clone",
+    "aclone",
+    "get_operation",
+    "register_tools",
+    "grant_capabilities",
+    "revoke_capabilities",
+    "emit",
+    "authorize",
+    "emit_and_log",
+    "control",
+    "drain_signals",
+    "dump_logs",
+    "adump_logs",
+    "to_df",
 ];

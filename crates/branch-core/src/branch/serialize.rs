@@ -9,16 +9,16 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use super::builder::{default_chat_model, settings_log_config};
-use super::{Branch, ModelManager};
+use super::{Branch, ModelManager, Parts};
 use crate::action::ActionManager;
-use crate::element::{self, lion_class, Element, Finite};
+use crate::element::{self, Element, Finite, lion_class};
 use crate::error::{BranchError, Result};
 use crate::log::{DataLogger, DataLoggerConfig, Log};
 use crate::message::{Message, MessageManager, MessageOut};
 use crate::model::{ChatModel, ModelConfig};
-use crate::participant::{de_participant, Participant};
+use crate::participant::{Participant, de_participant};
 use crate::pile::{MetaPlacement, Pile, PileOut};
-use crate::progression::{de_opt_created_at, Progression};
+use crate::progression::{Progression, de_opt_created_at};
 
 /// The `mode` of `to_dict`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -78,7 +78,10 @@ impl Default for ToDictOptions {
 impl ToDictOptions {
     /// Options in this mode, other values default.
     pub fn mode(mode: SerializationMode) -> Self {
-        Self { mode, ..Self::default() }
+        Self {
+            mode,
+            ..Self::default()
+        }
     }
 }
 
@@ -111,7 +114,9 @@ impl Serialize for BranchMetadata<'_> {
             }
         }
         if let Some(view) = b.msgs.view() {
-            m.serialize_entry("current_progression", view)?;
+            // Written as the reference stores it inside metadata: a plain
+            // field dump, without `lion_class`.
+            m.serialize_entry("current_progression", &PlainProgression(view))?;
         }
         m.serialize_entry("lion_class", lion_class::BRANCH)?;
         m.end()
@@ -122,14 +127,24 @@ impl Serialize for BranchOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         let b = self.branch;
         let db = self.opts.mode == SerializationMode::Db;
-        let nested = if db { MetaPlacement::Tail("node_metadata") } else { MetaPlacement::Head };
+        let nested = if db {
+            MetaPlacement::Tail("node_metadata")
+        } else {
+            MetaPlacement::Head
+        };
         let mut m = s.serialize_map(None)?;
         m.serialize_entry("id", &b.element.id)?;
         m.serialize_entry("created_at", &Finite(b.element.created_at))?;
         if !db {
             m.serialize_entry("metadata", &BranchMetadata(b))?;
         }
-        m.serialize_entry("user", &b.user.as_ref().map(|u| u.to_string()).filter(|u| !u.is_empty()))?;
+        m.serialize_entry(
+            "user",
+            &b.user
+                .as_ref()
+                .map(|u| u.to_string())
+                .filter(|u| !u.is_empty()),
+        )?;
         m.serialize_entry("name", &b.name)?;
         if db {
             let key = self.opts.db_meta_key.as_deref().unwrap_or("node_metadata");
@@ -142,10 +157,22 @@ impl Serialize for BranchOut<'_> {
             m.serialize_entry("messages", &MessagePileOut { pile, meta: nested })?;
         }
         if self.opts.include_logs && !b.logger.logs().is_empty() {
-            m.serialize_entry("logs", &PileOut { pile: b.logger.logs(), meta: nested })?;
+            m.serialize_entry(
+                "logs",
+                &PileOut {
+                    pile: b.logger.logs(),
+                    meta: nested,
+                },
+            )?;
         }
         if let Some(system) = b.msgs.system() {
-            m.serialize_entry("system", &MessageOut { msg: system, meta: nested })?;
+            m.serialize_entry(
+                "system",
+                &MessageOut {
+                    msg: system,
+                    meta: nested,
+                },
+            )?;
         }
         if self.opts.include_log_config {
             m.serialize_entry("log_config", &b.logger.config().to_value())?;
@@ -154,6 +181,22 @@ impl Serialize for BranchOut<'_> {
         if let Some(p) = &self.parse {
             m.serialize_entry("parse_model", p)?;
         }
+        m.end()
+    }
+}
+
+/// A progression as a plain field dump (no `lion_class`).
+struct PlainProgression<'a>(&'a Progression);
+
+impl Serialize for PlainProgression<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let p = self.0;
+        let mut m = s.serialize_map(Some(5))?;
+        m.serialize_entry("id", &p.element.id)?;
+        m.serialize_entry("created_at", &Finite(p.element.created_at))?;
+        m.serialize_entry("metadata", &p.element.metadata)?;
+        m.serialize_entry("order", &p.order)?;
+        m.serialize_entry("name", &p.name)?;
         m.end()
     }
 }
@@ -189,23 +232,23 @@ struct MessagePileOut<'a> {
 
 impl Serialize for MessagePileOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        PileOut { pile: self.pile, meta: self.meta }.serialize(s)
+        PileOut {
+            pile: self.pile,
+            meta: self.meta,
+        }
+        .serialize(s)
     }
 }
 
 impl Branch {
     fn model_dicts(&self, opts: &ToDictOptions) -> (Value, Option<Value>) {
-        let chat = self
-            .models
-            .chat()
-            .config()
-            .to_dict(opts.include_request_options, opts.include_processor_config);
-        let parse = (!self.models.parse_is_chat()).then(|| {
-            self.models
-                .parse()
-                .config()
-                .to_dict(opts.include_request_options, opts.include_processor_config)
-        });
+        // Through the model, not its construction-time config: a connected
+        // model records what calls taught it (the served model name).
+        let write = |m: &Arc<dyn ChatModel>| {
+            m.to_dict(opts.include_request_options, opts.include_processor_config)
+        };
+        let chat = write(self.models.chat());
+        let parse = (!self.models.parse_is_chat()).then(|| write(self.models.parse()));
         (chat, parse)
     }
 
@@ -216,14 +259,30 @@ impl Branch {
     /// keys are not part of a model's configuration at all.
     pub fn to_dict(&self, opts: &ToDictOptions) -> Result<Value> {
         let (chat, parse) = self.model_dicts(opts);
-        crate::load::to_value(&BranchOut { branch: self, opts, chat, parse }, "branch")
+        crate::load::to_value(
+            &BranchOut {
+                branch: self,
+                opts,
+                chat,
+                parse,
+            },
+            "branch",
+        )
     }
 
     /// [`Branch::to_dict`] written straight to JSON bytes, without building
     /// the intermediate value.
     pub fn to_json_vec(&self, opts: &ToDictOptions) -> Result<Vec<u8>> {
         let (chat, parse) = self.model_dicts(opts);
-        crate::load::to_vec(&BranchOut { branch: self, opts, chat, parse }, "branch")
+        crate::load::to_vec(
+            &BranchOut {
+                branch: self,
+                opts,
+                chat,
+                parse,
+            },
+            "branch",
+        )
     }
 
     /// Restores a branch from a `to_dict` value (python or json mode; db
@@ -235,7 +294,10 @@ impl Branch {
     /// [`Branch::from_dict`] with live models replacing the stored ones.
     pub fn from_dict_with(data: &Value, opts: FromDictOptions) -> Result<Self> {
         if !data.is_object() {
-            return Err(BranchError::invalid(".", "a stored branch must be a JSON object"));
+            return Err(BranchError::invalid(
+                ".",
+                "a stored branch must be a JSON object",
+            ));
         }
         let wire: BranchWire = crate::load::from_value(data)?;
         wire.into_branch(opts)
@@ -316,7 +378,8 @@ fn de_messages<'de, D: serde::Deserializer<'de>>(
             self,
             map: A,
         ) -> std::result::Result<Self::Value, A::Error> {
-            Pile::<Message>::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+            Pile::<Message>::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                .map(Some)
         }
     }
     d.deserialize_option(V)
@@ -370,9 +433,10 @@ impl BranchWire {
         metadata.shift_remove("lion_class");
         let view = match metadata.shift_remove("current_progression") {
             None | Some(Value::Null) => None,
-            Some(v) => Some(Progression::from_value(&v).map_err(|e| {
-                BranchError::invalid("metadata.current_progression", e)
-            })?),
+            Some(v) => Some(
+                Progression::from_value(&v)
+                    .map_err(|e| BranchError::invalid("metadata.current_progression", e))?,
+            ),
         };
         let element = Element {
             id: self.id.unwrap_or_else(Uuid::new_v4),
@@ -423,23 +487,23 @@ impl BranchWire {
         };
 
         let config = match &self.log_config {
-            Some(v) if crate::message::truthy(v) => DataLoggerConfig::from_value(v)?,
+            Some(v) if crate::message::truthy(v) => Arc::new(DataLoggerConfig::from_value(v)?),
             _ => settings_log_config(),
         };
         let logger = match self.logs {
             Some(logs) => DataLogger::with_logs(config, logs),
             None => DataLogger::new(config),
         };
-        Ok(Branch::assemble(
+        Ok(Branch::assemble(Parts {
             element,
-            self.user,
-            self.name,
+            user: self.user,
+            name: self.name,
             msgs,
-            ActionManager::new(),
-            ModelManager::new(chat, parse),
+            acts: ActionManager::new(),
+            models: ModelManager::new(chat, parse),
             logger,
-            None,
-        ))
+            memory: None,
+        }))
     }
 }
 

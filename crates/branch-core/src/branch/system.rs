@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use crate::element;
-use crate::message::{truthy, Message, SystemContent, DEFAULT_SYSTEM_MESSAGE};
+use crate::message::{DEFAULT_SYSTEM_MESSAGE, Message, SystemContent, truthy};
 
 /// The built-in Lion system prompt, stripped (3,108 characters).
 pub const LION_SYSTEM_MESSAGE: &str = include_str!("lion_system_message.txt");
@@ -98,7 +98,11 @@ pub(crate) fn build_system(
                     Some(v) => format!("\n\n\nDeveloper Prompt: {v}"),
                     None => String::new(),
                 };
-                Value::String(format!("{LION_SYSTEM_MESSAGE}{developer}").trim().to_owned())
+                Value::String(
+                    format!("{LION_SYSTEM_MESSAGE}{developer}")
+                        .trim()
+                        .to_owned(),
+                )
             } else {
                 prompt.unwrap_or_else(|| DEFAULT_SYSTEM_MESSAGE.into())
             };

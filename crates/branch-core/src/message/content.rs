@@ -25,7 +25,10 @@ pub struct SystemContent {
 impl SystemContent {
     /// A system prompt with no datetime.
     pub fn new(text: impl Into<Value>) -> Self {
-        Self { system_message: text.into(), system_datetime: None }
+        Self {
+            system_message: text.into(),
+            system_datetime: None,
+        }
     }
 
     /// The text a provider sees: `System Time: {datetime}\n\n{prompt}` when
@@ -50,8 +53,9 @@ impl SystemContent {
     pub(crate) fn from_value(v: Value) -> Result<Self, String> {
         let mut m = content_object(v)?;
         check_keys(&m, &["system_message", "system_datetime"])?;
-        let system_message =
-            m.shift_remove("system_message").unwrap_or_else(|| DEFAULT_SYSTEM_MESSAGE.into());
+        let system_message = m
+            .shift_remove("system_message")
+            .unwrap_or_else(|| DEFAULT_SYSTEM_MESSAGE.into());
         let system_datetime = match m.shift_remove("system_datetime") {
             None | Some(Value::Null) | Some(Value::Bool(false)) => None,
             Some(Value::Bool(true)) => Some(element::format_minute_utc(element::now())),
@@ -63,7 +67,10 @@ impl SystemContent {
                 ));
             }
         };
-        Ok(Self { system_message, system_datetime })
+        Ok(Self {
+            system_message,
+            system_datetime,
+        })
     }
 }
 
@@ -188,7 +195,10 @@ impl InstructionContent {
             Some(Value::String(s)) if !s.is_empty() => Some(s),
             None | Some(Value::Null) | Some(Value::String(_)) => None,
             Some(other) => {
-                return Err(format!("`plain_content` must be a string, not {}", json_type(&other)));
+                return Err(format!(
+                    "`plain_content` must be a string, not {}",
+                    json_type(&other)
+                ));
             }
         };
         c.tool_schemas = match m.shift_remove("tool_schemas") {
@@ -218,20 +228,31 @@ impl InstructionContent {
                 .into_iter()
                 .map(|i| match i {
                     Value::String(s) => Ok(s),
-                    other => Err(format!("an image must be a string, not {}", json_type(&other))),
+                    other => Err(format!(
+                        "an image must be a string, not {}",
+                        json_type(&other)
+                    )),
                 })
                 .collect::<Result<_, _>>()?,
             Some(other) => {
-                return Err(format!("`images` must be a list of strings, not {}", json_type(&other)));
+                return Err(format!(
+                    "`images` must be a list of strings, not {}",
+                    json_type(&other)
+                ));
             }
         };
         c.image_detail = match m.shift_remove("image_detail") {
-            Some(Value::String(s)) if !s.is_empty() => Some(ImageDetail::parse(&s).ok_or_else(
-                || format!("`image_detail` must be low, high or auto, not `{s}`"),
-            )?),
+            Some(Value::String(s)) if !s.is_empty() => {
+                Some(ImageDetail::parse(&s).ok_or_else(|| {
+                    format!("`image_detail` must be low, high or auto, not `{s}`")
+                })?)
+            }
             None | Some(Value::Null) | Some(Value::String(_)) => None,
             Some(other) => {
-                return Err(format!("`image_detail` must be a string, not {}", json_type(&other)));
+                return Err(format!(
+                    "`image_detail` must be a string, not {}",
+                    json_type(&other)
+                ));
             }
         };
         if images_given && c.image_detail.is_none() {
@@ -378,7 +399,16 @@ impl ActionResponseContent {
                 }
             }
         }
-        check_keys(&m, &["function", "arguments", "output", "action_request_id", "error"])?;
+        check_keys(
+            &m,
+            &[
+                "function",
+                "arguments",
+                "output",
+                "action_request_id",
+                "error",
+            ],
+        )?;
         Ok(Self {
             function: function_name(m.shift_remove("function"))?,
             arguments: arguments_object(m.shift_remove("arguments"))?,
@@ -415,7 +445,10 @@ fn content_object(v: Value) -> Result<Map<String, Value>, String> {
     match v {
         Value::Null => Ok(Map::new()),
         Value::Object(m) => Ok(m),
-        other => Err(format!("`content` must be an object, not {}", json_type(&other))),
+        other => Err(format!(
+            "`content` must be an object, not {}",
+            json_type(&other)
+        )),
     }
 }
 
@@ -430,7 +463,10 @@ fn function_name(v: Option<Value>) -> Result<String, String> {
     match v {
         None | Some(Value::Null) => Ok(String::new()),
         Some(Value::String(s)) => Ok(s),
-        Some(other) => Err(format!("`function` must be a string, not {}", json_type(&other))),
+        Some(other) => Err(format!(
+            "`function` must be a string, not {}",
+            json_type(&other)
+        )),
     }
 }
 
@@ -447,17 +483,23 @@ fn arguments_object(v: Option<Value>) -> Result<Map<String, Value>, String> {
         }
         Some(Value::Array(mut a)) if !a.is_empty() => arguments_object(Some(a.swap_remove(0))),
         Some(Value::Array(_)) => Ok(Map::new()),
-        Some(other) => Err(format!("`arguments` must be an object, not {}", json_type(&other))),
+        Some(other) => Err(format!(
+            "`arguments` must be an object, not {}",
+            json_type(&other)
+        )),
     }
 }
 
 fn opt_id(v: Option<Value>, field: &str) -> Result<Option<Uuid>, String> {
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => {
-            parse_uuid(&s).map(Some).ok_or_else(|| format!("`{field}` is not a valid UUID"))
-        }
-        Some(other) => Err(format!("`{field}` must be a UUID string, not {}", json_type(&other))),
+        Some(Value::String(s)) => parse_uuid(&s)
+            .map(Some)
+            .ok_or_else(|| format!("`{field}` is not a valid UUID")),
+        Some(other) => Err(format!(
+            "`{field}` must be a UUID string, not {}",
+            json_type(&other)
+        )),
     }
 }
 
@@ -471,11 +513,20 @@ mod tests {
         let i = InstructionContent::from_value(json!({})).unwrap();
         assert_eq!(serde_json::to_value(&i).unwrap(), json!({}));
         let a = AssistantResponseContent::from_value(json!({})).unwrap();
-        assert_eq!(serde_json::to_value(&a).unwrap(), json!({"assistant_response": ""}));
+        assert_eq!(
+            serde_json::to_value(&a).unwrap(),
+            json!({"assistant_response": ""})
+        );
         let r = ActionRequestContent::from_value(json!({})).unwrap();
-        assert_eq!(serde_json::to_value(&r).unwrap(), json!({"function": "", "arguments": {}}));
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"function": "", "arguments": {}})
+        );
         let r = ActionResponseContent::from_value(json!({})).unwrap();
-        assert_eq!(serde_json::to_value(&r).unwrap(), json!({"function": "", "arguments": {}}));
+        assert_eq!(
+            serde_json::to_value(&r).unwrap(),
+            json!({"function": "", "arguments": {}})
+        );
     }
 
     #[test]

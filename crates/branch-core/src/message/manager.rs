@@ -31,7 +31,10 @@ impl std::fmt::Debug for MessageManager {
             .field("messages", &self.pile.len())
             .field("system", &self.system)
             .field("view", &self.view.as_ref().map(Progression::len))
-            .field("callbacks", &self.callbacks.iter().map(|(n, _)| n).collect::<Vec<_>>())
+            .field(
+                "callbacks",
+                &self.callbacks.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -39,21 +42,37 @@ impl std::fmt::Debug for MessageManager {
 impl MessageManager {
     /// An empty manager.
     pub fn new() -> Self {
-        Self::default()
+        Self {
+            callbacks: Vec::with_capacity(1),
+            ..Self::default()
+        }
     }
 
     /// A manager over an existing pile. The designated system message is
     /// the first message of the pile when it is a System (lionagi-rs keeps
     /// the designation the reference loses on load; see docs/compat.md).
     pub fn from_pile(pile: Pile<Message>) -> Self {
-        let system = pile.at(0).filter(|m| m.kind() == MessageKind::System).map(Message::id);
-        Self { pile, system, view: None, callbacks: Vec::new() }
+        let system = pile
+            .at(0)
+            .filter(|m| m.kind() == MessageKind::System)
+            .map(Message::id);
+        Self {
+            pile,
+            system,
+            view: None,
+            callbacks: Vec::new(),
+        }
     }
 
     /// A manager over an existing pile with no system designation, as the
     /// reference builds one from a constructor message list.
     pub fn from_pile_undesignated(pile: Pile<Message>) -> Self {
-        Self { pile, system: None, view: None, callbacks: Vec::new() }
+        Self {
+            pile,
+            system: None,
+            view: None,
+            callbacks: Vec::new(),
+        }
     }
 
     /// The message pile.
@@ -96,7 +115,9 @@ impl MessageManager {
 
     /// The active order: the curated view if set, else the pile's order.
     pub fn progression(&self) -> &Progression {
-        self.view.as_ref().unwrap_or_else(|| self.pile.progression())
+        self.view
+            .as_ref()
+            .unwrap_or_else(|| self.pile.progression())
     }
 
     /// Registers a named callback run for every message added.
@@ -176,17 +197,22 @@ impl MessageManager {
         sender: Option<Participant>,
         recipient: Option<Participant>,
     ) -> Result<Uuid> {
-        let req = self.pile.get(&request_id).ok_or(BranchError::MissingActionRequest)?;
+        let req = self
+            .pile
+            .get(&request_id)
+            .ok_or(BranchError::MissingActionRequest)?;
         let MessageContent::ActionRequest(rc) = &req.content else {
             return Err(BranchError::MissingActionRequest);
         };
-        let response = Message::new(MessageContent::ActionResponse(ActionResponseContent {
-            function: rc.function.clone(),
-            arguments: rc.arguments.clone(),
-            output,
-            action_request_id: Some(request_id),
-            error: None,
-        }))
+        let response = Message::new(MessageContent::ActionResponse(Box::new(
+            ActionResponseContent {
+                function: rc.function.clone(),
+                arguments: rc.arguments.clone(),
+                output,
+                action_request_id: Some(request_id),
+                error: None,
+            },
+        )))
         .with_sender(sender)
         .with_recipient(recipient);
         let response_id = response.id();
@@ -220,12 +246,18 @@ impl MessageManager {
 
     /// The last model reply, by logical order.
     pub fn last_response(&self) -> Option<&Message> {
-        self.pile.iter().rev().find(|m| m.kind() == MessageKind::AssistantResponse)
+        self.pile
+            .iter()
+            .rev()
+            .find(|m| m.kind() == MessageKind::AssistantResponse)
     }
 
     /// The last instruction, by logical order.
     pub fn last_instruction(&self) -> Option<&Message> {
-        self.pile.iter().rev().find(|m| m.kind() == MessageKind::Instruction)
+        self.pile
+            .iter()
+            .rev()
+            .find(|m| m.kind() == MessageKind::Instruction)
     }
 
     fn notify(&self, id: &Uuid) {
@@ -241,7 +273,9 @@ impl MessageManager {
 
     /// Drops view ids no longer in the pile and keeps the system at its head.
     fn reconcile_view(&mut self) {
-        let Some(view) = self.view.as_mut() else { return };
+        let Some(view) = self.view.as_mut() else {
+            return;
+        };
         let pile = &self.pile;
         view.order.retain(|id| pile.contains(id));
         if let Some(sys) = self.system {
@@ -269,9 +303,15 @@ mod tests {
         let second = mm.set_system(Message::system(SystemContent::new("b")));
         assert_eq!(mm.len(), 2);
         assert_eq!(mm.messages().at(0).unwrap().id(), second);
-        let collection_kinds: Vec<_> =
-            mm.messages().iter_insertion_order().map(|m| m.kind()).collect();
-        assert_eq!(collection_kinds, [MessageKind::Instruction, MessageKind::System]);
+        let collection_kinds: Vec<_> = mm
+            .messages()
+            .iter_insertion_order()
+            .map(|m| m.kind())
+            .collect();
+        assert_eq!(
+            collection_kinds,
+            [MessageKind::Instruction, MessageKind::System]
+        );
     }
 
     #[test]
@@ -279,12 +319,16 @@ mod tests {
         let n = Arc::new(AtomicUsize::new(0));
         let mut mm = MessageManager::new();
         let n2 = n.clone();
-        mm.on_message_added("count", Arc::new(move |_| {
-            n2.fetch_add(1, Ordering::SeqCst);
-        }));
+        mm.on_message_added(
+            "count",
+            Arc::new(move |_| {
+                n2.fetch_add(1, Ordering::SeqCst);
+            }),
+        );
         mm.add_message(Message::assistant("x"));
         let req = mm.add_message(Message::action_request("f", Default::default()));
-        mm.add_action_response(req, Some(42.into()), None, None).unwrap();
+        mm.add_action_response(req, Some(42.into()), None, None)
+            .unwrap();
         assert_eq!(n.load(Ordering::SeqCst), 3);
         let MessageContent::ActionRequest(rc) = &mm.messages().get(&req).unwrap().content else {
             panic!("not a request")

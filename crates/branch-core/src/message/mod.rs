@@ -8,11 +8,11 @@
 mod content;
 mod manager;
 
-pub use content::{
-    ActionRequestContent, ActionResponseContent, AssistantResponseContent, ImageDetail,
-    InstructionContent, SystemContent, DEFAULT_SYSTEM_MESSAGE,
-};
 pub(crate) use content::truthy;
+pub use content::{
+    ActionRequestContent, ActionResponseContent, AssistantResponseContent, DEFAULT_SYSTEM_MESSAGE,
+    ImageDetail, InstructionContent, SystemContent,
+};
 pub use manager::{MessageCallback, MessageManager};
 
 use serde::de::{self, Deserializer};
@@ -21,8 +21,8 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
-use crate::element::{self, lion_class, Element, Finite, MetadataOut};
-use crate::participant::{de_participant, Participant, Role};
+use crate::element::{self, Element, Finite, MetadataOut, lion_class};
+use crate::participant::{Participant, Role, de_participant};
 use crate::pile::{MetaPlacement, Stored};
 use crate::progression::de_opt_created_at;
 
@@ -89,18 +89,21 @@ impl MessageKind {
 }
 
 /// The kind-specific content of a message.
+///
+/// The larger contents are boxed so that a message stays small in the pile
+/// (an idle branch must fit in 2 KiB; see docs/benchmarks.md).
 #[derive(Debug, Clone, PartialEq)]
 pub enum MessageContent {
     /// The system prompt.
     System(SystemContent),
     /// A user instruction.
-    Instruction(InstructionContent),
+    Instruction(Box<InstructionContent>),
     /// A model reply.
     AssistantResponse(AssistantResponseContent),
     /// A tool call requested by the model.
-    ActionRequest(ActionRequestContent),
+    ActionRequest(Box<ActionRequestContent>),
     /// A tool result.
-    ActionResponse(ActionResponseContent),
+    ActionResponse(Box<ActionResponseContent>),
 }
 
 impl MessageContent {
@@ -119,16 +122,16 @@ impl MessageContent {
         Ok(match kind {
             MessageKind::System => MessageContent::System(SystemContent::from_value(v)?),
             MessageKind::Instruction => {
-                MessageContent::Instruction(InstructionContent::from_value(v)?)
+                MessageContent::Instruction(Box::new(InstructionContent::from_value(v)?))
             }
             MessageKind::AssistantResponse => {
                 MessageContent::AssistantResponse(AssistantResponseContent::from_value(v)?)
             }
             MessageKind::ActionRequest => {
-                MessageContent::ActionRequest(ActionRequestContent::from_value(v)?)
+                MessageContent::ActionRequest(Box::new(ActionRequestContent::from_value(v)?))
             }
             MessageKind::ActionResponse => {
-                MessageContent::ActionResponse(ActionResponseContent::from_value(v)?)
+                MessageContent::ActionResponse(Box::new(ActionResponseContent::from_value(v)?))
             }
         })
     }
@@ -196,23 +199,27 @@ impl Message {
 
     /// An instruction.
     pub fn instruction(content: InstructionContent) -> Self {
-        Self::new(MessageContent::Instruction(content))
+        Self::new(MessageContent::Instruction(Box::new(content)))
     }
 
     /// A model reply with this text.
     pub fn assistant(text: impl Into<String>) -> Self {
-        Self::new(MessageContent::AssistantResponse(AssistantResponseContent {
-            assistant_response: text.into(),
-        }))
+        Self::new(MessageContent::AssistantResponse(
+            AssistantResponseContent {
+                assistant_response: text.into(),
+            },
+        ))
     }
 
     /// A tool call.
     pub fn action_request(function: impl Into<String>, arguments: Map<String, Value>) -> Self {
-        Self::new(MessageContent::ActionRequest(ActionRequestContent {
-            function: function.into(),
-            arguments,
-            action_response_id: None,
-        }))
+        Self::new(MessageContent::ActionRequest(Box::new(
+            ActionRequestContent {
+                function: function.into(),
+                arguments,
+                action_response_id: None,
+            },
+        )))
     }
 
     /// The id.
@@ -272,7 +279,9 @@ impl Message {
         let mut m = self.clone();
         m.element = Element::new();
         m.element.metadata = self.element.metadata.clone();
-        m.element.metadata.insert("clone_from".into(), Value::String(self.id().to_string()));
+        m.element
+            .metadata
+            .insert("clone_from".into(), Value::String(self.id().to_string()));
         m
     }
 
@@ -304,8 +313,10 @@ pub(crate) struct MessageOut<'a> {
 impl Serialize for MessageOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let msg = self.msg;
-        let meta =
-            MetadataOut { metadata: &msg.element.metadata, lion_class: msg.kind().lion_class() };
+        let meta = MetadataOut {
+            metadata: &msg.element.metadata,
+            lion_class: msg.kind().lion_class(),
+        };
         let mut m = s.serialize_map(Some(9))?;
         m.serialize_entry("id", &msg.element.id)?;
         m.serialize_entry("created_at", &Finite(msg.element.created_at))?;
@@ -333,7 +344,11 @@ impl Serialize for MessageOut<'_> {
 
 impl Serialize for Message {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        MessageOut { msg: self, meta: MetaPlacement::Head }.serialize(s)
+        MessageOut {
+            msg: self,
+            meta: MetaPlacement::Head,
+        }
+        .serialize(s)
     }
 }
 

@@ -45,3 +45,162 @@ impl ModelConfigError {
         }
     }
 }
+
+/// Classification of a failed model call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ModelErrorKind {
+    /// 408 / 5xx / an interrupted response: retryable.
+    Transient,
+    /// 429 (not a quota error): retryable, honouring `Retry-After`.
+    RateLimited,
+    /// The account's quota is exhausted (`insufficient_quota`): not retried.
+    Quota,
+    /// The request exceeds the model's context window.
+    ContextLength,
+    /// 401 / 403, or no API key available.
+    Auth,
+    /// Any other 4xx: the request is wrong.
+    BadRequest,
+    /// A 2xx reply that is not what the protocol promises (bad JSON,
+    /// truncated stream).
+    MalformedResponse,
+    /// No (complete) reply within the timeout.
+    Timeout,
+    /// The connection could not be made or was reset.
+    Connect,
+    /// A configuration-only model was called.
+    NotConnected,
+    /// The network guard refused the target host.
+    NetworkGuard,
+    /// The local rate limiter refused (or gave up waiting for) the call.
+    LocalRateLimit,
+    /// The estimated input exceeds `max_input_tokens`.
+    InputTokenCap,
+    /// The provider reported a failure inside a stream.
+    StreamFailed,
+    /// The model configuration cannot produce a request.
+    Config,
+    /// The circuit breaker is open after repeated failures.
+    CircuitOpen,
+}
+
+impl ModelErrorKind {
+    /// Whether the HTTP layer retries this kind.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            Self::Transient | Self::RateLimited | Self::Timeout | Self::Connect
+        )
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Self::Transient => "transient provider error",
+            Self::RateLimited => "rate limited by provider",
+            Self::Quota => "provider quota exhausted",
+            Self::ContextLength => "context length exceeded",
+            Self::Auth => "authentication failed",
+            Self::BadRequest => "bad request",
+            Self::MalformedResponse => "malformed provider response",
+            Self::Timeout => "request timed out",
+            Self::Connect => "connection failed",
+            Self::NotConnected => "model not connected",
+            Self::NetworkGuard => "blocked by network guard",
+            Self::LocalRateLimit => "local rate limit",
+            Self::InputTokenCap => "input token cap exceeded",
+            Self::StreamFailed => "stream failed",
+            Self::Config => "model configuration error",
+            Self::CircuitOpen => "circuit breaker open",
+        }
+    }
+}
+
+/// A failed model call: classified, with the HTTP status and the provider's
+/// message. Never carries the API key (messages are redacted by the caller
+/// that knows the key).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{}", self.render())]
+pub struct ModelError {
+    /// Classification.
+    pub kind: ModelErrorKind,
+    /// Provider name.
+    pub provider: String,
+    /// Model name, if configured.
+    pub model: Option<String>,
+    /// HTTP status, if a reply arrived.
+    pub status: Option<u16>,
+    /// The provider's message (or a description of the local failure).
+    pub message: String,
+    /// HTTP attempts made (0 if none was sent).
+    pub attempts: u32,
+    /// Server-requested delay (`Retry-After`), if any.
+    pub retry_after: Option<std::time::Duration>,
+}
+
+impl ModelError {
+    /// A new error of `kind` for `provider` / `model`.
+    pub fn new(
+        kind: ModelErrorKind,
+        provider: &str,
+        model: Option<&str>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            kind,
+            provider: provider.to_owned(),
+            model: model.map(str::to_owned),
+            status: None,
+            message: message.into(),
+            attempts: 0,
+            retry_after: None,
+        }
+    }
+
+    /// The error of calling a configuration-only model.
+    pub fn not_connected(provider: &str, model: Option<&str>) -> Self {
+        Self::new(
+            ModelErrorKind::NotConnected,
+            provider,
+            model,
+            "this model is configuration only; connect it (branch-models IModel) before calling",
+        )
+    }
+
+    /// With an HTTP status.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    /// With an attempt count.
+    pub fn with_attempts(mut self, attempts: u32) -> Self {
+        self.attempts = attempts;
+        self
+    }
+
+    /// Whether the HTTP layer retries it.
+    pub fn is_retryable(&self) -> bool {
+        self.kind.is_retryable()
+    }
+
+    fn render(&self) -> String {
+        let mut s = format!("{} ({}", self.kind.describe(), self.provider);
+        if let Some(m) = &self.model {
+            s.push('/');
+            s.push_str(m);
+        }
+        if let Some(code) = self.status {
+            s.push_str(&format!(", status {code}"));
+        }
+        if self.attempts > 1 {
+            s.push_str(&format!(", {} attempts", self.attempts));
+        }
+        s.push(')');
+        if !self.message.is_empty() {
+            s.push_str(": ");
+            s.push_str(&self.message);
+        }
+        s
+    }
+}

@@ -5,6 +5,7 @@
 //! API key. [`ChatModel`] is the seam a `Branch` holds its chat and parse
 //! models through; `branch-models` implements it for real providers.
 
+mod call;
 mod config;
 mod error;
 pub mod registry;
@@ -12,18 +13,46 @@ pub mod sanitize;
 
 use std::sync::Arc;
 
+pub use call::{
+    ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
+    ToolCall, Usage, extract_text,
+};
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,
     ModelConfig, ModelConfigBuilder, ProcessorConfig, RequestOptions, RetryConfig, Seconds,
     now_timestamp, openai_chat_request_schema,
 };
-pub use error::ModelConfigError;
+pub use error::{ModelConfigError, ModelError, ModelErrorKind};
 
-/// A chat model a `Branch` can hold, serialize (through [`ChatModel::config`])
-/// and call.
+/// A chat model a `Branch` can hold, serialize and call.
+#[async_trait::async_trait]
 pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
-    /// The plain-data configuration (what `to_dict` writes).
+    /// The configuration the model was built from.
     fn config(&self) -> &ModelConfig;
+
+    /// The current configuration, including what calls changed since
+    /// construction (`provider_metadata.served_model`, the calibrated
+    /// `input_token_scale`). Serialize models through this (or
+    /// [`ChatModel::to_dict`]), not through [`ChatModel::config`].
+    fn snapshot(&self) -> ModelConfig {
+        self.config().clone()
+    }
+
+    /// `iModel.to_dict` of the current state.
+    fn to_dict(
+        &self,
+        include_request_options: bool,
+        include_processor_config: bool,
+    ) -> serde_json::Value {
+        self.snapshot()
+            .to_dict(include_request_options, include_processor_config)
+    }
+
+    /// The exact JSON body a call with `request` sends (what the Branch logs
+    /// as the API call's `payload`).
+    fn request_payload(&self, request: &ChatRequest, stream: bool) -> serde_json::Value {
+        request.generic_payload(self.config().kwargs(), stream)
+    }
 
     /// Whether this is a CLI model; CLI models are copied by `Branch::clone`.
     fn is_cli(&self) -> bool {
@@ -32,10 +61,20 @@ pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
 
     /// A copy of this model (used for CLI models on clone).
     fn duplicate(&self) -> Arc<dyn ChatModel>;
+
+    /// One complete (non-streaming) call, retried per the model's policy.
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError>;
+
+    /// A streaming call (`"stream": true`). Errors before the first byte
+    /// (status, guard, limits) are returned here; later ones as stream items.
+    /// Dropping the stream cancels the request. Streams are not retried.
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError>;
 }
 
 /// A configuration-only model: a `Branch` can hold and serialize it; the
-/// operations layer upgrades it to a connected model on first use.
+/// operations layer upgrades it to a connected model on first use. Calling
+/// it returns [`ModelErrorKind::NotConnected`].
+#[async_trait::async_trait]
 impl ChatModel for ModelConfig {
     fn config(&self) -> &ModelConfig {
         self
@@ -47,6 +86,20 @@ impl ChatModel for ModelConfig {
 
     fn duplicate(&self) -> Arc<dyn ChatModel> {
         Arc::new(self.clone())
+    }
+
+    async fn chat(&self, _request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        Err(ModelError::not_connected(
+            self.provider(),
+            self.model_name(),
+        ))
+    }
+
+    async fn stream(&self, _request: ChatRequest) -> Result<ChatStream, ModelError> {
+        Err(ModelError::not_connected(
+            self.provider(),
+            self.model_name(),
+        ))
     }
 }
 

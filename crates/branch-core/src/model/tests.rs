@@ -7,12 +7,12 @@ use serde_json::{Value, json};
 
 use super::*;
 
+/// The vendored reference fixtures (`tests/fixtures/lionagi-0.36.0` at the
+/// repository root), or `$LIONAGI_FIXTURES`.
 fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("LIONAGI_FIXTURES_DIR") {
+    match std::env::var_os("LIONAGI_FIXTURES") {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/lionagi-0.36.0")
-        }
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0"),
     }
 }
 
@@ -626,4 +626,21 @@ fn ids_are_v4_and_created_at_is_now() {
     let mut d = c.clone();
     d.renew_identity();
     assert_ne!(c.id(), d.id());
+}
+
+#[tokio::test]
+async fn configuration_only_model_is_not_connected() {
+    let c = ModelConfig::new("openai", "gpt-4.1-mini").unwrap();
+    let model: std::sync::Arc<dyn ChatModel> = std::sync::Arc::new(c.clone());
+    let err = model
+        .chat(ChatRequest::new(vec![ChatMessage::user("hi")]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ModelErrorKind::NotConnected);
+    assert_eq!(err.provider, "openai");
+    assert_eq!(err.model.as_deref(), Some("gpt-4.1-mini"));
+    assert!(err.to_string().contains("openai/gpt-4.1-mini"));
+    assert!(model.stream(ChatRequest::default()).await.is_err());
+    assert_eq!(model.to_dict(false, false), c.to_dict(false, false));
+    assert_eq!(model.snapshot(), c);
 }

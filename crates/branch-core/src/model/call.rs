@@ -1,0 +1,668 @@
+//! Seam types of a model call: request, response, streaming chunks, usage.
+
+use std::pin::Pin;
+
+use futures_core::Stream;
+use serde_json::{Map, Value};
+
+use super::ModelError;
+
+/// One message of a provider request (`{"role", "content", ...}`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatMessage {
+    /// `system`, `developer`, `user`, `assistant` or `tool`.
+    pub role: String,
+    /// A string, or a list of content parts.
+    pub content: Value,
+    /// Further keys (`tool_calls`, `tool_call_id`, `name` ...), written after
+    /// `role` and `content` in this order.
+    pub extra: Map<String, Value>,
+}
+
+impl ChatMessage {
+    /// A message with `role` and `content`.
+    pub fn new(role: &str, content: impl Into<Value>) -> Self {
+        Self {
+            role: role.to_owned(),
+            content: content.into(),
+            extra: Map::new(),
+        }
+    }
+
+    /// A user message.
+    pub fn user(content: impl Into<Value>) -> Self {
+        Self::new("user", content)
+    }
+
+    /// An assistant message.
+    pub fn assistant(content: impl Into<Value>) -> Self {
+        Self::new("assistant", content)
+    }
+
+    /// A system message.
+    pub fn system(content: impl Into<Value>) -> Self {
+        Self::new("system", content)
+    }
+
+    /// The JSON object sent to the provider.
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("role".into(), self.role.clone().into());
+        m.insert("content".into(), self.content.clone());
+        for (k, v) in &self.extra {
+            m.insert(k.clone(), v.clone());
+        }
+        Value::Object(m)
+    }
+
+    /// From a `{"role", "content", ...}` object.
+    pub fn from_value(value: &Value) -> Option<Self> {
+        let obj = value.as_object()?;
+        let role = obj.get("role")?.as_str()?.to_owned();
+        let content = obj.get("content").cloned().unwrap_or(Value::Null);
+        let extra = obj
+            .iter()
+            .filter(|(k, _)| k.as_str() != "role" && k.as_str() != "content")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        Some(Self {
+            role,
+            content,
+            extra,
+        })
+    }
+}
+
+/// A compiled provider request.
+///
+/// The body is built as: the model's default `kwargs`, updated with
+/// `fields` (in order), then `messages`, then (for streaming) `stream: true`
+/// — the reference's key order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ChatRequest {
+    /// Conversation messages.
+    pub messages: Vec<ChatMessage>,
+    /// Call keywords (`temperature`, `tools`, `response_format` ...).
+    pub fields: Map<String, Value>,
+    /// Per-call extra headers (applied after the default headers).
+    pub extra_headers: Vec<(String, String)>,
+}
+
+impl ChatRequest {
+    /// A request with these messages.
+    pub fn new(messages: Vec<ChatMessage>) -> Self {
+        Self {
+            messages,
+            ..Self::default()
+        }
+    }
+
+    /// Adds a call keyword.
+    pub fn with_field(mut self, key: &str, value: impl Into<Value>) -> Self {
+        self.fields.insert(key.to_owned(), value.into());
+        self
+    }
+
+    /// The messages as JSON.
+    pub fn messages_value(&self) -> Value {
+        Value::Array(self.messages.iter().map(ChatMessage::to_value).collect())
+    }
+
+    /// The provider-independent payload: `kwargs`, updated with `fields`,
+    /// then `messages` (and `stream: true`). Providers refine it (field
+    /// filters, Anthropic system hoisting) in `branch-models`.
+    pub fn generic_payload(&self, kwargs: &Map<String, Value>, stream: bool) -> Value {
+        let mut payload = kwargs.clone();
+        for (k, v) in &self.fields {
+            payload.insert(k.clone(), v.clone());
+        }
+        if !stream {
+            payload.shift_remove("stream");
+        }
+        payload.insert("messages".into(), self.messages_value());
+        if stream {
+            payload.insert("stream".into(), true.into());
+        }
+        Value::Object(payload)
+    }
+}
+
+/// A tool call requested by the model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// Provider's call id.
+    pub id: String,
+    /// Function name.
+    pub name: String,
+    /// Arguments as the JSON text the provider sent.
+    pub arguments: String,
+}
+
+/// Token usage reported by the provider.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Input tokens (`prompt_tokens` / `input_tokens`).
+    pub prompt_tokens: u64,
+    /// Output tokens (`completion_tokens` / `output_tokens`).
+    pub completion_tokens: u64,
+    /// Total (reported, or the sum).
+    pub total_tokens: u64,
+    /// Anthropic cache reads.
+    pub cache_read_input_tokens: u64,
+    /// Anthropic cache writes.
+    pub cache_creation_input_tokens: u64,
+}
+
+impl Usage {
+    /// Reads an OpenAI (`prompt_tokens` ...) or Anthropic (`input_tokens`
+    /// ...) usage object.
+    pub fn from_provider(value: &Value) -> Option<Self> {
+        let obj = value.as_object()?;
+        let n = |k: &str| obj.get(k).and_then(Value::as_u64);
+        let prompt = n("prompt_tokens").or_else(|| n("input_tokens"));
+        let completion = n("completion_tokens").or_else(|| n("output_tokens"));
+        if prompt.is_none() && completion.is_none() && n("total_tokens").is_none() {
+            return None;
+        }
+        let prompt = prompt.unwrap_or(0);
+        let completion = completion.unwrap_or(0);
+        Some(Self {
+            prompt_tokens: prompt,
+            completion_tokens: completion,
+            total_tokens: n("total_tokens").unwrap_or(prompt + completion),
+            cache_read_input_tokens: n("cache_read_input_tokens").unwrap_or(0),
+            cache_creation_input_tokens: n("cache_creation_input_tokens").unwrap_or(0),
+        })
+    }
+
+    /// Provider-side input size used for input-scale calibration:
+    /// prompt tokens plus cache reads and writes.
+    pub fn input_tokens(&self) -> u64 {
+        self.prompt_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+    }
+
+    /// Keeps the larger of each count (streams that report cumulative
+    /// counts several times).
+    pub fn merge_max(&mut self, other: &Usage) {
+        self.prompt_tokens = self.prompt_tokens.max(other.prompt_tokens);
+        self.completion_tokens = self.completion_tokens.max(other.completion_tokens);
+        self.cache_read_input_tokens = self
+            .cache_read_input_tokens
+            .max(other.cache_read_input_tokens);
+        self.cache_creation_input_tokens = self
+            .cache_creation_input_tokens
+            .max(other.cache_creation_input_tokens);
+        self.total_tokens = self
+            .total_tokens
+            .max(other.total_tokens)
+            .max(self.prompt_tokens + self.completion_tokens);
+    }
+
+    /// Adds another report.
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.total_tokens += other.total_tokens;
+        self.cache_read_input_tokens += other.cache_read_input_tokens;
+        self.cache_creation_input_tokens += other.cache_creation_input_tokens;
+    }
+}
+
+/// A completed model call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatResponse {
+    /// Text extracted as the reference does (providers.md §10).
+    pub text: String,
+    /// Native tool calls (OpenAI `tool_calls`, Anthropic `tool_use`).
+    pub tool_calls: Vec<ToolCall>,
+    /// The raw provider JSON (kept whole, as `metadata.model_response`).
+    pub raw: Value,
+    /// Reported usage.
+    pub usage: Option<Usage>,
+    /// The model the provider reports having served.
+    pub served_model: Option<String>,
+    /// First choice's finish reason / Anthropic `stop_reason`.
+    pub finish_reason: Option<String>,
+    /// HTTP attempts made (1 = no retry).
+    pub attempts: u32,
+}
+
+impl ChatResponse {
+    /// Maps a raw provider reply (providers.md §10).
+    pub fn from_raw(raw: Value) -> Self {
+        let text = extract_text(&raw);
+        let tool_calls = extract_tool_calls(&raw);
+        let usage = raw.get("usage").and_then(Usage::from_provider);
+        let served_model = raw.get("model").and_then(Value::as_str).map(str::to_owned);
+        let finish_reason = raw
+            .pointer("/choices/0/finish_reason")
+            .or_else(|| raw.get("stop_reason"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        Self {
+            text,
+            tool_calls,
+            raw,
+            usage,
+            served_model,
+            finish_reason,
+            attempts: 1,
+        }
+    }
+}
+
+/// The text of a provider reply (or list of replies, concatenated without
+/// separator), as the reference extracts it.
+pub fn extract_text(raw: &Value) -> String {
+    match raw {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items.iter().map(extract_one).collect(),
+        other => extract_one(other),
+    }
+}
+
+fn extract_one(raw: &Value) -> String {
+    let Some(obj) = raw.as_object() else {
+        return raw.as_str().map(str::to_owned).unwrap_or_default();
+    };
+    if let Some(content) = obj.get("content") {
+        return match content {
+            Value::Array(blocks) => blocks
+                .iter()
+                .filter_map(|b| match b {
+                    Value::String(s) => Some(s.as_str()),
+                    Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {
+                        o.get("text").and_then(Value::as_str)
+                    }
+                    _ => None,
+                })
+                .collect(),
+            Value::String(s) => s.clone(),
+            _ => String::new(),
+        };
+    }
+    if let Some(Value::Array(choices)) = obj.get("choices") {
+        return choices
+            .iter()
+            .map(|c| {
+                c.pointer("/message/content")
+                    .or_else(|| c.pointer("/delta/content"))
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            })
+            .collect();
+    }
+    if let Some(Value::Array(output)) = obj.get("output") {
+        return output
+            .iter()
+            .filter(|item| item.get("type").and_then(Value::as_str) == Some("message"))
+            .filter_map(|item| item.get("content").and_then(Value::as_array))
+            .flatten()
+            .filter(|part| part.get("type").and_then(Value::as_str) == Some("output_text"))
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect();
+    }
+    if let Some(result) = obj.get("result") {
+        return result
+            .as_str()
+            .map_or_else(|| result.to_string(), str::to_owned);
+    }
+    String::new()
+}
+
+fn extract_tool_calls(raw: &Value) -> Vec<ToolCall> {
+    let mut calls = Vec::new();
+    if let Some(Value::Array(tcs)) = raw.pointer("/choices/0/message/tool_calls") {
+        for tc in tcs {
+            let s = |p: &str| {
+                tc.pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            calls.push(ToolCall {
+                id: s("/id"),
+                name: s("/function/name"),
+                arguments: match tc.pointer("/function/arguments") {
+                    Some(Value::String(a)) => a.clone(),
+                    Some(other) => other.to_string(),
+                    None => String::new(),
+                },
+            });
+        }
+    }
+    if let Some(Value::Array(blocks)) = raw.get("content") {
+        for b in blocks {
+            if b.get("type").and_then(Value::as_str) == Some("tool_use") {
+                let s = |k: &str| {
+                    b.get(k)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_owned()
+                };
+                calls.push(ToolCall {
+                    id: s("id"),
+                    name: s("name"),
+                    arguments: b
+                        .get("input")
+                        .map(Value::to_string)
+                        .unwrap_or_else(|| "{}".into()),
+                });
+            }
+        }
+    }
+    calls
+}
+
+/// Kind of a streaming chunk (the reference's `StreamChunk.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ChunkKind {
+    /// Any other event.
+    System,
+    /// Reasoning delta.
+    Thinking,
+    /// Text delta.
+    Text,
+    /// Tool-call delta.
+    ToolUse,
+    /// Tool result (CLI providers).
+    ToolResult,
+    /// End of stream / final result (usage in metadata).
+    Result,
+    /// Error event.
+    Error,
+}
+
+impl ChunkKind {
+    /// The serialized name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::System => "system",
+            Self::Thinking => "thinking",
+            Self::Text => "text",
+            Self::ToolUse => "tool_use",
+            Self::ToolResult => "tool_result",
+            Self::Result => "result",
+            Self::Error => "error",
+        }
+    }
+}
+
+/// One normalised streaming chunk (the reference's `StreamChunk`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatChunk {
+    /// What the chunk carries.
+    pub kind: ChunkKind,
+    /// Text content.
+    pub content: Option<String>,
+    /// Tool name (tool_use).
+    pub tool_name: Option<String>,
+    /// Tool call id (tool_use).
+    pub tool_id: Option<String>,
+    /// `{"arguments": <string delta>}` (tool_use).
+    pub tool_input: Option<Value>,
+    /// Tool output (CLI providers).
+    pub tool_output: Option<Value>,
+    /// Error chunk.
+    pub is_error: bool,
+    /// Whether `content` is a delta.
+    pub is_delta: bool,
+    /// `raw` (the event), `done`, `usage` ...
+    pub metadata: Map<String, Value>,
+}
+
+impl ChatChunk {
+    /// An empty chunk of `kind`.
+    pub fn new(kind: ChunkKind) -> Self {
+        Self {
+            kind,
+            content: None,
+            tool_name: None,
+            tool_id: None,
+            tool_input: None,
+            tool_output: None,
+            is_error: false,
+            is_delta: false,
+            metadata: Map::new(),
+        }
+    }
+
+    /// The reference's `StreamChunk` JSON shape.
+    pub fn to_value(&self) -> Value {
+        let opt = |s: &Option<String>| s.clone().map_or(Value::Null, Value::String);
+        let mut m = Map::new();
+        m.insert("type".into(), self.kind.as_str().into());
+        m.insert("content".into(), opt(&self.content));
+        m.insert("tool_name".into(), opt(&self.tool_name));
+        m.insert("tool_id".into(), opt(&self.tool_id));
+        m.insert(
+            "tool_input".into(),
+            self.tool_input.clone().unwrap_or(Value::Null),
+        );
+        m.insert(
+            "tool_output".into(),
+            self.tool_output.clone().unwrap_or(Value::Null),
+        );
+        m.insert("is_error".into(), self.is_error.into());
+        m.insert("is_delta".into(), self.is_delta.into());
+        m.insert("metadata".into(), Value::Object(self.metadata.clone()));
+        Value::Object(m)
+    }
+
+    /// The raw provider event, if kept.
+    pub fn raw(&self) -> Option<&Value> {
+        self.metadata.get("raw")
+    }
+}
+
+/// A stream of chunks; dropping it cancels the HTTP request.
+pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatChunk, ModelError>> + Send>>;
+
+/// Folds streaming chunks into the [`ChatResponse`] of the whole call:
+/// text and tool-call deltas assembled (by tool index), usage captured.
+#[derive(Debug, Default, Clone)]
+pub struct StreamAccumulator {
+    text: String,
+    tools: Vec<(u64, ToolCall)>,
+    usage: Option<Usage>,
+    served_model: Option<String>,
+    finish_reason: Option<String>,
+    done: bool,
+}
+
+impl StreamAccumulator {
+    /// An empty accumulator.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Takes one chunk into account.
+    pub fn push(&mut self, chunk: &ChatChunk) {
+        let raw = chunk.raw();
+        let model = raw.and_then(|r| r.get("model").or_else(|| r.pointer("/message/model")));
+        if let Some(model) = model.and_then(Value::as_str) {
+            self.served_model = Some(model.to_owned());
+        }
+        let reason = raw.and_then(|r| {
+            r.pointer("/choices/0/finish_reason")
+                .or_else(|| r.pointer("/delta/stop_reason"))
+        });
+        if let Some(reason) = reason.and_then(Value::as_str) {
+            self.finish_reason = Some(reason.to_owned());
+        }
+        // Usage: OpenAI's final usage chunk; Anthropic's message_start /
+        // message_delta (cumulative counts, so merged by maximum).
+        let usage = match chunk.kind {
+            ChunkKind::Result => chunk.metadata.get("usage"),
+            _ => raw.and_then(|r| r.pointer("/message/usage").or_else(|| r.get("usage"))),
+        };
+        if let Some(u) = usage.and_then(Usage::from_provider) {
+            self.usage.get_or_insert_with(Usage::default).merge_max(&u);
+        }
+        match chunk.kind {
+            ChunkKind::Text => self
+                .text
+                .push_str(chunk.content.as_deref().unwrap_or_default()),
+            ChunkKind::ToolUse => self.push_tool(chunk, raw),
+            ChunkKind::Result if chunk.metadata.get("done") == Some(&Value::Bool(true)) => {
+                self.done = true;
+            }
+            _ => {}
+        }
+    }
+
+    fn push_tool(&mut self, chunk: &ChatChunk, raw: Option<&Value>) {
+        let index = raw
+            .and_then(|r| {
+                r.pointer("/choices/0/delta/tool_calls/0/index")
+                    .or_else(|| r.get("index"))
+            })
+            .and_then(Value::as_u64)
+            .unwrap_or(self.tools.last().map_or(0, |(i, _)| *i));
+        let args = chunk
+            .tool_input
+            .as_ref()
+            .and_then(|v| v.get("arguments"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let existing = self.tools.iter().rposition(|(i, c)| {
+            *i == index
+                && (chunk.tool_id.is_none()
+                    || c.id.is_empty()
+                    || chunk.tool_id.as_deref() == Some(c.id.as_str()))
+        });
+        let pos = existing.unwrap_or_else(|| {
+            let empty = ToolCall {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            };
+            self.tools.push((index, empty));
+            self.tools.len() - 1
+        });
+        let call = &mut self.tools[pos].1;
+        if let Some(id) = &chunk.tool_id {
+            call.id.clone_from(id);
+        }
+        if let Some(name) = &chunk.tool_name {
+            call.name.clone_from(name);
+        }
+        call.arguments.push_str(args);
+    }
+
+    /// Whether the end-of-stream marker was seen.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// The assembled response (`raw` is an OpenAI-shaped completion).
+    pub fn finish(self) -> ChatResponse {
+        let tool_calls: Vec<ToolCall> = self.tools.into_iter().map(|(_, c)| c).collect();
+        let raw_calls: Vec<Value> = tool_calls
+            .iter()
+            .map(|c| {
+                serde_json::json!({"id": c.id, "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect();
+        let mut message = Map::new();
+        message.insert("role".into(), "assistant".into());
+        message.insert("content".into(), self.text.clone().into());
+        if !raw_calls.is_empty() {
+            message.insert("tool_calls".into(), Value::Array(raw_calls));
+        }
+        let mut raw = Map::new();
+        raw.insert("object".into(), "chat.completion".into());
+        if let Some(m) = &self.served_model {
+            raw.insert("model".into(), m.clone().into());
+        }
+        raw.insert(
+            "choices".into(),
+            serde_json::json!([{"index": 0, "message": message, "finish_reason": self.finish_reason}]),
+        );
+        if let Some(u) = &self.usage {
+            raw.insert(
+                "usage".into(),
+                serde_json::json!({"prompt_tokens": u.prompt_tokens,
+                    "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens}),
+            );
+        }
+        ChatResponse {
+            text: self.text,
+            tool_calls,
+            raw: Value::Object(raw),
+            usage: self.usage,
+            served_model: self.served_model,
+            finish_reason: self.finish_reason,
+            attempts: 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn text_extraction_matches_reference() {
+        let two =
+            json!({"choices": [{"message": {"content": "A"}}, {"message": {"content": "B"}}]});
+        assert_eq!(extract_text(&two), "AB");
+        let anth = json!({"content": [{"type": "thinking", "thinking": "x"}, {"type": "text", "text": "T1"},
+            {"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1}}, {"type": "text", "text": "T2"}]});
+        assert_eq!(extract_text(&anth), "T1T2");
+        let r = ChatResponse::from_raw(anth);
+        assert_eq!(
+            r.tool_calls,
+            vec![ToolCall {
+                id: "t".into(),
+                name: "f".into(),
+                arguments: "{\"a\":1}".into()
+            }]
+        );
+        assert_eq!(
+            extract_text(&json!({"choices": [{"message": {"content": null}}]})),
+            ""
+        );
+        assert_eq!(extract_text(&json!("plain")), "plain");
+        assert_eq!(extract_text(&Value::Null), "");
+        assert_eq!(extract_text(&json!({"result": "cli"})), "cli");
+        let responses = json!({"output": [{"type": "message", "content": [{"type": "output_text", "text": "R"}]}]});
+        assert_eq!(extract_text(&responses), "R");
+        assert_eq!(
+            extract_text(&json!([{"content": "x"}, {"content": "y"}])),
+            "xy"
+        );
+    }
+
+    #[test]
+    fn usage_shapes() {
+        let u = Usage::from_provider(
+            &json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}),
+        )
+        .unwrap();
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.total_tokens),
+            (11, 7, 18)
+        );
+        let a = Usage::from_provider(
+            &json!({"input_tokens": 5, "output_tokens": 2, "cache_read_input_tokens": 3}),
+        )
+        .unwrap();
+        assert_eq!((a.input_tokens(), a.total_tokens), (8, 7));
+        assert!(Usage::from_provider(&json!({})).is_none());
+    }
+
+    #[test]
+    fn message_order() {
+        let mut m = ChatMessage::assistant(Value::Null);
+        m.extra.insert("tool_calls".into(), json!([]));
+        assert_eq!(
+            serde_json::to_string(&m.to_value()).unwrap(),
+            r#"{"role":"assistant","content":null,"tool_calls":[]}"#
+        );
+        assert_eq!(ChatMessage::from_value(&m.to_value()).unwrap(), m);
+    }
+}

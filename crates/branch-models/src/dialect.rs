@@ -1,0 +1,350 @@
+//! Provider request bodies and error classification (providers.md §4, §5.3).
+
+use branch_core::model::{
+    AuthType, ChatRequest, ModelConfig, ModelError, ModelErrorKind, RequestOptions,
+};
+use serde_json::{Map, Value};
+
+/// Keys never sent when the endpoint has no request model (§4.1).
+const INTERNAL_KEYS: &[&str] = &[
+    "provider",
+    "base_url",
+    "endpoint",
+    "endpoint_params",
+    "api_key",
+    "queue_capacity",
+    "capacity_refresh_time",
+    "invoke_with_endpoint",
+    "extra_headers",
+    "headers",
+    "include_token_usage_to_model",
+    "chat_model",
+    "imodel",
+    "branch",
+    "aggregation_sources",
+    "aggregation_count",
+    "action_strategy",
+    "parse_model",
+    "actions",
+    "return_operative",
+    "request_model",
+    "operative_model",
+    "prompt_caching",
+    "system_blocks",
+];
+
+/// Fields of the Anthropic Messages request model (§4.3).
+const ANTHROPIC_FIELDS: &[&str] = &[
+    "model",
+    "messages",
+    "max_tokens",
+    "system",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop_sequences",
+    "stream",
+    "metadata",
+    "tools",
+    "tool_choice",
+];
+
+/// Anthropic's required `max_tokens` when none is configured.
+pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u64 = 8192;
+
+/// The wire protocol of an endpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI chat completions and every OpenAI-compatible server.
+    OpenAiChat,
+    /// Anthropic Messages (native).
+    Anthropic,
+}
+
+impl Dialect {
+    /// The dialect of a configuration.
+    pub fn of(config: &ModelConfig) -> Self {
+        if config
+            .provider_spec()
+            .is_some_and(|s| s.name == "anthropic")
+            && config.endpoint().endpoint == "messages"
+        {
+            Self::Anthropic
+        } else {
+            Self::OpenAiChat
+        }
+    }
+}
+
+/// Models whose system messages are sent with role `developer`.
+fn uses_developer_role(model: &str) -> bool {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    let name = name.strip_prefix("ft:").unwrap_or(name);
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+/// Builds the JSON body the reference sends for `request`.
+pub fn build_body(config: &ModelConfig, request: &ChatRequest, stream: bool) -> Value {
+    let dialect = Dialect::of(config);
+    let mut payload: Map<String, Value> = config.kwargs().clone();
+    for (k, v) in &request.fields {
+        payload.insert(k.clone(), v.clone());
+    }
+    if !stream {
+        payload.shift_remove("stream");
+    }
+    match dialect {
+        Dialect::OpenAiChat => {
+            let developer = config.model_name().is_some_and(uses_developer_role)
+                || payload
+                    .get("model")
+                    .and_then(Value::as_str)
+                    .is_some_and(uses_developer_role);
+            let messages = request
+                .messages
+                .iter()
+                .map(|m| {
+                    let mut v = m.to_value();
+                    if developer && m.role == "system" {
+                        v["role"] = "developer".into();
+                    }
+                    v
+                })
+                .collect();
+            payload.insert("messages".into(), Value::Array(messages));
+            if stream {
+                payload.insert("stream".into(), true.into());
+            }
+            if config.provider_spec().is_some_and(|s| s.name == "ollama") {
+                payload.shift_remove("reasoning_effort");
+            }
+            match config.endpoint().request_options.field_names() {
+                Some(fields) => payload.retain(|k, _| fields.contains(&k.as_str())),
+                None => payload.retain(|k, _| !INTERNAL_KEYS.contains(&k.as_str())),
+            }
+        }
+        Dialect::Anthropic => {
+            let mut messages = request.messages.as_slice();
+            let mut system = None;
+            if let Some(first) = messages.first().filter(|m| m.role == "system") {
+                system = Some(first.content.clone());
+                messages = &messages[1..];
+            }
+            payload.insert(
+                "messages".into(),
+                Value::Array(messages.iter().map(|m| m.to_value()).collect()),
+            );
+            if let Some(system) = system {
+                payload.insert("system".into(), system);
+            }
+            if payload.get("max_tokens").is_none_or(Value::is_null) {
+                payload.insert("max_tokens".into(), ANTHROPIC_DEFAULT_MAX_TOKENS.into());
+            }
+            if stream {
+                payload.insert("stream".into(), true.into());
+            }
+            let fields: Vec<&str> = match &config.endpoint().request_options {
+                RequestOptions::Custom(_) => config
+                    .endpoint()
+                    .request_options
+                    .field_names()
+                    .unwrap_or_default(),
+                _ => ANTHROPIC_FIELDS.to_vec(),
+            };
+            payload.retain(|k, _| fields.contains(&k.as_str()));
+        }
+    }
+    Value::Object(payload)
+}
+
+/// The auth header for `auth_type`, if any.
+pub fn auth_header(auth_type: AuthType, key: &str) -> Option<(&'static str, String)> {
+    match auth_type {
+        AuthType::Bearer => Some(("authorization", format!("Bearer {key}"))),
+        AuthType::XApiKey => Some(("x-api-key", key.to_owned())),
+        AuthType::None => None,
+    }
+}
+
+/// The provider's error message and code/type from an error body.
+fn error_details(body: &Value) -> (Option<String>, Option<String>, Option<String>) {
+    let err = body.get("error").unwrap_or(body);
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .or_else(|| err.as_str())
+        .map(str::to_owned);
+    let code = err.get("code").and_then(|c| match c {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    });
+    let kind = err.get("type").and_then(Value::as_str).map(str::to_owned);
+    (message, code, kind)
+}
+
+fn mentions(hay: Option<&str>, needles: &[&str]) -> bool {
+    hay.is_some_and(|h| {
+        let h = h.to_ascii_lowercase();
+        needles.iter().any(|n| h.contains(n))
+    })
+}
+
+/// Classifies a failed HTTP reply.
+pub fn classify(status: u16, body_text: &str) -> (ModelErrorKind, String) {
+    let body: Value = serde_json::from_str(body_text).unwrap_or(Value::Null);
+    let (message, code, kind) = error_details(&body);
+    let message = message.unwrap_or_else(|| truncate(body_text, 500));
+    let quota = [code.as_deref(), kind.as_deref()].iter().any(|c| {
+        matches!(
+            c,
+            Some("insufficient_quota" | "quota_exceeded" | "billing_hard_limit_reached")
+        )
+    });
+    let context = mentions(code.as_deref(), &["context_length"])
+        || mentions(
+            Some(&message),
+            &[
+                "context length",
+                "context_length",
+                "maximum context",
+                "prompt is too long",
+                "too many tokens",
+            ],
+        );
+    let class = match status {
+        429 if quota => ModelErrorKind::Quota,
+        429 => ModelErrorKind::RateLimited,
+        402 => ModelErrorKind::Quota,
+        401 | 403 => ModelErrorKind::Auth,
+        408 => ModelErrorKind::Transient,
+        500..=599 => ModelErrorKind::Transient,
+        400..=499 if context => ModelErrorKind::ContextLength,
+        _ if quota => ModelErrorKind::Quota,
+        _ => ModelErrorKind::BadRequest,
+    };
+    (class, message)
+}
+
+/// For a 200 reply to a chat request: a bare error envelope (`error` set,
+/// no `choices`, no `object`) is a failure; returns its effective status.
+pub fn error_envelope_status(body: &Value, http_status: u16) -> Option<u16> {
+    let obj = body.as_object()?;
+    let err = obj.get("error").filter(|e| !e.is_null())?;
+    if obj.contains_key("choices") || obj.contains_key("object") {
+        return None;
+    }
+    let code = err.get("code").and_then(|c| match c {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    });
+    Some(match code {
+        Some(c) if (400..=599).contains(&c) => u16::try_from(c).unwrap_or(http_status),
+        _ => http_status,
+    })
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_owned();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &s[..end])
+}
+
+/// A `ModelError` for `config`.
+pub fn error(config: &ModelConfig, kind: ModelErrorKind, message: impl Into<String>) -> ModelError {
+    ModelError::new(kind, config.provider(), config.model_name(), message)
+}
+
+#[cfg(test)]
+mod tests {
+    use branch_core::model::ChatMessage;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn anthropic_body_matches_reference() {
+        let config = ModelConfig::builder()
+            .provider("anthropic")
+            .model("claude-sonnet-4-5")
+            .kwarg("temperature", 0.5)
+            .build()
+            .unwrap();
+        let req = ChatRequest::new(vec![ChatMessage::user("Guidance: SYS\nInstruction: hi")])
+            .with_field("top_k", 5)
+            .with_field("response_format", json!({"type": "json_object"}));
+        let body = build_body(&config, &req, false);
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"model":"claude-sonnet-4-5","temperature":0.5,"top_k":5,"messages":[{"role":"user","content":"Guidance: SYS\nInstruction: hi"}],"max_tokens":8192}"#
+        );
+        let with_system = ChatRequest::new(vec![ChatMessage::system("S"), ChatMessage::user("u")]);
+        let body = build_body(&config, &with_system, true);
+        assert_eq!(body["system"], "S");
+        assert_eq!(body["messages"].as_array().unwrap().len(), 1);
+        assert_eq!(body["stream"], true);
+    }
+
+    #[test]
+    fn openai_body_filters_and_developer_role() {
+        let config = ModelConfig::new("openai", "o3-mini").unwrap();
+        let req = ChatRequest::new(vec![ChatMessage::system("S"), ChatMessage::user("u")])
+            .with_field("temperature", 0.1)
+            .with_field("branch", "x")
+            .with_field("unknown_kw", 1);
+        let body = build_body(&config, &req, false);
+        assert_eq!(
+            serde_json::to_string(&body).unwrap(),
+            r#"{"model":"o3-mini","temperature":0.1,"messages":[{"role":"developer","content":"S"},{"role":"user","content":"u"}]}"#
+        );
+        let generic = ModelConfig::builder()
+            .provider("acme")
+            .model("m")
+            .base_url("https://x.example/v1")
+            .build()
+            .unwrap();
+        let body = build_body(&generic, &req, false);
+        assert_eq!(body["unknown_kw"], 1);
+        assert!(body.get("branch").is_none());
+    }
+
+    #[test]
+    fn classification() {
+        let q = r#"{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}}"#;
+        assert_eq!(classify(429, q).0, ModelErrorKind::Quota);
+        assert_eq!(classify(429, "{}").0, ModelErrorKind::RateLimited);
+        assert_eq!(classify(401, "nope"), (ModelErrorKind::Auth, "nope".into()));
+        assert_eq!(classify(503, "").0, ModelErrorKind::Transient);
+        assert_eq!(classify(408, "").0, ModelErrorKind::Transient);
+        let ctx = r#"{"error": {"message": "This model's maximum context length is 128000 tokens", "code": "context_length_exceeded"}}"#;
+        assert_eq!(classify(400, ctx).0, ModelErrorKind::ContextLength);
+        let bad = r#"{"error": {"message": "invalid request: mock refused", "type": "mock"}}"#;
+        assert_eq!(
+            classify(400, bad),
+            (
+                ModelErrorKind::BadRequest,
+                "invalid request: mock refused".into()
+            )
+        );
+        assert_eq!(
+            error_envelope_status(&json!({"error": {"code": 503}}), 200),
+            Some(503)
+        );
+        assert_eq!(
+            error_envelope_status(&json!({"error": {"code": "x"}}), 200),
+            Some(200)
+        );
+        assert_eq!(
+            error_envelope_status(&json!({"error": null, "choices": []}), 200),
+            None
+        );
+    }
+}

@@ -1,0 +1,823 @@
+//! `IModel`: a connected chat model.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use branch_core::model::registry::ProviderKind;
+use branch_core::model::{
+    AuthType, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError,
+    ModelErrorKind,
+};
+use eventsource_stream::{EventStreamError, Eventsource};
+use futures_util::StreamExt;
+use serde_json::Value;
+use tracing::Instrument;
+
+use crate::breaker::Breaker;
+use crate::dialect::{self, Dialect};
+use crate::guard::{self, GuardedResolver};
+use crate::limiter::Limiter;
+use crate::secret::ApiKey;
+use crate::sse;
+
+/// Payload parts counted by the input-token estimate (providers.md §9).
+const COUNTED_PARTS: &[&str] = &[
+    "system",
+    "instructions",
+    "messages",
+    "input",
+    "prompt",
+    "tools",
+    "response_format",
+];
+
+/// Counted estimates at or above this calibrate the input-token scale.
+const CALIBRATION_MIN_TOKENS: u64 = 4000;
+
+#[derive(Debug, Default)]
+struct State {
+    served_model: Option<String>,
+    input_token_scale: f64,
+    cap_refusal: Option<ModelError>,
+}
+
+struct Inner {
+    config: ModelConfig,
+    key: Option<ApiKey>,
+    client: reqwest::Client,
+    limiter: Limiter,
+    dialect: Dialect,
+    state: Mutex<State>,
+    max_rate_limit_wait: Option<Duration>,
+    breaker: Option<Breaker>,
+}
+
+/// A chat model connected to its provider over HTTP. Cheap to clone (shared
+/// client, limiter and state).
+#[derive(Clone)]
+pub struct IModel {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for IModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IModel")
+            .field("provider", &self.inner.config.provider())
+            .field("model", &self.inner.config.model_name())
+            .field("base_url", &self.inner.config.base_url())
+            .field("key", &self.inner.key)
+            .finish()
+    }
+}
+
+/// Builds an [`IModel`] with an explicit key or options.
+#[derive(Debug)]
+pub struct IModelBuilder {
+    config: ModelConfig,
+    key: Option<ApiKey>,
+    env_key: bool,
+    max_rate_limit_wait: Option<Duration>,
+}
+
+impl IModelBuilder {
+    /// An explicit key (see [`ApiKey::resolve`] for strings).
+    pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
+        self.key = Some(key.into());
+        self
+    }
+
+    /// Whether the provider's environment key may be used (default: only
+    /// when the base URL is the registered one).
+    pub fn env_key(mut self, allow: bool) -> Self {
+        self.env_key = allow;
+        self
+    }
+
+    /// How long a call may wait for the rate limiter before failing with
+    /// `LocalRateLimit` (default: as long as needed).
+    pub fn max_rate_limit_wait(mut self, wait: Duration) -> Self {
+        self.max_rate_limit_wait = Some(wait);
+        self
+    }
+
+    /// Builds the model and its HTTP client.
+    pub fn build(self) -> Result<IModel, ModelError> {
+        let config = self.config;
+        let err = |kind, msg: &str| dialect::error(&config, kind, msg);
+        let auth = config.endpoint().auth_type;
+        let key = match auth {
+            AuthType::None => None,
+            _ => self.key.or_else(|| {
+                let registered = config.base_url_is_registered();
+                let env = config.key_env().filter(|_| self.env_key || registered);
+                env.and_then(ApiKey::from_env)
+            }),
+        };
+        let allow_local = config.allow_local_network();
+        let mut builder = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(guard::redirect_policy(allow_local))
+            .dns_resolver(Arc::new(GuardedResolver { allow_local }));
+        if let Some(t) = config.endpoint().timeout.as_duration() {
+            builder = builder.connect_timeout(t).read_timeout(t);
+        }
+        let client = builder
+            .build()
+            .map_err(|_| err(ModelErrorKind::Config, "the HTTP client could not be built"))?;
+        let limiter = Limiter::new(config.processor_config(), self.max_rate_limit_wait);
+        let config_breaker = config.circuit_breaker().cloned().map(Breaker::new);
+        let state = State {
+            served_model: None,
+            input_token_scale: config.input_token_scale(),
+            cap_refusal: None,
+        };
+        Ok(IModel {
+            inner: Arc::new(Inner {
+                dialect: Dialect::of(&config),
+                config,
+                key,
+                client,
+                limiter,
+                state: Mutex::new(state),
+                max_rate_limit_wait: self.max_rate_limit_wait,
+                breaker: config_breaker,
+            }),
+        })
+    }
+}
+
+fn config_error(e: branch_core::model::ModelConfigError) -> ModelError {
+    ModelError::new(ModelErrorKind::Config, "unknown", None, e.to_string())
+}
+
+impl IModel {
+    /// A builder around `config`.
+    pub fn builder(config: ModelConfig) -> IModelBuilder {
+        IModelBuilder {
+            config,
+            key: None,
+            env_key: false,
+            max_rate_limit_wait: None,
+        }
+    }
+
+    /// Connects `config`. The provider's environment key (`OPENAI_API_KEY`
+    /// ...) is attached only when the base URL is the registered one, so a
+    /// configuration pointing elsewhere (e.g. restored from data) never
+    /// receives it; use [`IModel::builder`] to give a key explicitly.
+    pub fn new(config: ModelConfig) -> Result<Self, ModelError> {
+        Self::builder(config).build()
+    }
+
+    /// Connects `config` with an explicit key.
+    pub fn with_api_key(config: ModelConfig, key: impl Into<ApiKey>) -> Result<Self, ModelError> {
+        Self::builder(config).api_key(key).build()
+    }
+
+    /// The registered defaults of `provider` with `model`, key from the
+    /// environment.
+    pub fn from_provider(provider: &str, model: &str) -> Result<Self, ModelError> {
+        Self::new(ModelConfig::new(provider, model).map_err(config_error)?)
+    }
+
+    /// `"prov/model"` or a bare model name (provider from
+    /// `LIONAGI_CHAT_PROVIDER`, default `openai`).
+    pub fn from_model_string(spec: &str) -> Result<Self, ModelError> {
+        Self::new(ModelConfig::from_model_string(spec).map_err(config_error)?)
+    }
+
+    /// Restores a model written by `to_dict` (serialization.md §7.1). The
+    /// environment key is attached only if the stored base URL is the
+    /// registered one; local-network permission is never regained.
+    pub fn from_dict(value: &Value) -> Result<Self, ModelError> {
+        Self::new(ModelConfig::from_dict(value).map_err(config_error)?)
+    }
+
+    /// Whether a key is attached.
+    pub fn has_api_key(&self) -> bool {
+        self.inner.key.is_some()
+    }
+
+    /// The configuration including what calls changed.
+    pub fn current_config(&self) -> ModelConfig {
+        let mut c = self.inner.config.clone();
+        let st = self
+            .inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(m) = &st.served_model {
+            c.record_served_model(m);
+        }
+        c.raise_input_token_scale(st.input_token_scale);
+        c
+    }
+
+    /// Forgets a remembered input-token-cap refusal.
+    pub fn clear_input_token_cap_refusal(&self) {
+        self.lock_state().cap_refusal = None;
+    }
+
+    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn err(&self, kind: ModelErrorKind, message: impl Into<String>) -> ModelError {
+        let msg: String = message.into();
+        let msg = match &self.inner.key {
+            Some(k) => k.redact(&msg),
+            None => msg,
+        };
+        dialect::error(&self.inner.config, kind, msg)
+    }
+
+    /// Rough input-token estimate of `body` (JSON text of the counted parts,
+    /// 4 characters a token), unscaled.
+    fn estimate_tokens(body: &Value) -> u64 {
+        let chars: usize = COUNTED_PARTS
+            .iter()
+            .filter_map(|k| body.get(*k))
+            .map(|v| match v {
+                Value::String(s) => s.chars().count(),
+                other => other.to_string().chars().count(),
+            })
+            .sum();
+        (chars as u64).div_ceil(4)
+    }
+
+    /// Everything before the first byte: URL, key, body, cap, guard.
+    fn prepare(&self, request: &ChatRequest, stream: bool) -> Result<Prepared, ModelError> {
+        let config = &self.inner.config;
+        if config
+            .provider_spec()
+            .is_some_and(|s| s.kind != ProviderKind::Api)
+        {
+            return Err(self.err(
+                ModelErrorKind::Config,
+                "CLI and agentic providers are not served over HTTP by branch-models",
+            ));
+        }
+        let url = config
+            .url()
+            .ok_or_else(|| self.err(ModelErrorKind::Config, "the endpoint has no base_url"))?;
+        let parsed = reqwest::Url::parse(&url)
+            .map_err(|_| self.err(ModelErrorKind::Config, "the base_url is not a valid URL"))?;
+        if !matches!(parsed.scheme(), "http" | "https") {
+            return Err(self.err(ModelErrorKind::Config, "the base_url must be http or https"));
+        }
+        let host = parsed.host_str().unwrap_or_default().to_owned();
+        guard::check_host(&host, config.allow_local_network())
+            .map_err(|b| self.err(ModelErrorKind::NetworkGuard, b.to_string()))?;
+
+        let mut headers = reqwest::header::HeaderMap::new();
+        let mut put = |name: &str, value: &str| -> Result<(), ModelError> {
+            let n = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .map_err(|_| self.err(ModelErrorKind::Config, "a header name is invalid"))?;
+            let mut v = reqwest::header::HeaderValue::from_str(value)
+                .map_err(|_| self.err(ModelErrorKind::Config, "a header value is invalid"))?;
+            v.set_sensitive(n == reqwest::header::AUTHORIZATION || n.as_str() == "x-api-key");
+            headers.insert(n, v);
+            Ok(())
+        };
+        put("content-type", "application/json")?;
+        let auth = config.endpoint().auth_type;
+        if auth != AuthType::None {
+            let key = self.inner.key.as_ref().ok_or_else(|| {
+                let mut e = self.err(
+                    ModelErrorKind::Auth,
+                    "API key is required for authentication",
+                );
+                if let Some(var) = config.key_env() {
+                    e.message
+                        .push_str(&format!(" (set {var} or give the key explicitly)"));
+                }
+                e
+            })?;
+            if let Some((name, value)) = dialect::auth_header(auth, key.expose()) {
+                put(name, &value)?;
+            }
+        }
+        for (name, value) in &config.endpoint().default_headers {
+            if let Some(v) = value.as_str() {
+                put(name, v)?;
+            }
+        }
+        for (name, value) in &request.extra_headers {
+            put(name, value)?;
+        }
+        if config.endpoint().idempotent_retries {
+            put("idempotency-key", &uuid::Uuid::new_v4().to_string())?;
+        }
+
+        let body = dialect::build_body(config, request, stream);
+        let counted = Self::estimate_tokens(&body);
+        let scale = self.lock_state().input_token_scale.max(1.0);
+        #[allow(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss
+        )]
+        let scaled = if scale > 1.0 {
+            (counted as f64 * scale).ceil() as u64
+        } else {
+            counted
+        };
+        if let Some(cap) = config.max_input_tokens() {
+            let mut st = self.lock_state();
+            if let Some(refusal) = &st.cap_refusal {
+                return Err(refusal.clone());
+            }
+            if scaled > cap {
+                let e = self.err(
+                    ModelErrorKind::InputTokenCap,
+                    format!("estimated {scaled} input tokens exceed max_input_tokens {cap}"),
+                );
+                st.cap_refusal = Some(e.clone());
+                return Err(e);
+            }
+        }
+        let body_bytes = serde_json::to_vec(&body).map_err(|_| {
+            self.err(
+                ModelErrorKind::Config,
+                "the request body is not serializable",
+            )
+        })?;
+        Ok(Prepared {
+            url,
+            headers,
+            body_bytes,
+            counted,
+            scaled,
+        })
+    }
+
+    fn limiter_tokens(&self, p: &Prepared) -> u64 {
+        if self.inner.config.endpoint().requires_tokens {
+            p.scaled
+        } else {
+            0
+        }
+    }
+
+    fn map_transport(&self, e: &reqwest::Error) -> ModelError {
+        if let Some(blocked) = guard::find_blocked(e) {
+            return self.err(ModelErrorKind::NetworkGuard, blocked.to_string());
+        }
+        let text = e.to_string();
+        let mut detail = text.clone();
+        let mut src = std::error::Error::source(e);
+        while let Some(s) = src {
+            detail.push_str(": ");
+            detail.push_str(&s.to_string());
+            src = s.source();
+        }
+        if e.is_timeout() || detail.contains("timed out") {
+            self.err(ModelErrorKind::Timeout, detail)
+        } else {
+            self.err(ModelErrorKind::Connect, detail)
+        }
+    }
+
+    /// One HTTP attempt of a non-streaming call.
+    async fn attempt(&self, p: &Prepared) -> Result<Value, ModelError> {
+        let mut req = self
+            .inner
+            .client
+            .post(&p.url)
+            .headers(p.headers.clone())
+            .body(p.body_bytes.clone());
+        if let Some(t) = self.inner.config.endpoint().timeout.as_duration() {
+            req = req.timeout(t);
+        }
+        let resp = req.send().await.map_err(|e| self.map_transport(&e))?;
+        let status = resp.status().as_u16();
+        let retry_after = retry_after(resp.headers());
+        let text = resp.text().await.map_err(|e| self.map_transport(&e))?;
+        if !(200..300).contains(&status) {
+            let (kind, message) = dialect::classify(status, &text);
+            let mut e = self.err(kind, message).with_status(status);
+            e.retry_after = retry_after;
+            return Err(e);
+        }
+        let value: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).map_err(|_| {
+                self.err(
+                    ModelErrorKind::MalformedResponse,
+                    "the reply is not valid JSON",
+                )
+                .with_status(status)
+            })?
+        };
+        if self.inner.dialect == Dialect::OpenAiChat {
+            if let Some(eff) = dialect::error_envelope_status(&value, status) {
+                let (kind, message) = dialect::classify(eff, &text);
+                let mut e = self.err(kind, message).with_status(eff);
+                e.retry_after = retry_after;
+                return Err(e);
+            }
+        }
+        Ok(value)
+    }
+
+    fn retry_policy(&self) -> RetryPolicy {
+        let ep = self.inner.config.endpoint();
+        match self.inner.config.retry_config() {
+            Some(rc) => RetryPolicy {
+                max_attempts: rc.max_retries.saturating_add(1),
+                base: rc.base_delay,
+                factor: rc.backoff_factor,
+                max: rc.max_delay,
+                jitter: if rc.jitter { rc.jitter_factor } else { 0.0 },
+            },
+            None => RetryPolicy {
+                max_attempts: ep.max_retries.max(1),
+                base: 1.0,
+                factor: 2.0,
+                max: 60.0,
+                jitter: 0.5,
+            },
+        }
+    }
+
+    async fn chat_inner(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        if let Some(b) = &self.inner.breaker {
+            b.admit().map_err(|_| {
+                self.err(
+                    ModelErrorKind::CircuitOpen,
+                    "too many consecutive failures; waiting to recover",
+                )
+            })?;
+        }
+        let result = self.chat_attempts(request).await;
+        if let Some(b) = &self.inner.breaker {
+            let failed = result.as_ref().err().is_some_and(|e| {
+                e.attempts > 0 && (e.is_retryable() || e.kind == ModelErrorKind::MalformedResponse)
+            });
+            b.record(failed);
+        }
+        result
+    }
+
+    async fn chat_attempts(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        let span = tracing::Span::current();
+        let p = self.prepare(&request, false)?;
+        let _permit = self
+            .inner
+            .limiter
+            .acquire(self.limiter_tokens(&p))
+            .await
+            .map_err(|r| self.err(ModelErrorKind::LocalRateLimit, r.reason))?;
+        let policy = self.retry_policy();
+        let mut attempts = 0;
+        let value = loop {
+            attempts += 1;
+            match self.attempt(&p).await {
+                Ok(v) => break v,
+                Err(e) => {
+                    let delay = (e.is_retryable() && attempts < policy.max_attempts)
+                        .then(|| policy.delay(attempts, e.retry_after))
+                        .flatten();
+                    match delay {
+                        Some(d) => {
+                            tracing::debug!(attempt = attempts, kind = ?e.kind, status = ?e.status, delay_ms = d.as_millis() as u64, "retrying model call");
+                            tokio::time::sleep(d).await;
+                        }
+                        None => {
+                            span.record("attempts", attempts);
+                            if let Some(s) = e.status {
+                                span.record("status", s);
+                            }
+                            return Err(e.with_attempts(attempts));
+                        }
+                    }
+                }
+            }
+        };
+        let mut response = ChatResponse::from_raw(value);
+        response.attempts = attempts;
+        span.record("attempts", attempts);
+        span.record("status", 200);
+        if let Some(u) = &response.usage {
+            span.record("prompt_tokens", u.prompt_tokens);
+            span.record("completion_tokens", u.completion_tokens);
+        }
+        {
+            let mut st = self.lock_state();
+            if let Some(m) = &response.served_model {
+                st.served_model = Some(m.clone());
+            }
+            if let Some(u) = &response.usage {
+                if p.counted >= CALIBRATION_MIN_TOKENS && u.input_tokens() > 0 {
+                    #[allow(clippy::cast_precision_loss)]
+                    let ratio = u.input_tokens() as f64 / p.counted as f64;
+                    if ratio > st.input_token_scale {
+                        st.input_token_scale = ratio;
+                    }
+                }
+            }
+        }
+        Ok(response)
+    }
+
+    async fn stream_inner(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        let span = tracing::Span::current();
+        let p = self.prepare(&request, true)?;
+        let permit = self
+            .inner
+            .limiter
+            .acquire(self.limiter_tokens(&p))
+            .await
+            .map_err(|r| self.err(ModelErrorKind::LocalRateLimit, r.reason))?;
+        span.record("attempts", 1);
+        let resp = self
+            .inner
+            .client
+            .post(&p.url)
+            .headers(p.headers.clone())
+            .body(p.body_bytes.clone())
+            .send()
+            .await
+            .map_err(|e| self.map_transport(&e).with_attempts(1))?;
+        let status = resp.status().as_u16();
+        span.record("status", status);
+        if !(200..300).contains(&status) {
+            let retry_after = retry_after(resp.headers());
+            let text = resp.text().await.unwrap_or_default();
+            let (kind, message) = dialect::classify(status, &text);
+            let mut e = self.err(kind, message).with_status(status).with_attempts(1);
+            e.retry_after = retry_after;
+            return Err(e);
+        }
+        let state = StreamState {
+            events: Box::pin(resp.bytes_stream().eventsource()),
+            model: self.clone(),
+            failed: None,
+            terminal: false,
+            finished: false,
+            _permit: permit,
+        };
+        let stream = futures_util::stream::unfold(state, |mut st| async move {
+            if st.finished {
+                return None;
+            }
+            match st.events.next().await {
+                Some(Ok(ev)) => {
+                    let name = if ev.event.is_empty() {
+                        "message"
+                    } else {
+                        ev.event.as_str()
+                    };
+                    let n = sse::normalize(name, &ev.data);
+                    if n.call_failed && st.failed.is_none() {
+                        st.failed = Some(
+                            n.chunk
+                                .content
+                                .clone()
+                                .unwrap_or_else(|| "the provider reported a failure".into()),
+                        );
+                    }
+                    st.terminal |= n.terminal;
+                    if let Some(m) = n
+                        .chunk
+                        .raw()
+                        .and_then(|r| r.get("model"))
+                        .and_then(Value::as_str)
+                    {
+                        st.model.lock_state().served_model = Some(m.to_owned());
+                    }
+                    Some((Ok(n.chunk), st))
+                }
+                Some(Err(e)) => {
+                    st.finished = true;
+                    let err = match e {
+                        EventStreamError::Transport(t) => st.model.map_transport(&t),
+                        EventStreamError::Utf8(_) | EventStreamError::Parser(_) => st.model.err(
+                            ModelErrorKind::MalformedResponse,
+                            "the event stream is malformed",
+                        ),
+                    };
+                    Some((Err(err.with_status(200).with_attempts(1)), st))
+                }
+                None => {
+                    st.finished = true;
+                    if let Some(msg) = st.failed.take() {
+                        let e = st
+                            .model
+                            .err(ModelErrorKind::StreamFailed, msg)
+                            .with_status(200);
+                        return Some((Err(e.with_attempts(1)), st));
+                    }
+                    if !st.terminal {
+                        let e = st
+                            .model
+                            .err(
+                                ModelErrorKind::MalformedResponse,
+                                "the stream ended before its end marker",
+                            )
+                            .with_status(200);
+                        return Some((Err(e.with_attempts(1)), st));
+                    }
+                    None
+                }
+            }
+        });
+        Ok(Box::pin(stream))
+    }
+
+    fn span(&self, stream: bool) -> tracing::Span {
+        tracing::info_span!(
+            "model_call",
+            provider = self.inner.config.provider(),
+            model = self.inner.config.model_name().unwrap_or_default(),
+            stream,
+            status = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            prompt_tokens = tracing::field::Empty,
+            completion_tokens = tracing::field::Empty,
+        )
+    }
+
+    /// One complete call (see [`ChatModel::chat`]).
+    pub async fn invoke(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.chat_inner(request).instrument(self.span(false)).await
+    }
+
+    /// A streaming call (see [`ChatModel::stream`]).
+    pub async fn invoke_stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        self.stream_inner(request).instrument(self.span(true)).await
+    }
+
+    /// The maximum time a call waits for the rate limiter, if bounded.
+    pub fn max_rate_limit_wait(&self) -> Option<Duration> {
+        self.inner.max_rate_limit_wait
+    }
+}
+
+struct StreamState {
+    events: std::pin::Pin<
+        Box<
+            dyn futures_core::Stream<
+                    Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>,
+                > + Send,
+        >,
+    >,
+    model: IModel,
+    failed: Option<String>,
+    terminal: bool,
+    finished: bool,
+    _permit: crate::limiter::Permit,
+}
+
+struct Prepared {
+    url: String,
+    headers: reqwest::header::HeaderMap,
+    body_bytes: Vec<u8>,
+    counted: u64,
+    scaled: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RetryPolicy {
+    max_attempts: u32,
+    base: f64,
+    factor: f64,
+    max: f64,
+    jitter: f64,
+}
+
+impl RetryPolicy {
+    /// Delay before retry number `n` (1-based); `None` if the server asks for
+    /// a longer wait than the policy allows.
+    fn delay(&self, n: u32, retry_after: Option<Duration>) -> Option<Duration> {
+        let exp = i32::try_from(n.saturating_sub(1)).unwrap_or(i32::MAX);
+        let base = (self.base * self.factor.powi(exp)).min(self.max).max(0.0);
+        let jittered = base * (1.0 + fastrand::f64() * self.jitter.max(0.0));
+        match retry_after {
+            Some(ra) if ra.as_secs_f64() > self.max.max(jittered) => None,
+            Some(ra) => Some(ra),
+            None => Some(Duration::from_secs_f64(jittered)),
+        }
+    }
+}
+
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        if ms.is_finite() && ms >= 0.0 {
+            return Some(Duration::from_secs_f64(ms / 1000.0));
+        }
+    }
+    get("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(Duration::from_secs_f64)
+}
+
+#[async_trait::async_trait]
+impl ChatModel for IModel {
+    fn config(&self) -> &ModelConfig {
+        &self.inner.config
+    }
+
+    fn snapshot(&self) -> ModelConfig {
+        self.current_config()
+    }
+
+    fn request_payload(&self, request: &ChatRequest, stream: bool) -> Value {
+        dialect::build_body(&self.inner.config, request, stream)
+    }
+
+    fn is_cli(&self) -> bool {
+        self.inner.config.is_cli()
+    }
+
+    fn duplicate(&self) -> Arc<dyn ChatModel> {
+        let copy = IModelBuilder {
+            config: self.current_config(),
+            key: self.inner.key.clone(),
+            env_key: false,
+            max_rate_limit_wait: self.inner.max_rate_limit_wait,
+        }
+        .build()
+        .unwrap_or_else(|_| self.clone());
+        Arc::new(copy)
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.invoke(request).await
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        self.invoke_stream(request).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_shape() {
+        let p = RetryPolicy {
+            max_attempts: 3,
+            base: 1.0,
+            factor: 2.0,
+            max: 60.0,
+            jitter: 0.5,
+        };
+        let d1 = p.delay(1, None).unwrap().as_secs_f64();
+        let d2 = p.delay(2, None).unwrap().as_secs_f64();
+        assert!((1.0..=1.5).contains(&d1), "{d1}");
+        assert!((2.0..=3.0).contains(&d2), "{d2}");
+        assert_eq!(
+            p.delay(1, Some(Duration::from_secs(5))),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(p.delay(1, Some(Duration::from_secs(120))), None);
+        let capped = RetryPolicy {
+            max: 2.0,
+            jitter: 0.0,
+            ..p
+        };
+        assert_eq!(capped.delay(10, None), Some(Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn debug_never_shows_the_key() {
+        let m = IModel::with_api_key(
+            ModelConfig::new("openai", "gpt-4.1-mini").unwrap(),
+            "sk-very-secret",
+        )
+        .unwrap();
+        let dbg = format!("{m:?}");
+        assert!(!dbg.contains("sk-very-secret"), "{dbg}");
+        assert!(m.has_api_key());
+    }
+
+    #[test]
+    fn env_key_only_for_registered_urls() {
+        // SAFETY-free: use a provider variable unlikely to be set elsewhere.
+        let mut c = ModelConfig::new("deepseek", "deepseek-chat").unwrap();
+        if std::env::var_os("DEEPSEEK_API_KEY").is_some() {
+            return;
+        }
+        assert!(!IModel::new(c.clone()).unwrap().has_api_key());
+        c.set_base_url("https://elsewhere.example/v1").unwrap();
+        assert!(!IModel::new(c).unwrap().has_api_key());
+        assert!(
+            !IModel::from_provider("ollama", "llama3")
+                .unwrap()
+                .has_api_key()
+        );
+    }
+}

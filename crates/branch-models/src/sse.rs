@@ -1,0 +1,219 @@
+//! Server-sent events to normalised chunks (providers.md §8).
+
+use branch_core::model::{ChatChunk, ChunkKind};
+use serde_json::{Map, Value, json};
+
+/// One normalised event: the chunk, and whether it says the call failed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Normalized {
+    /// The chunk.
+    pub chunk: ChatChunk,
+    /// The event reports a failed call (the stream fails at its end).
+    pub call_failed: bool,
+    /// The event is the protocol's end marker (`[DONE]`, `message_stop`).
+    pub terminal: bool,
+}
+
+fn with_raw(kind: ChunkKind, raw: &Value) -> ChatChunk {
+    let mut c = ChatChunk::new(kind);
+    c.metadata.insert("raw".into(), raw.clone());
+    c
+}
+
+fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+    v.pointer(pointer).and_then(Value::as_str)
+}
+
+/// Does the event say the call failed?
+fn failed(event_name: &str, obj: &Map<String, Value>) -> bool {
+    let ty = obj.get("type").and_then(Value::as_str).unwrap_or_default();
+    event_name == "error"
+        || matches!(
+            ty,
+            "error" | "response.error" | "response.failed" | "turn.failed" | "failed"
+        )
+        || ty.ends_with(".failed")
+        || obj.get("error").is_some_and(|e| !e.is_null())
+        || obj.get("is_error") == Some(&Value::Bool(true))
+        || obj.get("status").and_then(Value::as_str) == Some("failed")
+        || obj
+            .get("choices")
+            .and_then(|c| c.pointer("/0/finish_reason"))
+            .and_then(Value::as_str)
+            == Some("error")
+}
+
+/// Normalises one SSE event (`event_name` is `message` when unnamed).
+pub fn normalize(event_name: &str, data: &str) -> Normalized {
+    if data.trim() == "[DONE]" {
+        let mut c = ChatChunk::new(ChunkKind::Result);
+        c.metadata.insert("done".into(), true.into());
+        return Normalized {
+            chunk: c,
+            call_failed: false,
+            terminal: true,
+        };
+    }
+    let Ok(raw) = serde_json::from_str::<Value>(data) else {
+        let mut c = ChatChunk::new(ChunkKind::Text);
+        c.content = Some(data.to_owned());
+        c.is_delta = true;
+        return Normalized {
+            chunk: c,
+            call_failed: false,
+            terminal: false,
+        };
+    };
+    let Some(obj) = raw.as_object() else {
+        return Normalized {
+            chunk: with_raw(ChunkKind::System, &raw),
+            call_failed: false,
+            terminal: false,
+        };
+    };
+    let call_failed = failed(event_name, obj);
+    let ty = obj.get("type").and_then(Value::as_str).unwrap_or_default();
+    let mut terminal = ty == "message_stop";
+    let chunk = if matches!(ty, "error" | "response.error") || event_name == "error" {
+        let mut c = with_raw(ChunkKind::Error, &raw);
+        c.is_error = true;
+        c.content = str_at(&raw, "/error/message")
+            .or_else(|| str_at(&raw, "/message"))
+            .map(str::to_owned);
+        c
+    } else if matches!(ty, "response.output_text.delta" | "response.refusal.delta") {
+        let mut c = with_raw(ChunkKind::Text, &raw);
+        c.content = str_at(&raw, "/delta").map(str::to_owned);
+        c.is_delta = true;
+        c
+    } else if ty == "response.completed" {
+        terminal = true;
+        with_raw(ChunkKind::Result, &raw)
+    } else if ty == "content_block_delta"
+        && matches!(
+            str_at(&raw, "/delta/type"),
+            Some("text_delta" | "thinking_delta")
+        )
+    {
+        let thinking = str_at(&raw, "/delta/type") == Some("thinking_delta");
+        let mut c = with_raw(
+            if thinking {
+                ChunkKind::Thinking
+            } else {
+                ChunkKind::Text
+            },
+            &raw,
+        );
+        c.content = str_at(
+            &raw,
+            if thinking {
+                "/delta/thinking"
+            } else {
+                "/delta/text"
+            },
+        )
+        .map(str::to_owned);
+        c.is_delta = true;
+        c
+    } else if ty == "content_block_start" && str_at(&raw, "/content_block/type") == Some("tool_use")
+    {
+        // Anthropic tool call start (the reference reports it as `system`;
+        // normalised here so tool calls assemble across providers).
+        let mut c = with_raw(ChunkKind::ToolUse, &raw);
+        c.tool_name = str_at(&raw, "/content_block/name").map(str::to_owned);
+        c.tool_id = str_at(&raw, "/content_block/id").map(str::to_owned);
+        c.tool_input = Some(json!({"arguments": ""}));
+        c.is_delta = true;
+        c
+    } else if ty == "content_block_delta" && str_at(&raw, "/delta/type") == Some("input_json_delta")
+    {
+        let mut c = with_raw(ChunkKind::ToolUse, &raw);
+        c.tool_input =
+            Some(json!({"arguments": str_at(&raw, "/delta/partial_json").unwrap_or_default()}));
+        c.is_delta = true;
+        c
+    } else if let Some(text) = str_at(&raw, "/choices/0/delta/content").filter(|t| !t.is_empty()) {
+        let mut c = with_raw(ChunkKind::Text, &raw);
+        c.content = Some(text.to_owned());
+        c.is_delta = true;
+        c
+    } else if let Some(tc) = raw.pointer("/choices/0/delta/tool_calls/0") {
+        let mut c = with_raw(ChunkKind::ToolUse, &raw);
+        c.tool_name = str_at(tc, "/function/name").map(str::to_owned);
+        c.tool_id = str_at(tc, "/id").map(str::to_owned);
+        c.tool_input =
+            Some(json!({"arguments": str_at(tc, "/function/arguments").unwrap_or_default()}));
+        c.is_delta = true;
+        c
+    } else if obj
+        .get("choices")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+        && obj.get("usage").is_some_and(|u| !u.is_null())
+    {
+        let mut c = with_raw(ChunkKind::Result, &raw);
+        c.metadata.insert("usage".into(), obj["usage"].clone());
+        c
+    } else {
+        with_raw(ChunkKind::System, &raw)
+    };
+    Normalized {
+        chunk,
+        call_failed,
+        terminal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table() {
+        let role = normalize(
+            "message",
+            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
+        );
+        assert_eq!(role.chunk.kind, ChunkKind::System);
+        let text = normalize("message", r#"{"choices":[{"delta":{"content":"Hi"}}]}"#);
+        assert_eq!(
+            (
+                text.chunk.kind,
+                text.chunk.content.as_deref(),
+                text.chunk.is_delta
+            ),
+            (ChunkKind::Text, Some("Hi"), true)
+        );
+        let tool = normalize(
+            "message",
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#,
+        );
+        assert_eq!(tool.chunk.kind, ChunkKind::ToolUse);
+        assert_eq!(tool.chunk.tool_input, Some(json!({"arguments": "{\"a\""})));
+        let usage = normalize("message", r#"{"choices":[],"usage":{"prompt_tokens":1}}"#);
+        assert_eq!(usage.chunk.kind, ChunkKind::Result);
+        let done = normalize("message", "[DONE]");
+        assert!(done.terminal);
+        assert_eq!(done.chunk.to_value()["metadata"], json!({"done": true}));
+        let anth = normalize(
+            "content_block_delta",
+            r#"{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":"hm"}}"#,
+        );
+        assert_eq!(
+            (anth.chunk.kind, anth.chunk.content.as_deref()),
+            (ChunkKind::Thinking, Some("hm"))
+        );
+        let err = normalize(
+            "error",
+            r#"{"type":"error","error":{"message":"overloaded"}}"#,
+        );
+        assert!(err.call_failed && err.chunk.is_error);
+        let plain = normalize("message", "not json");
+        assert_eq!(plain.chunk.content.as_deref(), Some("not json"));
+        let fin = normalize(
+            "message",
+            r#"{"choices":[{"delta":{},"finish_reason":"error"}]}"#,
+        );
+        assert!(fin.call_failed);
+    }
+}

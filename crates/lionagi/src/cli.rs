@@ -1,0 +1,261 @@
+//! The `lionagi` command: argument parsing and the `branch` subcommands.
+//!
+//! Every failure is one line on stderr naming the file and the JSON path
+//! at fault, with exit status 2; nothing panics on bad input.
+
+use std::io::{Read, Write};
+use std::path::Path;
+
+use branch_core::{Branch, BranchError, Message, MessageContent, SerializationMode, ToDictOptions};
+use serde_json::Value;
+
+/// A failure of the command: the message printed, the exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line is wrong.
+    #[error("{0}\n\n{USAGE}")]
+    Usage(String),
+    /// The input could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why it could not be read or written.
+        source: std::io::Error,
+    },
+    /// The input is not JSON.
+    #[error("{path}: not JSON at line {line}, column {column}: {reason}")]
+    Syntax {
+        /// The file.
+        path: String,
+        /// Where.
+        line: usize,
+        /// Where.
+        column: usize,
+        /// What.
+        reason: String,
+    },
+    /// The JSON does not describe a branch.
+    #[error("{path}: {source}")]
+    Branch {
+        /// The file.
+        path: String,
+        /// What is wrong and where.
+        source: BranchError,
+    },
+}
+
+impl CliError {
+    /// The process exit status: 2 for every usage or data error.
+    pub fn exit_code(&self) -> i32 {
+        2
+    }
+}
+
+/// The help text.
+pub const USAGE: &str = "usage:
+  lionagi branch show FILE
+  lionagi branch roundtrip FILE [--mode python|json|db] [--db-meta-key KEY]
+
+FILE is a branch saved with to_dict (by Python lionagi or lionagi-rs); - reads stdin.";
+
+/// Runs the command line `args` (without the program name), writing to `out`.
+pub fn run(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
+    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    match words.as_slice() {
+        [] | ["help"] | ["--help"] | ["-h"] => {
+            writeln!(out, "{USAGE}").ok();
+            Ok(())
+        }
+        ["branch", "show", file] => show(file, out),
+        ["branch", "roundtrip", file, rest @ ..] => roundtrip(file, rest, out),
+        ["branch", ..] => Err(CliError::Usage(
+            "unknown or incomplete `branch` command".into(),
+        )),
+        [other, ..] => Err(CliError::Usage(format!("unknown command `{other}`"))),
+    }
+}
+
+fn read_input(path: &str) -> Result<Vec<u8>, CliError> {
+    let io = |source| CliError::Io {
+        path: path.to_owned(),
+        source,
+    };
+    if path == "-" {
+        let mut buf = Vec::new();
+        std::io::stdin().read_to_end(&mut buf).map_err(io)?;
+        Ok(buf)
+    } else {
+        std::fs::read(Path::new(path)).map_err(io)
+    }
+}
+
+/// Reads and restores a branch, with the JSON path of any fault.
+pub fn load_branch(path: &str) -> Result<Branch, CliError> {
+    let bytes = read_input(path)?;
+    let value: Value = serde_json::from_slice(&bytes).map_err(|e| CliError::Syntax {
+        path: path.to_owned(),
+        line: e.line(),
+        column: e.column(),
+        reason: syntax_reason(&e),
+    })?;
+    Branch::from_dict(&value).map_err(|source| CliError::Branch {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn syntax_reason(e: &serde_json::Error) -> String {
+    // serde_json appends " at line L column C"; the position is printed apart.
+    let s = e.to_string();
+    match s.rfind(" at line ") {
+        Some(i) => s[..i].to_owned(),
+        None => s,
+    }
+}
+
+fn roundtrip(path: &str, rest: &[&str], out: &mut dyn Write) -> Result<(), CliError> {
+    let mut opts = ToDictOptions::default();
+    let mut it = rest.iter();
+    while let Some(flag) = it.next() {
+        let value = it
+            .next()
+            .ok_or_else(|| CliError::Usage(format!("`{flag}` needs a value")))?;
+        match *flag {
+            "--mode" => {
+                opts.mode = value
+                    .parse::<SerializationMode>()
+                    .map_err(|e| CliError::Usage(e.to_string()))?
+            }
+            "--db-meta-key" => opts.db_meta_key = Some((*value).to_owned()),
+            other => return Err(CliError::Usage(format!("unknown option `{other}`"))),
+        }
+    }
+    let branch = load_branch(path)?;
+    let value = branch.to_dict(&opts).map_err(|source| CliError::Branch {
+        path: path.to_owned(),
+        source,
+    })?;
+    let text = serde_json::to_string_pretty(&value).map_err(|e| CliError::Branch {
+        path: path.to_owned(),
+        source: BranchError::Serialize {
+            path: ".".into(),
+            reason: e.to_string(),
+        },
+    })?;
+    writeln!(out, "{text}").map_err(|source| CliError::Io {
+        path: "<stdout>".into(),
+        source,
+    })
+}
+
+fn show(path: &str, out: &mut dyn Write) -> Result<(), CliError> {
+    let branch = load_branch(path)?;
+    let text = listing(&branch);
+    out.write_all(text.as_bytes())
+        .map_err(|source| CliError::Io {
+            path: "<stdout>".into(),
+            source,
+        })
+}
+
+/// A readable listing: a header, then one line per message in order with
+/// role, sender → recipient, time and the first line of its content.
+pub fn listing(branch: &Branch) -> String {
+    let mut s = String::new();
+    let name = branch.name().unwrap_or("(unnamed)");
+    let model = branch.chat_model().config();
+    s.push_str(&format!(
+        "branch {} {name}  user: {}  model: {}/{}  messages: {}  logs: {}\n",
+        branch.id(),
+        branch
+            .user()
+            .map_or_else(|| "-".to_owned(), ToString::to_string),
+        model.provider(),
+        model.model_name().unwrap_or("?"),
+        branch.messages().len(),
+        branch.logs().len(),
+    ));
+    for m in branch
+        .progression()
+        .iter()
+        .filter_map(|id| branch.messages().get(id))
+    {
+        let who = |p: &Option<branch_core::Participant>| {
+            p.as_ref()
+                .map_or_else(|| "-".to_owned(), |p| short(&p.to_string()))
+        };
+        s.push_str(&format!(
+            "{:<9} {:>10} -> {:<10} {}  {}\n",
+            m.role().as_str(),
+            who(&m.sender),
+            who(&m.recipient),
+            timestamp(m.element.created_at),
+            first_line(m),
+        ));
+    }
+    s
+}
+
+/// Ids are long; show their first 8 characters.
+fn short(s: &str) -> String {
+    if branch_core::element::parse_uuid(s).is_some() {
+        s[..8].to_owned()
+    } else {
+        s.to_owned()
+    }
+}
+
+fn timestamp(t: f64) -> String {
+    match time::OffsetDateTime::from_unix_timestamp(t.floor() as i64) {
+        Ok(dt) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+            dt.year(),
+            u8::from(dt.month()),
+            dt.day(),
+            dt.hour(),
+            dt.minute(),
+            dt.second()
+        ),
+        Err(_) => format!("{t}"),
+    }
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn first_line(m: &Message) -> String {
+    let full = match &m.content {
+        MessageContent::System(c) => c.rendered(),
+        MessageContent::Instruction(c) => c
+            .plain_content
+            .clone()
+            .or_else(|| c.instruction.as_ref().map(text_of))
+            .unwrap_or_default(),
+        MessageContent::AssistantResponse(c) => c.assistant_response.clone(),
+        MessageContent::ActionRequest(c) => {
+            format!("{}({})", c.function, Value::Object(c.arguments.clone()))
+        }
+        MessageContent::ActionResponse(c) => format!(
+            "{} => {}",
+            c.function,
+            c.output
+                .as_ref()
+                .map_or_else(|| c.error.clone().unwrap_or_default(), text_of)
+        ),
+    };
+    let line = full
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut out: String = line.chars().take(100).collect();
+    if line.chars().count() > 100 || full.trim().lines().count() > 1 {
+        out.push_str(" …");
+    }
+    out
+}

@@ -1,0 +1,153 @@
+//! Checks of the repository's own conventions.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            if !p.ends_with("target") && !p.ends_with("fixtures") {
+                rust_files(&p, out);
+            }
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+fn workspace_crates() -> Vec<String> {
+    let toml = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    toml.lines()
+        .filter_map(|l| l.trim().strip_prefix("\"crates/"))
+        .map(|l| l.trim_end_matches("\",").trim_end_matches('"').to_owned())
+        .collect()
+}
+
+#[test]
+fn every_crate_states_its_charter() {
+    for krate in workspace_crates() {
+        let lib = root().join("crates").join(&krate).join("src/lib.rs");
+        let text = std::fs::read_to_string(&lib).unwrap();
+        assert!(
+            text.starts_with("//!"),
+            "{krate}: lib.rs must open with its charter"
+        );
+        assert!(
+            text.contains("Charter") || krate == "lionagi",
+            "{krate}: the crate doc must say what the crate owns and must not know"
+        );
+    }
+}
+
+#[test]
+fn the_code_map_names_every_crate() {
+    let arch = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();
+    for krate in workspace_crates() {
+        assert!(
+            arch.contains(&format!("### `{krate}`")),
+            "docs/architecture.md lacks {krate}"
+        );
+    }
+}
+
+#[test]
+fn no_placeholders_and_no_unsafe() {
+    let mut files = Vec::new();
+    for d in ["crates", "xtask", "tests"] {
+        rust_files(&root().join(d), &mut files);
+    }
+    let allowed_unsafe = root().join("crates/lionagi/examples/bench_serialize.rs");
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        if f.ends_with("tidy.rs") {
+            continue;
+        }
+        for bad in ["todo!(", "unimplemented!(", "dbg!("] {
+            assert!(!text.contains(bad), "{}: contains {bad}", f.display());
+        }
+        if f != allowed_unsafe {
+            assert!(
+                !text.contains("unsafe "),
+                "{}: unsafe outside the benchmark allocator",
+                f.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn crates_take_versions_from_the_workspace() {
+    for krate in workspace_crates()
+        .into_iter()
+        .chain(["../xtask".to_owned()])
+    {
+        let toml =
+            std::fs::read_to_string(root().join("crates").join(&krate).join("Cargo.toml")).unwrap();
+        let mut section = String::new();
+        for line in toml.lines() {
+            let l = line.trim();
+            if l.starts_with('[') {
+                section = l.to_owned();
+                continue;
+            }
+            if section.ends_with("dependencies]") && !l.is_empty() && !l.starts_with('#') {
+                assert!(
+                    l.contains("workspace = true"),
+                    "{krate}: `{l}` must use a workspace version"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn compat_references_exist() {
+    let compat = std::fs::read_to_string(root().join("docs/compat.md")).unwrap();
+    let mut files = Vec::new();
+    rust_files(&root().join("tests"), &mut files);
+    rust_files(&root().join("crates"), &mut files);
+    for f in files.into_iter().filter(|f| !f.ends_with("tidy.rs")) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (i, _) in text.match_indices("compat.md §") {
+            let n: String = text[i + "compat.md §".len()..]
+                .chars()
+                .take_while(char::is_ascii_digit)
+                .collect();
+            assert!(
+                compat.contains(&format!("## {n}. ")),
+                "{}: compat.md §{n} does not exist",
+                f.display()
+            );
+        }
+    }
+}
+
+#[test]
+fn readme_opens_with_the_two_commands() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let block: Vec<&str> = readme
+        .split("```")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take(2)
+        .collect();
+    assert!(
+        block[0].starts_with("cargo run --release -p lionagi --"),
+        "{block:?}"
+    );
+    assert!(block[1].starts_with("cargo test --workspace"), "{block:?}");
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(
+        ci.contains("cargo test --workspace"),
+        ".ci/run must run the README's test command"
+    );
+}
