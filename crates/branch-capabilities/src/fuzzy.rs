@@ -142,11 +142,8 @@ fn complete_brackets(s: &str) -> Option<String> {
             '"' => in_string = true,
             '{' => stack.push('}'),
             '[' => stack.push(']'),
-            '}' | ']' => {
-                if stack.pop() != Some(c) {
-                    return None;
-                }
-            }
+            // The guard pops: a matching closer falls through to `_`.
+            '}' | ']' if stack.pop() != Some(c) => return None,
             _ => {}
         }
     }

@@ -22,10 +22,10 @@ use branch_core::{Branch, Message, Observer, Participant, Signal, ToDictOptions}
 use serde_json::{Value, json};
 
 fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("LIONAGI_FIXTURES_DIR") {
+    match std::env::var_os("LIONAGI_FIXTURES") {
         Some(dir) => PathBuf::from(dir),
         None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/lionagi-0.36.0")
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0")
         }
     }
 }
@@ -104,8 +104,7 @@ fn observe_texts(texts: &[&str], grant: Grant) -> Vec<Signal> {
             .with_recipient(Participant::from("user"));
         b.msgs_mut().add_message(m);
     }
-    let signals = rec.0.lock().unwrap().clone();
-    signals
+    rec.0.lock().unwrap().clone()
 }
 
 /// Compares an observed signal list with the fixture's `signals`: a
