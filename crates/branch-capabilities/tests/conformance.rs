@@ -24,9 +24,7 @@ use serde_json::{Value, json};
 fn fixtures_dir() -> PathBuf {
     match std::env::var_os("LIONAGI_FIXTURES") {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0")
-        }
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0"),
     }
 }
 

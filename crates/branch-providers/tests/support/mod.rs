@@ -15,9 +15,7 @@ use serde_json::{Map, Value, json};
 pub fn fixtures_dir() -> PathBuf {
     match std::env::var_os("LIONAGI_FIXTURES") {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0")
-        }
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0"),
     }
 }
 
@@ -82,13 +80,15 @@ pub fn action_response(function: &str, arguments: Value, output: Value) -> Messa
     let Value::Object(arguments) = arguments else {
         panic!("arguments must be an object")
     };
-    Message::new(MessageContent::ActionResponse(Box::new(ActionResponseContent {
-        function: function.into(),
-        arguments,
-        output: Some(output),
-        action_request_id: None,
-        error: None,
-    })))
+    Message::new(MessageContent::ActionResponse(Box::new(
+        ActionResponseContent {
+            function: function.into(),
+            arguments,
+            output: Some(output),
+            action_request_id: None,
+            error: None,
+        },
+    )))
 }
 
 /// The `{function, arguments, output}` view a writeback receives.
