@@ -11,11 +11,18 @@
 //!
 //! Per model call:
 //!
-//! ```ignore
-//! let pass = branch_providers::gather(&mut branch, &instruction).await;
-//! let blocks = pass.as_ref().map_or("", |p| p.blocks_text.as_str());
-//! // when compiling the request, if the branch has a system message:
-//! let guidance = fold_guidance(Some(&system.rendered()), blocks, &guidance_text);
+//! ```no_run
+//! use branch_core::{Branch, Message};
+//! use branch_providers::{fold_guidance, gather};
+//!
+//! /// The guidance the oldest instruction of this call's request carries,
+//! /// or `None` when the branch has no system message (no fold at all).
+//! async fn folded(branch: &mut Branch, instruction: &Message, guidance: &str) -> Option<String> {
+//!     let pass = gather(branch, instruction).await;
+//!     let blocks = pass.as_ref().map_or("", |p| p.blocks_text.as_str());
+//!     let system = branch.system()?.as_system()?.rendered();
+//!     Some(fold_guidance(Some(&system), blocks, guidance))
+//! }
 //! ```
 //!
 //! After `operate` ran actions with at least one response:

@@ -44,6 +44,10 @@ pub async fn count_tokens_async(text: &str) -> u64 {
     if ENCODER.get().is_some() && text.len() <= INLINE_LIMIT {
         return count_tokens(text);
     }
+    // Outside a Tokio runtime there is no blocking pool to move to.
+    if tokio::runtime::Handle::try_current().is_err() {
+        return count_tokens(text);
+    }
     let owned = text.to_owned();
     match tokio::task::spawn_blocking(move || count_tokens(&owned)).await {
         Ok(n) => n,
@@ -57,6 +61,10 @@ pub async fn count_tokens_async(text: &str) -> u64 {
 /// Loads the encoding now (on the blocking pool), so the first turn does
 /// not pay for it.
 pub async fn warm_up() {
+    if tokio::runtime::Handle::try_current().is_err() {
+        encoder();
+        return;
+    }
     let _ = tokio::task::spawn_blocking(|| encoder().is_some()).await;
 }
 

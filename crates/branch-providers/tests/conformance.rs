@@ -478,3 +478,38 @@ fn guidance_reader_handles_both_yaml_forms() {
     assert_eq!(guidance_of("Instruction: x"), None);
     let _ = obj(json!({}));
 }
+
+#[test]
+fn gather_runs_outside_a_tokio_runtime() {
+    // A caller on another executor: counting falls back to the caller's
+    // thread instead of Tokio's blocking pool.
+    let mut b = branch_with_system(Some("S"));
+    b.providers()
+        .register(TestProvider::text("alpha beta gamma").named("p"));
+    let instr = instruction("q", None);
+    let pass = futures_executor_block_on(gather(&mut b, &instr)).unwrap();
+    assert_eq!(
+        json!(pass.report.fired),
+        json!([{"provider_name": "p", "tokens": 3}])
+    );
+}
+
+/// A minimal single-future executor (no Tokio context).
+fn futures_executor_block_on<F: std::future::Future>(f: F) -> F::Output {
+    use std::task::{Context, Poll, Wake, Waker};
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        match f.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => return v,
+            Poll::Pending => std::thread::park(),
+        }
+    }
+}
