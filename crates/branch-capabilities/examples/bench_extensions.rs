@@ -2,6 +2,8 @@
 //!
 //! * `fenced_scan`: finding the `` ```json `` blocks of a 10 MB assistant
 //!   message (MB/s, MB = 10^6 bytes);
+//! * `fenced_scan_dense`: the same on 10 MB of nothing but short blocks
+//!   and stray backticks (the scanner's worst case);
 //! * `extract`: the whole extraction (scan, parse, classify, validate) of
 //!   the same message under a two-field grant;
 //! * `gather_pass`: one context-provider pass with 10 providers, and the
@@ -90,6 +92,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         json!({"bench": "extensions", "metric": "fenced_scan", "bytes": text.len(),
                "blocks": blocks, "median_ms": scan.as_secs_f64() * 1e3,
                "mb_per_s": mb_per_s(text.len(), scan), "target_mb_per_s": 200})
+    );
+
+    // Worst case for the scanner: nothing but short fenced blocks and
+    // stray backticks, so every few bytes start or end a block.
+    let dense_unit = "`a` ``b`` ```json {\"n\": 1}``` ";
+    let dense = dense_unit.repeat(TEN_MB / dense_unit.len() + 1);
+    let dense_blocks = fenced_json_blocks(&dense).count();
+    let dense_scan = median(
+        (0..runs)
+            .map(|_| {
+                let t = Instant::now();
+                black_box(fenced_json_blocks(black_box(&dense)).count());
+                t.elapsed()
+            })
+            .collect(),
+    );
+    println!(
+        "{}",
+        json!({"bench": "extensions", "metric": "fenced_scan_dense", "bytes": dense.len(),
+               "blocks": dense_blocks, "median_ms": dense_scan.as_secs_f64() * 1e3,
+               "mb_per_s": mb_per_s(dense.len(), dense_scan), "target_mb_per_s": 200})
     );
 
     let grant = Grant::builder()
