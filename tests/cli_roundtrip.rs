@@ -181,3 +181,53 @@ fn bad_input_is_one_line_with_a_path_and_status_2() {
     assert_eq!(out.status.code(), Some(2));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn store_commands_import_list_show_export_delete() {
+    let dir = std::env::temp_dir().join(format!("lionagi-store-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let db = dir.join("store.db");
+    let db = db.to_str().unwrap();
+    let example = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/conversation.json"
+    );
+    let original: Value = serde_json::from_slice(&std::fs::read(example).unwrap()).unwrap();
+    let out = lionagi(&["branch", "import", example, "--store", db]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    assert_eq!(id, original["id"]);
+    let list = String::from_utf8(lionagi(&["branch", "list", "--store", db]).stdout).unwrap();
+    assert!(list.contains(&id) && list.contains("calculator"), "{list}");
+    let show = lionagi(&["branch", "show", "calculator", "--store", db]);
+    assert_eq!(String::from_utf8(show.stdout).unwrap().lines().count(), 6);
+    let exported = dir.join("out.json");
+    let out = lionagi(&[
+        "--store",
+        db,
+        "branch",
+        "export",
+        &id,
+        exported.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back: Value = serde_json::from_slice(&std::fs::read(&exported).unwrap()).unwrap();
+    assert_eq!(back, local_network_off(&original));
+    assert!(
+        lionagi(&["branch", "delete", "calculator", "--store", db])
+            .status
+            .success()
+    );
+    let gone = lionagi(&["branch", "show", &id, "--store", db]);
+    assert_eq!(gone.status.code(), Some(2));
+    assert_eq!(String::from_utf8(gone.stderr).unwrap().lines().count(), 1);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -79,6 +79,21 @@ fn secrets_never_leave_through_any_door() {
         assert!(!format!("{e:?}").contains(SECRET));
         let e = Branch::from_dict(&json!({"chat_model": bad})).unwrap_err();
         assert!(!e.to_string().contains(SECRET), "{e}");
+        // A connected model holding a key: Debug, to_dict and a branch's
+        // to_dict never show it.
+        let live = branch_models::IModel::with_api_key(
+            ModelConfig::new("openai", "gpt-4.1-mini").unwrap(),
+            SECRET,
+        )
+        .unwrap();
+        assert!(live.has_api_key());
+        assert!(!format!("{live:?}").contains(SECRET));
+        let live: std::sync::Arc<dyn branch_core::model::ChatModel> = std::sync::Arc::new(live);
+        let with_key = Branch::builder().chat_model(live).build().unwrap();
+        let out =
+            serde_json::to_string(&with_key.to_dict(&ToDictOptions::default()).unwrap()).unwrap();
+        assert!(!out.contains(SECRET), "to_dict leaked: {out}");
+        assert!(!format!("{with_key:?}").contains(SECRET));
         // Deprecation warnings and other log lines go through tracing.
         Branch::builder()
             .system_template(Some(json!(SECRET)))

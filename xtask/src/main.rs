@@ -3,18 +3,17 @@
 //! - `cargo xtask ci`: format check, clippy with `-D warnings`, every test.
 //! - `cargo xtask bench <name> [args]`: runs a benchmark program in release
 //!   mode and prints its figures as a table (`serialize`, `model`, `turns`,
-//!   `extensions`, `store`, `local`).
+//!   `extensions`, `store`).
 
 use std::process::{Command, ExitCode};
 
-/// Benchmarks: name → (package, example program).
-const BENCHES: &[(&str, &str, &str)] = &[
-    ("serialize", "lionagi", "bench_serialize"),
-    ("model", "branch-models", "bench_model"),
-    ("turns", "branch-operations", "bench_turns"),
-    ("extensions", "branch-capabilities", "bench_extensions"),
-    ("store", "branch-session", "bench_store"),
-    ("local", "branch-models", "bench_local"),
+/// Benchmarks: name → (package, example program, features).
+const BENCHES: &[(&str, &str, &str, &str)] = &[
+    ("serialize", "lionagi", "bench_serialize", ""),
+    ("model", "branch-models", "bench_model", "test-support"),
+    ("turns", "branch-operations", "bench_turns", ""),
+    ("extensions", "branch-capabilities", "bench_extensions", ""),
+    ("store", "branch-session", "bench_store", ""),
 ];
 
 fn main() -> ExitCode {
@@ -67,7 +66,7 @@ fn ci() -> Result<(), String> {
 
 fn bench(args: &[String]) -> Result<(), String> {
     let name = args.first().ok_or("bench needs a name")?;
-    let (_, package, example) = BENCHES
+    let (_, package, example, features) = BENCHES
         .iter()
         .find(|b| b.0 == name)
         .ok_or_else(|| format!("unknown benchmark `{name}`"))?;
@@ -80,9 +79,11 @@ fn bench(args: &[String]) -> Result<(), String> {
         package,
         "--example",
         example,
-        "--",
     ]);
-    cmd.args(&args[1..]);
+    if !features.is_empty() {
+        cmd.args(["--features", features]);
+    }
+    cmd.arg("--").args(&args[1..]);
     eprintln!("xtask: running {cmd:?}");
     let out = cmd
         .output()
@@ -98,7 +99,16 @@ fn bench(args: &[String]) -> Result<(), String> {
     println!("| benchmark | metric | ours | baseline (same run) | ratio |");
     println!("|---|---|---|---|---|");
     for line in text.lines().filter(|l| l.trim_start().starts_with('{')) {
-        let field = |k: &str| json_field(line, k);
+        // Programs print either {metric, ours, baseline, unit, ratio} or,
+        // for many cases of one kind, {case, median_ms}.
+        let field = |k: &str| {
+            json_field(line, k).or_else(|| match k {
+                "metric" => json_field(line, "case"),
+                "ours" => json_field(line, "median_ms"),
+                "unit" => json_field(line, "median_ms").map(|_| "ms".to_owned()),
+                _ => None,
+            })
+        };
         let unit = field("unit").unwrap_or_default();
         let fmt = |v: Option<String>| match v.as_deref() {
             None | Some("null") => "-".to_owned(),

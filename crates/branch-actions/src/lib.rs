@@ -8,5 +8,39 @@
 //! It must not know models, providers or the verbs that decide when to call
 //! a tool.
 //!
-//! The code arrives with the operations issue; until then this crate holds
-//! only its charter.
+//! For the verbs (`act`, `operate`, `ReAct`):
+//!
+//! * register [`FunctionTool`]s / [`DynamicTool`]s with
+//!   `ActionManager::register(tool.into_tool(), update)`;
+//! * offer them with [`ActionManagerExt::tool_schemas`] (registration
+//!   order, or a named subset; an unknown name fails);
+//! * read the model's requests with [`ToolCall::from_request_value`];
+//! * run them with [`ActionManagerExt::invoke_all`]
+//!   (results in request order, never a panic) and record each
+//!   [`CallOutcome`]: [`CallOutcome::response_output`] is the
+//!   ActionResponse `output`, [`CallOutcome::returned_output`] what `act`
+//!   returns with errors suppressed, [`CallOutcome::log_content`] the log
+//!   entry, [`CallOutcome::tool_id`] the ActionRequest recipient.
+//!
+//! Schemas differ from the reference's on purpose (see NOTES-compat.md):
+//! integers are `"integer"` (the reference maps `int` to `"number"`), and
+//! only fields without a default (not `Option`, not `#[serde(default)]`)
+//! are `required` (the reference lists every parameter).
+
+mod calling;
+mod dynamic_tool;
+mod error;
+mod function_tool;
+mod invoke;
+mod outcome;
+mod schema;
+mod select;
+
+pub use calling::{CallStatus, FunctionCalling};
+pub use dynamic_tool::DynamicTool;
+pub use error::ToolBuildError;
+pub use function_tool::FunctionTool;
+pub use invoke::{ActionManagerExt, CallError, InvokeOptions, ToolCall, invoke_calls, invoke_tool};
+pub use outcome::{ActionParticipants, CallOutcome};
+pub use schema::{ArgSchema, function_schema};
+pub use select::{ToolSelection, tool_schemas};

@@ -66,6 +66,31 @@ impl Default for MemoryQuery {
     }
 }
 
+impl MemoryQuery {
+    /// Whether `item` passes the text, tag and metadata filters (the limit
+    /// is the caller's). Every backend filters with this, so a durable store
+    /// answers a query exactly as [`InMemoryStore`] does.
+    pub fn matches(&self, item: &MemoryItem) -> bool {
+        let text_ok = match self.text.as_deref().filter(|t| !t.is_empty()) {
+            None => true,
+            Some(t) => content_text(&item.content)
+                .to_lowercase()
+                .contains(&t.to_lowercase()),
+        };
+        let tags_ok = match self.tags.as_ref().filter(|t| !t.is_empty()) {
+            None => true,
+            Some(tags) => item.tags.iter().any(|t| tags.contains(t)),
+        };
+        let filters_ok = match self.filters.as_ref().filter(|f| !f.is_empty()) {
+            None => true,
+            Some(f) => f
+                .iter()
+                .all(|(k, v)| item.element.metadata.get(k) == Some(v)),
+        };
+        text_ok && tags_ok && filters_ok
+    }
+}
+
 /// Errors of a memory backend.
 #[derive(Debug, thiserror::Error)]
 #[error("memory store: {0}")]
@@ -119,23 +144,9 @@ impl MemoryStore for InMemoryStore {
 
     async fn search(&self, q: &MemoryQuery) -> Result<Vec<MemoryItem>, MemoryError> {
         let items = self.items.read().await;
-        let text = q
-            .text
-            .as_deref()
-            .filter(|t| !t.is_empty())
-            .map(str::to_lowercase);
-        let tags = q.tags.as_ref().filter(|t| !t.is_empty());
-        let filters = q.filters.as_ref().filter(|f| !f.is_empty());
         Ok(items
             .values()
-            .filter(|i| {
-                text.as_ref()
-                    .is_none_or(|t| content_text(&i.content).to_lowercase().contains(t))
-            })
-            .filter(|i| tags.is_none_or(|tags| i.tags.iter().any(|t| tags.contains(t))))
-            .filter(|i| {
-                filters.is_none_or(|f| f.iter().all(|(k, v)| i.element.metadata.get(k) == Some(v)))
-            })
+            .filter(|i| q.matches(i))
             .take(q.limit)
             .cloned()
             .collect())

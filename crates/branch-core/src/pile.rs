@@ -89,11 +89,24 @@ impl<T: Stored> Pile<T> {
 
     /// Appends an item; an item whose id is present replaces it in place.
     pub fn push(&mut self, item: T) {
+        self.push_full(item);
+    }
+
+    /// [`Pile::push`], returning the item's storage index and whether it is
+    /// new (one hash lookup on the hot path of every added message).
+    pub(crate) fn push_full(&mut self, item: T) -> (usize, bool) {
         let id = item.id();
         self.reserve_first();
-        if self.items.insert(id, item).is_none() {
+        let (index, old) = self.items.insert_full(id, item);
+        if old.is_none() {
             self.progression.order.push(id);
         }
+        (index, old.is_none())
+    }
+
+    /// The item at a storage index returned by `push_full`.
+    pub(crate) fn get_index(&self, index: usize) -> Option<&T> {
+        self.items.get_index(index).map(|(_, v)| v)
     }
 
     /// Inserts an item at logical position 0 (it is appended to the map, so

@@ -164,14 +164,28 @@ pub fn find_blocked(err: &(dyn StdError + 'static)) -> Option<GuardBlocked> {
     None
 }
 
-/// A redirect policy that re-checks every hop (IP literals here, names in
-/// the resolver) and follows at most 10 redirects.
+/// A redirect policy that follows at most 10 redirects, only within the
+/// original origin (scheme, host, port: credentials such as `x-api-key` are
+/// never forwarded to another host), and re-checks every hop (IP literals
+/// here, names in the resolver).
 pub fn redirect_policy(allow_local: bool) -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(move |attempt| {
         if attempt.previous().len() >= 10 {
             return attempt.error("too many redirects");
         }
-        let host = attempt.url().host_str().unwrap_or_default().to_owned();
+        let url = attempt.url();
+        let host = url.host_str().unwrap_or_default().to_owned();
+        let same_origin = attempt.previous().first().is_some_and(|first| {
+            first.scheme() == url.scheme()
+                && first.host_str() == url.host_str()
+                && first.port_or_known_default() == url.port_or_known_default()
+        });
+        if !same_origin {
+            return attempt.error(GuardBlocked {
+                host,
+                reason: "cross-origin redirect refused",
+            });
+        }
         match check_host(&host, allow_local) {
             Ok(()) => attempt.follow(),
             Err(blocked) => attempt.error(blocked),

@@ -439,6 +439,7 @@ async fn fault_401_is_auth_and_never_shows_the_key() {
         (ModelErrorKind::Auth, Some(401), 1)
     );
     assert!(!e.to_string().contains("SECRET"), "{e}");
+    assert!(!e.reference_message().contains("SECRET"));
     assert!(!format!("{e:?}").contains("SECRET"));
     assert!(!format!("{model:?}").contains("SECRET"));
     assert!(
@@ -457,6 +458,11 @@ async fn fault_400_bad_request_and_stream_error_status() {
     let e = model.chat(user("q")).await.unwrap_err();
     assert_eq!((e.kind, e.attempts), (ModelErrorKind::BadRequest, 1));
     assert_eq!(e.message, "invalid request: mock refused");
+    // The reference's log text (operations/communicate_provider_error).
+    assert_eq!(
+        e.reference_message(),
+        "Request failed with status 400: {'error': {'message': 'invalid request: mock refused', 'type': 'mock'}}"
+    );
     let e = model.stream(user("q")).await.err().unwrap();
     assert_eq!((e.kind, e.status), (ModelErrorKind::BadRequest, Some(400)));
 }
@@ -720,7 +726,6 @@ async fn anthropic_stream_assembles_text_tool_calls_and_usage() {
 #[tokio::test]
 async fn openai_compatible_family_bodies_and_auth() {
     let server = MockServer::start().await;
-    server.script((0..4).map(|_| MockReply::text("ok")));
     for (provider, model, auth) in [
         ("ollama", "llama3", None),
         ("gemini", "gemini-2.5-flash", Some("Bearer g-key")),
@@ -739,6 +744,14 @@ async fn openai_compatible_family_bodies_and_auth() {
             .build()
             .unwrap();
         let m = IModel::with_api_key(c, ApiKey::new("g-key")).unwrap();
+        if provider == "ollama" {
+            // the local model list the Ollama check reads first
+            server.push(MockReply::raw(
+                200,
+                r#"{"models": [{"name": "llama3:latest"}]}"#,
+            ));
+        }
+        server.push(MockReply::text("ok"));
         let req = user("hi")
             .with_field("reasoning_effort", "low")
             .with_field("not_a_field", 1);
@@ -815,4 +828,143 @@ async fn circuit_breaker_opens_after_failures() {
         model.chat(user("q")).await.unwrap_err().kind,
         ModelErrorKind::CircuitOpen
     );
+}
+
+#[tokio::test]
+async fn connect_upgrades_configuration_only_models() {
+    let server = MockServer::start().await;
+    let config: std::sync::Arc<dyn ChatModel> = std::sync::Arc::new(mock_config(&server, "m"));
+    assert!(!config.is_connected());
+    let live = crate::connect(&config).unwrap();
+    assert!(live.is_connected());
+    assert_eq!(live.snapshot().id(), config.snapshot().id());
+    let again = crate::connect(&live).unwrap();
+    assert!(std::sync::Arc::ptr_eq(&again, &live));
+}
+
+#[tokio::test]
+async fn redirects_stay_on_the_original_origin() {
+    let server = MockServer::start().await;
+    let port = server.addr().port();
+    // Same origin: followed (307 keeps the POST and its body).
+    server.push(MockReply::raw(307, "").header(
+        "location",
+        &format!("http://127.0.0.1:{port}/v1/moved/chat/completions"),
+    ));
+    server.push(MockReply::text("moved ok"));
+    let model = mock_model(&server, "gpt-4.1-mini");
+    assert_eq!(model.chat(user("q")).await.unwrap().text, "moved ok");
+    assert_eq!(server.requests()[1].path, "/v1/moved/chat/completions");
+    // Another origin (localhost is another host name): refused, key not forwarded.
+    server.push(MockReply::raw(307, "").header(
+        "location",
+        &format!("http://localhost:{port}/v1/chat/completions"),
+    ));
+    let e = model.chat(user("q")).await.unwrap_err();
+    assert_eq!(e.kind, ModelErrorKind::NetworkGuard, "{e}");
+    assert_eq!(server.request_count(), 3);
+}
+
+/// Collects the fields recorded on `model_call` spans.
+#[derive(Clone, Default)]
+struct SpanFields(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
+
+struct Visit<'a>(&'a mut Vec<(String, String)>);
+
+impl tracing::field::Visit for Visit<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanFields {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() == "model_call" {
+            attrs.record(&mut Visit(&mut self.0.lock().unwrap()));
+        }
+    }
+
+    fn on_record(
+        &self,
+        _id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        values.record(&mut Visit(&mut self.0.lock().unwrap()));
+    }
+}
+
+#[tokio::test]
+async fn a_tracing_span_per_call_with_status_attempts_and_tokens() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let fields = SpanFields::default();
+    let subscriber = tracing_subscriber::registry().with(fields.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = MockServer::start().await;
+    server.script([MockReply::error(500, "x"), MockReply::text("ok")]);
+    let model = mock_model(&server, "gpt-4.1-mini");
+    model.chat(user("q")).await.unwrap();
+    let got = fields.0.lock().unwrap().clone();
+    let get = |k: &str| {
+        got.iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(get("provider").as_deref(), Some("\"openai\""));
+    assert_eq!(get("model").as_deref(), Some("\"gpt-4.1-mini\""));
+    assert_eq!(get("status").as_deref(), Some("200"));
+    assert_eq!(get("attempts").as_deref(), Some("2"));
+    assert_eq!(get("prompt_tokens").as_deref(), Some("11"));
+    assert_eq!(get("completion_tokens").as_deref(), Some("7"));
+}
+
+#[tokio::test]
+async fn ollama_pulls_a_missing_model_once() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::raw(200, r#"{"models": [{"name": "other:latest"}]}"#),
+        MockReply::raw(200, r#"{"status": "success"}"#),
+        MockReply::text("from ollama"),
+        MockReply::text("again"),
+    ]);
+    let c = ModelConfig::builder()
+        .provider("ollama")
+        .model("llama3")
+        .base_url(&format!("http://localhost:{}/v1", server.addr().port()))
+        .build()
+        .unwrap();
+    assert!(c.allow_local_network());
+    let model = IModel::new(c).unwrap();
+    assert_eq!(
+        model
+            .chat(user("hi").with_field("reasoning_effort", "low"))
+            .await
+            .unwrap()
+            .text,
+        "from ollama"
+    );
+    assert_eq!(model.chat(user("hi")).await.unwrap().text, "again");
+    let reqs = server.requests();
+    let paths: Vec<_> = reqs
+        .iter()
+        .map(|r| (r.method.as_str(), r.path.as_str()))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            ("GET", "/api/tags"),
+            ("POST", "/api/pull"),
+            ("POST", "/v1/chat/completions"),
+            ("POST", "/v1/chat/completions")
+        ]
+    );
+    assert_eq!(reqs[1].body, json!({"model": "llama3", "stream": false}));
+    assert!(reqs[2].header("authorization").is_none());
+    assert!(reqs[2].body.get("reasoning_effort").is_none());
 }

@@ -50,6 +50,7 @@ struct Inner {
     state: Mutex<State>,
     max_rate_limit_wait: Option<Duration>,
     breaker: Option<Breaker>,
+    ollama_ready: tokio::sync::OnceCell<()>,
 }
 
 /// A chat model connected to its provider over HTTP. Cheap to clone (shared
@@ -141,6 +142,7 @@ impl IModelBuilder {
                 state: Mutex::new(state),
                 max_rate_limit_wait: self.max_rate_limit_wait,
                 breaker: config_breaker,
+                ollama_ready: tokio::sync::OnceCell::new(),
             }),
         })
     }
@@ -232,6 +234,15 @@ impl IModel {
             None => msg,
         };
         dialect::error(&self.inner.config, kind, msg)
+    }
+
+    /// The provider's error body for `ModelError::body`, redacted of the key.
+    fn error_body(&self, text: &str) -> Value {
+        let text = match &self.inner.key {
+            Some(k) => k.redact(text),
+            None => text.to_owned(),
+        };
+        serde_json::from_str(&text).unwrap_or(Value::String(text))
     }
 
     /// Rough input-token estimate of `body` (JSON text of the counted parts,
@@ -398,7 +409,10 @@ impl IModel {
         let text = resp.text().await.map_err(|e| self.map_transport(&e))?;
         if !(200..300).contains(&status) {
             let (kind, message) = dialect::classify(status, &text);
-            let mut e = self.err(kind, message).with_status(status);
+            let mut e = self
+                .err(kind, message)
+                .with_status(status)
+                .with_body(self.error_body(&text));
             e.retry_after = retry_after;
             return Err(e);
         }
@@ -416,12 +430,68 @@ impl IModel {
         if self.inner.dialect == Dialect::OpenAiChat {
             if let Some(eff) = dialect::error_envelope_status(&value, status) {
                 let (kind, message) = dialect::classify(eff, &text);
-                let mut e = self.err(kind, message).with_status(eff);
+                let mut e = self
+                    .err(kind, message)
+                    .with_status(eff)
+                    .with_body(self.error_body(&text));
                 e.retry_after = retry_after;
                 return Err(e);
             }
         }
         Ok(value)
+    }
+
+    /// For Ollama: once per model, list the local models (`GET /api/tags`)
+    /// and pull the configured one if it is missing (`POST /api/pull`), as
+    /// the reference does before calls. Failures are logged and left to the
+    /// call itself to report (the server may be another OpenAI-compatible
+    /// one).
+    async fn ensure_ollama_model(&self) {
+        let config = &self.inner.config;
+        if config.provider_spec().is_none_or(|s| s.name != "ollama") {
+            return;
+        }
+        let (Some(base), Some(model)) = (config.base_url(), config.model_name()) else {
+            return;
+        };
+        let root = base.trim_end_matches('/');
+        let root = root
+            .strip_suffix("/v1")
+            .or_else(|| root.strip_suffix("/api"))
+            .unwrap_or(root);
+        self.inner
+            .ollama_ready
+            .get_or_init(|| async {
+                let client = &self.inner.client;
+                let tags = client.get(format!("{root}/api/tags")).send().await;
+                let listed: Option<Value> = match tags {
+                    Ok(r) if r.status().is_success() => r.json().await.ok(),
+                    _ => None,
+                };
+                let Some(listed) = listed else {
+                    tracing::debug!("ollama: could not list local models");
+                    return;
+                };
+                let present = listed["models"].as_array().into_iter().flatten().any(|m| {
+                    let name = m["name"]
+                        .as_str()
+                        .or_else(|| m["model"].as_str())
+                        .unwrap_or_default();
+                    name == model || name.strip_suffix(":latest") == Some(model)
+                });
+                if !present {
+                    tracing::info!(model, "ollama: pulling missing model");
+                    let pull = client
+                        .post(format!("{root}/api/pull"))
+                        .json(&serde_json::json!({"model": model, "stream": false}))
+                        .send()
+                        .await;
+                    if !pull.is_ok_and(|r| r.status().is_success()) {
+                        tracing::warn!(model, "ollama: pull failed");
+                    }
+                }
+            })
+            .await;
     }
 
     fn retry_policy(&self) -> RetryPolicy {
@@ -466,6 +536,7 @@ impl IModel {
     async fn chat_attempts(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(&request, false)?;
+        self.ensure_ollama_model().await;
         let _permit = self
             .inner
             .limiter
@@ -527,6 +598,7 @@ impl IModel {
     async fn stream_inner(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(&request, true)?;
+        self.ensure_ollama_model().await;
         let permit = self
             .inner
             .limiter
@@ -549,7 +621,11 @@ impl IModel {
             let retry_after = retry_after(resp.headers());
             let text = resp.text().await.unwrap_or_default();
             let (kind, message) = dialect::classify(status, &text);
-            let mut e = self.err(kind, message).with_status(status).with_attempts(1);
+            let mut e = self
+                .err(kind, message)
+                .with_status(status)
+                .with_attempts(1)
+                .with_body(self.error_body(&text));
             e.retry_after = retry_after;
             return Err(e);
         }

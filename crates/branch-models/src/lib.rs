@@ -19,6 +19,8 @@
 
 pub mod breaker;
 pub mod dialect;
+#[cfg(test)]
+mod e2e_tests;
 pub mod guard;
 #[cfg(test)]
 mod http_tests;
@@ -35,3 +37,15 @@ pub use branch_core::model::{
 };
 pub use imodel::{IModel, IModelBuilder};
 pub use secret::ApiKey;
+
+/// A model that can be called: `model` itself if it is connected, otherwise
+/// an [`IModel`] built from its current configuration (same id; the
+/// environment key only for the registered base URL).
+pub fn connect(
+    model: &std::sync::Arc<dyn ChatModel>,
+) -> Result<std::sync::Arc<dyn ChatModel>, ModelError> {
+    if model.is_connected() {
+        return Ok(std::sync::Arc::clone(model));
+    }
+    Ok(std::sync::Arc::new(IModel::new(model.snapshot())?))
+}

@@ -27,7 +27,9 @@ impl ApiKey {
         }
     }
 
-    /// The key in environment variable `name`, if set and non-empty.
+    /// The key in environment variable `name` (or, as the reference reads
+    /// settings, in `.env` / `.env.local` / `.secrets.env` of the working
+    /// directory), if set and non-empty.
     pub fn from_env(name: &str) -> Option<Self> {
         env_value(name).map(Self)
     }
@@ -51,7 +53,7 @@ fn env_value(name: &str) -> Option<String> {
     if name.is_empty() || name.contains(['=', '\0']) {
         return None;
     }
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    branch_core::model::settings::setting(name).filter(|v| !v.trim().is_empty())
 }
 
 impl fmt::Debug for ApiKey {

@@ -1,10 +1,19 @@
 //! Sessions of lionagi branches and durable conversation storage.
 //!
-//! Charter: `Session`, which includes and removes branches by attaching and
-//! detaching coordination references (observer, hooks, owning-session id,
-//! the shared operation registry, a default memory store) without ever
-//! owning a conversation; and `BranchStore`, durable storage of branches
-//! with an embedded SQLite default. It must not know the verbs' algorithms.
-//!
-//! The code arrives with the sessions issue; until then this crate holds
-//! only its charter.
+//! Charter: [`Session`], which includes and removes branches by attaching
+//! and detaching coordination references (observer, owning-session id, the
+//! shared operation registry, a default memory store) without ever owning
+//! a conversation; and [`BranchStore`], durable storage of branches with an
+//! embedded SQLite default ([`SqliteStore`]). It must not know the verbs'
+//! algorithms.
+
+pub mod session;
+pub mod store;
+pub mod transfer;
+
+pub use session::{BranchRun, Session, SessionBuilder, SessionError, SharedBranch, share};
+pub use store::{
+    BranchStore, BranchSummary, Durability, SqliteMemoryStore, SqliteOptions, SqliteStore,
+    StoreError,
+};
+pub use transfer::{export_file, import_file, read_branch_file, write_branch_file};

@@ -35,6 +35,22 @@ pub enum CliError {
         /// What.
         reason: String,
     },
+    /// The conversation store failed.
+    #[error("{path}: {source}")]
+    Store {
+        /// The store file.
+        path: String,
+        /// What failed.
+        source: Box<branch_session::store::StoreError>,
+    },
+    /// No stored branch has this id or name, or several share the name.
+    #[error("{path}: {reason}")]
+    NotFound {
+        /// The store file.
+        path: String,
+        /// What was looked for.
+        reason: String,
+    },
     /// The JSON does not describe a branch.
     #[error("{path}: {source}")]
     Branch {
@@ -56,12 +72,26 @@ impl CliError {
 pub const USAGE: &str = "usage:
   lionagi branch show FILE
   lionagi branch roundtrip FILE [--mode python|json|db] [--db-meta-key KEY]
+  lionagi branch list --store DB
+  lionagi branch show ID|NAME --store DB
+  lionagi branch import FILE --store DB
+  lionagi branch export ID|NAME [FILE] --store DB
+  lionagi branch delete ID|NAME --store DB
 
-FILE is a branch saved with to_dict (by Python lionagi or lionagi-rs); - reads stdin.";
+FILE is a branch saved with to_dict (by Python lionagi or lionagi-rs); - is stdin/stdout.
+DB is a SQLite conversation store (created when missing).";
 
 /// Runs the command line `args` (without the program name), writing to `out`.
 pub fn run(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
-    let words: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut words: Vec<&str> = args.iter().map(String::as_str).collect();
+    if let Some(i) = words.iter().position(|w| *w == "--store") {
+        let path = words
+            .get(i + 1)
+            .copied()
+            .ok_or_else(|| CliError::Usage("`--store` needs a path".into()))?;
+        words.drain(i..i + 2);
+        return store_command(path, &words, out);
+    }
     match words.as_slice() {
         [] | ["help"] | ["--help"] | ["-h"] => {
             writeln!(out, "{USAGE}").ok();
@@ -73,6 +103,118 @@ pub fn run(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
             "unknown or incomplete `branch` command".into(),
         )),
         [other, ..] => Err(CliError::Usage(format!("unknown command `{other}`"))),
+    }
+}
+
+fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Result<(), CliError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| CliError::Io {
+            path: db.to_owned(),
+            source,
+        })?;
+    runtime.block_on(async {
+        use branch_session::store::{BranchStore, SqliteStore};
+        let store_err = |source| CliError::Store {
+            path: db.to_owned(),
+            source: Box::new(source),
+        };
+        let store = SqliteStore::open(db).await.map_err(store_err)?;
+        let write = |out: &mut dyn Write, text: &str| {
+            out.write_all(text.as_bytes())
+                .map_err(|source| CliError::Io {
+                    path: "<stdout>".into(),
+                    source,
+                })
+        };
+        match words {
+            ["branch", "list"] => {
+                let mut text = String::new();
+                for b in store.list().await.map_err(store_err)? {
+                    text.push_str(&format!(
+                        "{}  {:<20} {:>6} messages  {}\n",
+                        b.id,
+                        b.name.as_deref().unwrap_or("-"),
+                        b.message_count,
+                        timestamp(b.updated_at)
+                    ));
+                }
+                write(out, &text)
+            }
+            ["branch", "show", key] => {
+                let id = resolve(&store, db, key).await?;
+                let branch = store.load(id).await.map_err(store_err)?;
+                write(out, &listing(&branch))
+            }
+            ["branch", "import", file] => {
+                let branch = load_branch(file)?;
+                store.save(&branch).await.map_err(store_err)?;
+                write(out, &format!("{}\n", branch.id()))
+            }
+            ["branch", "export", key, rest @ ..] => {
+                let id = resolve(&store, db, key).await?;
+                match rest {
+                    [] | ["-"] => {
+                        let branch = store.load(id).await.map_err(store_err)?;
+                        let value =
+                            branch
+                                .to_dict(&ToDictOptions::default())
+                                .map_err(|source| CliError::Branch {
+                                    path: db.to_owned(),
+                                    source,
+                                })?;
+                        let text = serde_json::to_string_pretty(&value).unwrap_or_default();
+                        write(out, &format!("{text}\n"))
+                    }
+                    [file] => branch_session::export_file(&store, id, file)
+                        .await
+                        .map_err(store_err),
+                    _ => Err(CliError::Usage("export takes one output file".into())),
+                }
+            }
+            ["branch", "delete", key] => {
+                let id = resolve(&store, db, key).await?;
+                store.delete(id).await.map_err(store_err)?;
+                write(out, &format!("deleted {id}\n"))
+            }
+            _ => Err(CliError::Usage(
+                "unknown or incomplete store command".into(),
+            )),
+        }
+    })
+}
+
+/// A stored branch by full id or by its (unique) name.
+async fn resolve(
+    store: &branch_session::store::SqliteStore,
+    db: &str,
+    key: &str,
+) -> Result<uuid::Uuid, CliError> {
+    use branch_session::store::BranchStore;
+    let all = store.list().await.map_err(|source| CliError::Store {
+        path: db.to_owned(),
+        source: Box::new(source),
+    })?;
+    if let Some(id) = branch_core::element::parse_uuid(key) {
+        if all.iter().any(|b| b.id == id) {
+            return Ok(id);
+        }
+    }
+    let named: Vec<_> = all
+        .iter()
+        .filter(|b| b.name.as_deref() == Some(key))
+        .collect();
+    match named.as_slice() {
+        [one] => Ok(one.id),
+        [] => Err(CliError::NotFound {
+            path: db.to_owned(),
+            reason: format!("no branch `{key}`"),
+        }),
+        _ => Err(CliError::NotFound {
+            path: db.to_owned(),
+            reason: format!("{} branches are named `{key}`; use an id", named.len()),
+        }),
     }
 }
 

@@ -499,3 +499,59 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "adump_logs",
     "to_df",
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_branch_can_move_between_tasks() {
+        fn send_sync<T: Send + Sync + 'static>() {}
+        send_sync::<Branch>();
+    }
+
+    #[test]
+    fn memory_is_lazy_and_first_claim_wins() {
+        let b = Branch::new().unwrap();
+        assert!(!b.has_memory());
+        let first = b.memory().clone();
+        assert!(Arc::ptr_eq(&first, b.memory()));
+        assert!(
+            !b.adopt_memory(Arc::new(InMemoryStore::new())),
+            "already claimed"
+        );
+        let fresh = Branch::new().unwrap();
+        let shared: Arc<dyn MemoryStore> = Arc::new(InMemoryStore::new());
+        assert!(fresh.adopt_memory(shared.clone()));
+        assert!(Arc::ptr_eq(&shared, fresh.memory()));
+    }
+
+    #[test]
+    fn explicit_memory_is_kept_by_identity() {
+        let store: Arc<dyn MemoryStore> = Arc::new(InMemoryStore::new());
+        let b = Branch::builder().memory(store.clone()).build().unwrap();
+        assert!(Arc::ptr_eq(&store, b.memory()));
+    }
+
+    #[test]
+    fn session_attachment_detaches_cleanly() {
+        let mut b = Branch::builder().system("S").build().unwrap();
+        let shared: SharedOperations = Arc::new(RwLock::new(OperationManager::new()));
+        shared
+            .write()
+            .unwrap()
+            .register("x", |_v| async { Ok(Value::Null) }, false)
+            .unwrap();
+        let session = Uuid::new_v4();
+        b.attach_session(session, None, shared);
+        assert_eq!(b.owning_session(), Some(session));
+        assert!(b.get_operation("x").is_some());
+        b.detach_session();
+        assert!(b.owning_session().is_none());
+        assert!(
+            b.get_operation("x").is_none(),
+            "removal gives a fresh registry"
+        );
+        assert!(b.system().is_some(), "the conversation stays");
+    }
+}

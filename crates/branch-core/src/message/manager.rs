@@ -145,14 +145,17 @@ impl MessageManager {
         if message.kind() == MessageKind::System {
             return self.set_system(message);
         }
-        let fresh = !self.pile.contains(&id);
-        self.pile.push(message);
+        let (index, fresh) = self.pile.push_full(message);
         if fresh {
             if let Some(v) = self.view.as_mut() {
                 v.order.push(id);
             }
         }
-        self.notify(&id);
+        if let Some(m) = self.pile.get_index(index) {
+            for (_, cb) in &self.callbacks {
+                cb(m);
+            }
+        }
         id
     }
 

@@ -251,6 +251,32 @@ impl ChatResponse {
     }
 }
 
+/// The `execution` object of the reference's API-call log record
+/// (serialization.md §6.1): `{"status", "duration", "response", "error",
+/// "retryable"}`.
+pub fn api_call_execution(result: Result<&ChatResponse, &ModelError>, duration_secs: f64) -> Value {
+    let mut m = Map::new();
+    match result {
+        Ok(r) => {
+            m.insert("status".into(), "completed".into());
+            m.insert("duration".into(), duration_secs.into());
+            m.insert("response".into(), r.raw.clone());
+            m.insert("error".into(), Value::Null);
+        }
+        Err(e) => {
+            m.insert("status".into(), "failed".into());
+            m.insert("duration".into(), duration_secs.into());
+            m.insert("response".into(), Value::Null);
+            m.insert(
+                "error".into(),
+                serde_json::json!({"error": e.reference_type(), "message": e.reference_message()}),
+            );
+        }
+    }
+    m.insert("retryable".into(), Value::Null);
+    Value::Object(m)
+}
+
 /// The text of a provider reply (or list of replies, concatenated without
 /// separator), as the reference extracts it.
 pub fn extract_text(raw: &Value) -> String {
@@ -635,6 +661,26 @@ mod tests {
             extract_text(&json!([{"content": "x"}, {"content": "y"}])),
             "xy"
         );
+    }
+
+    #[test]
+    fn api_call_execution_matches_reference() {
+        let err = ModelError::new(
+            super::super::ModelErrorKind::BadRequest,
+            "openai",
+            Some("m"),
+            "x",
+        )
+        .with_status(400)
+        .with_body(json!({"error": {"message": "invalid request: mock refused", "type": "mock"}}));
+        assert_eq!(
+            api_call_execution(Err(&err), 1.0),
+            json!({"status": "failed", "duration": 1.0, "response": null,
+                   "error": {"error": "APIClientError", "message": "Request failed with status 400: {'error': {'message': 'invalid request: mock refused', 'type': 'mock'}}"},
+                   "retryable": null})
+        );
+        let ok = ChatResponse::from_raw(json!({"choices": []}));
+        assert_eq!(api_call_execution(Ok(&ok), 0.5)["status"], "completed");
     }
 
     #[test]

@@ -476,10 +476,10 @@ pub struct ModelConfig {
     id: Uuid,
     created_at: f64,
     provider_metadata: Map<String, Value>,
-    retry_config: Option<RetryConfig>,
-    circuit_breaker: Option<CircuitBreakerConfig>,
-    endpoint: EndpointConfig,
-    processor: ProcessorConfig,
+    retry_config: Option<Box<RetryConfig>>,
+    circuit_breaker: Option<Box<CircuitBreakerConfig>>,
+    endpoint: Box<EndpointConfig>,
+    processor: Box<ProcessorConfig>,
     max_input_tokens: Option<u64>,
     input_token_scale: f64,
 }
@@ -491,9 +491,10 @@ pub fn now_timestamp() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// A setting from the environment or the dotenv files (see
+/// [`super::settings::setting`]), trimmed, if non-empty.
 fn env_nonempty(name: &str) -> Option<String> {
-    std::env::var(name)
-        .ok()
+    super::settings::setting(name)
         .map(|v| v.trim().to_owned())
         .filter(|v| !v.is_empty())
 }
@@ -546,12 +547,14 @@ impl ModelConfig {
         let mut ep = Map::new();
         ep.insert(
             "retry_config".into(),
-            self.retry_config.as_ref().map_or(Value::Null, retry_value),
+            self.retry_config
+                .as_deref()
+                .map_or(Value::Null, retry_value),
         );
         ep.insert(
             "circuit_breaker".into(),
             self.circuit_breaker
-                .as_ref()
+                .as_deref()
                 .map_or(Value::Null, breaker_value),
         );
         ep.insert(
@@ -603,12 +606,12 @@ impl ModelConfig {
 
     /// Optional retry policy.
     pub fn retry_config(&self) -> Option<&RetryConfig> {
-        self.retry_config.as_ref()
+        self.retry_config.as_deref()
     }
 
     /// Optional circuit breaker.
     pub fn circuit_breaker(&self) -> Option<&CircuitBreakerConfig> {
-        self.circuit_breaker.as_ref()
+        self.circuit_breaker.as_deref()
     }
 
     /// Provider metadata (`served_model` after a call).
@@ -737,7 +740,7 @@ impl ModelConfig {
     /// Replaces the rate-limiter settings.
     pub fn set_processor_config(&mut self, p: ProcessorConfig) -> Result<(), ModelConfigError> {
         p.validate()?;
-        self.processor = p;
+        *self.processor = p;
         Ok(())
     }
 
@@ -763,12 +766,12 @@ impl ModelConfig {
 
     /// Sets or clears the retry policy.
     pub fn set_retry_config(&mut self, retry: Option<RetryConfig>) {
-        self.retry_config = retry;
+        self.retry_config = retry.map(Box::new);
     }
 
     /// Sets or clears the circuit breaker.
     pub fn set_circuit_breaker(&mut self, breaker: Option<CircuitBreakerConfig>) {
-        self.circuit_breaker = breaker;
+        self.circuit_breaker = breaker.map(Box::new);
     }
 
     /// Records the model name the provider reported (`served_model`).
@@ -1092,10 +1095,10 @@ impl ModelConfigBuilder {
             id: self.id.unwrap_or_else(Uuid::new_v4),
             created_at: self.created_at.unwrap_or_else(now_timestamp),
             provider_metadata: Map::new(),
-            retry_config: self.retry_config,
-            circuit_breaker: self.circuit_breaker,
-            endpoint: ep,
-            processor,
+            retry_config: self.retry_config.map(Box::new),
+            circuit_breaker: self.circuit_breaker.map(Box::new),
+            endpoint: Box::new(ep),
+            processor: Box::new(processor),
             max_input_tokens: self.max_input_tokens,
             input_token_scale: 1.0,
         })
@@ -1427,10 +1430,10 @@ mod parse {
             id,
             created_at,
             provider_metadata,
-            retry_config,
-            circuit_breaker,
-            endpoint: ep,
-            processor,
+            retry_config: retry_config.map(Box::new),
+            circuit_breaker: circuit_breaker.map(Box::new),
+            endpoint: Box::new(ep),
+            processor: Box::new(processor),
             max_input_tokens,
             input_token_scale,
         };

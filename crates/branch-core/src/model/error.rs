@@ -136,6 +136,9 @@ pub struct ModelError {
     pub attempts: u32,
     /// Server-requested delay (`Retry-After`), if any.
     pub retry_after: Option<std::time::Duration>,
+    /// The provider's error body (JSON if it parsed, else a string),
+    /// redacted of the key; `None` when no HTTP reply arrived.
+    pub body: Option<Box<serde_json::Value>>,
 }
 
 impl ModelError {
@@ -154,6 +157,7 @@ impl ModelError {
             message: message.into(),
             attempts: 0,
             retry_after: None,
+            body: None,
         }
     }
 
@@ -177,6 +181,41 @@ impl ModelError {
     pub fn with_attempts(mut self, attempts: u32) -> Self {
         self.attempts = attempts;
         self
+    }
+
+    /// With the provider's error body.
+    pub fn with_body(mut self, body: serde_json::Value) -> Self {
+        self.body = Some(Box::new(body));
+        self
+    }
+
+    /// The reference's error type name for the API-call log record
+    /// (`execution.error.error`).
+    pub fn reference_type(&self) -> &'static str {
+        match self.kind {
+            _ if self.status.is_some() && self.body.is_some() => "APIClientError",
+            ModelErrorKind::Timeout => "TimeoutError",
+            ModelErrorKind::Connect => "ConnectionError",
+            ModelErrorKind::NetworkGuard => "PermissionError",
+            ModelErrorKind::InputTokenCap => "InputTokenCapError",
+            _ => "ValueError",
+        }
+    }
+
+    /// The reference's message for a failed HTTP call:
+    /// `Request failed with status {status}: {body as Python repr}`; the
+    /// plain message otherwise.
+    pub fn reference_message(&self) -> String {
+        match (self.status, self.body.as_deref()) {
+            (Some(status), Some(body)) => {
+                let shown = match body {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => super::pyrepr::python_repr(other),
+                };
+                format!("Request failed with status {status}: {shown}")
+            }
+            _ => self.message.clone(),
+        }
     }
 
     /// Whether the HTTP layer retries it.

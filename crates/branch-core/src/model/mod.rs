@@ -8,14 +8,16 @@
 mod call;
 mod config;
 mod error;
+pub mod pyrepr;
 pub mod registry;
 pub mod sanitize;
+pub mod settings;
 
 use std::sync::Arc;
 
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
-    ToolCall, Usage, extract_text,
+    ToolCall, Usage, api_call_execution, extract_text,
 };
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,
@@ -54,6 +56,12 @@ pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
         request.generic_payload(self.config().kwargs(), stream)
     }
 
+    /// Whether calls reach a provider (`false` for a configuration-only
+    /// [`ModelConfig`], which `branch_models::connect` upgrades).
+    fn is_connected(&self) -> bool {
+        true
+    }
+
     /// Whether this is a CLI model; CLI models are copied by `Branch::clone`.
     fn is_cli(&self) -> bool {
         false
@@ -86,6 +94,10 @@ impl ChatModel for ModelConfig {
 
     fn duplicate(&self) -> Arc<dyn ChatModel> {
         Arc::new(self.clone())
+    }
+
+    fn is_connected(&self) -> bool {
+        false
     }
 
     async fn chat(&self, _request: ChatRequest) -> Result<ChatResponse, ModelError> {

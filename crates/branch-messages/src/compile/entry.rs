@@ -1,0 +1,110 @@
+//! Compiled entries before rendering, the merge pass, and rendering.
+
+use branch_core::message::InstructionContent;
+use serde_json::{Map, Value, json};
+
+use super::message::{RequestMessage, RequestRole};
+use crate::error::{CompileError, ImageOwner};
+use crate::render::{RenderedContent, render_instruction};
+
+/// The result text sent for a native call whose result was never recorded
+/// (a turn cut short between the call and its result).
+pub(crate) const MISSING_RESULT: &str = r#"{"error":"no result was recorded for this call"}"#;
+
+/// A native tool call attached to a model reply.
+pub(crate) struct NativeCall {
+    pub(crate) id: String,
+    pub(crate) function: String,
+    pub(crate) arguments: Map<String, Value>,
+    /// The recorded output (`Some(None)`: answered without output).
+    pub(crate) result: Option<Option<Value>>,
+}
+
+/// One future request message (or, for a reply with native calls, the
+/// reply plus its tool results).
+pub(crate) enum Entry {
+    Instruction(Box<InstructionContent>, ImageOwner),
+    Assistant {
+        text: String,
+        calls: Vec<NativeCall>,
+    },
+}
+
+/// The merge pass: consecutive model replies join with a blank line
+/// unless the earlier one called tools (its results must follow it).
+/// Every instruction is kept.
+pub(crate) fn merge(entries: Vec<Entry>) -> Vec<Entry> {
+    let mut out: Vec<Entry> = Vec::with_capacity(entries.len());
+    for e in entries {
+        match (out.last_mut(), e) {
+            (
+                Some(Entry::Assistant {
+                    text: prev,
+                    calls: prev_calls,
+                }),
+                Entry::Assistant { text, calls },
+            ) if prev_calls.is_empty() => {
+                prev.push_str("\n\n");
+                prev.push_str(&text);
+                *prev_calls = calls;
+            }
+            (_, e) => out.push(e),
+        }
+    }
+    out
+}
+
+/// Renders the entries; empty renderings are skipped. Returns the
+/// messages and whether the last entry rendered empty.
+pub(crate) fn render(entries: Vec<Entry>) -> Result<(Vec<RequestMessage>, bool), CompileError> {
+    let last = entries.len().saturating_sub(1);
+    let mut out = Vec::with_capacity(entries.len());
+    let mut last_empty = false;
+    for (i, e) in entries.into_iter().enumerate() {
+        match e {
+            Entry::Instruction(c, owner) => {
+                let content = render_instruction(&c, owner)?;
+                if content.is_empty() {
+                    last_empty = i == last;
+                    continue;
+                }
+                out.push(RequestMessage::new(RequestRole::User, content));
+            }
+            Entry::Assistant { text, calls } if calls.is_empty() => {
+                if !text.is_empty() {
+                    out.push(RequestMessage::new(
+                        RequestRole::Assistant,
+                        RenderedContent::Text(text),
+                    ));
+                }
+            }
+            Entry::Assistant { text, calls } => {
+                let mut reply =
+                    RequestMessage::new(RequestRole::Assistant, RenderedContent::Text(text));
+                reply.tool_calls = calls
+                    .iter()
+                    .map(|c| {
+                        json!({"id": c.id, "type": "function", "function": {
+                            "name": c.function,
+                            "arguments": Value::Object(c.arguments.clone()).to_string(),
+                        }})
+                    })
+                    .collect();
+                out.push(reply);
+                for c in calls {
+                    let text = match c.result {
+                        None => MISSING_RESULT.to_owned(),
+                        Some(Some(Value::String(s))) => s,
+                        Some(Some(v)) => v.to_string(),
+                        Some(None) => Value::Null.to_string(),
+                    };
+                    let mut result =
+                        RequestMessage::new(RequestRole::Tool, RenderedContent::Text(text));
+                    result.tool_call_id = Some(c.id);
+                    out.push(result);
+                }
+            }
+        }
+    }
+    Ok((out, last_empty))
+}

@@ -1,0 +1,274 @@
+//! History compilation: a branch's messages plus the current instruction
+//! become the provider request's `messages` list, as the reference
+//! compiles them (operations.md §1.2–§1.3).
+//!
+//! 1. Walk the progression (the explicit one, else the curated view, else
+//!    the pile order). Action responses wait in *pending*; a model reply
+//!    is an entry; an instruction is an entry with its tool schemas and
+//!    response format removed and the pending action results
+//!    (`{function, arguments, output}`) appended to its context; system
+//!    messages and action requests are skipped.
+//! 2. Results still pending after the walk go into the current turn.
+//! 3. Consecutive model replies merge (`"\n\n"`).
+//! 4. With a system message, its text + the context-provider blocks are
+//!    glued (no separator) in front of the guidance of the oldest entry, or
+//!    of the current turn when the history is empty.
+//! 5. Each entry renders; empty renderings are skipped.
+//!
+//! [`ToolMode::Native`] (beyond the reference) sends recorded tool calls
+//! as the provider's own `tool_calls` / `tool` messages instead of step 1's
+//! folding; see its documentation.
+//!
+//! Deliberate differences from the reference (NOTES-compat.md): an
+//! instruction directly following another is kept (the reference drops
+//! it), and pending action results reach the current turn even when the
+//! system fold targets it (the reference loses them there).
+
+mod dedup;
+mod entry;
+mod message;
+
+use std::collections::{HashMap, HashSet};
+
+use branch_core::message::{InstructionContent, Message, MessageContent, MessageManager};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+pub use message::{RequestMessage, RequestRole};
+
+use crate::error::{CompileError, ImageOwner};
+use crate::render::RenderedContent;
+use crate::yaml::minimal_yaml_stripped;
+use entry::{Entry, NativeCall};
+
+/// How tool calls and results travel.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ToolMode {
+    /// The reference's way: tool schemas are rendered into the instruction
+    /// text (`Tools:`), action requests are not sent, and results are
+    /// folded into the next instruction's context.
+    #[default]
+    Prompt,
+    /// The provider's own function calling: the current instruction does
+    /// not render its tool schemas (send them as the request's `tools`),
+    /// each recorded action request becomes a `tool_calls` entry of the
+    /// model reply it follows and is answered right after by a `tool`
+    /// message. A call without a recorded result is answered with an error
+    /// result so the request stays valid. The call id is the request's
+    /// `metadata.tool_call_id` when set (the provider's id), else its
+    /// message id. With a system message but no instruction first in the
+    /// history, the system text goes out as a leading `system` message.
+    Native,
+}
+
+/// Per-call inputs of a compilation besides the history.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CompileOptions<'a> {
+    /// The message ids to compile from (the verb's `progression`
+    /// argument). `None` or empty uses the branch's progression.
+    pub progression: Option<&'a [Uuid]>,
+    /// Context-provider blocks, joined with `"\n"` and glued after the
+    /// system text. Ignored without a system message.
+    pub context_blocks: &'a [String],
+    /// ReAct's caller context during its later rounds: shown once, in the
+    /// first history instruction carrying it (§1.3).
+    pub react_context: Option<&'a [Value]>,
+    /// Prompt-embedded tool calling (the reference's, the default) or
+    /// native function calling.
+    pub tool_mode: ToolMode,
+}
+
+/// Compiles `current` (the instruction being sent, not yet in the branch)
+/// with the history held by `msgs`.
+///
+/// Errors: the history starts with a model reply while a system message
+/// must be folded into it; an image source is refused; the current turn
+/// carries text but rendered empty.
+pub fn compile_request(
+    msgs: &MessageManager,
+    current: &InstructionContent,
+    opts: &CompileOptions<'_>,
+) -> Result<Vec<RequestMessage>, CompileError> {
+    let order: Vec<Uuid> = match opts.progression {
+        Some(p) if !p.is_empty() => p.to_vec(),
+        _ => msgs.progression().iter().copied().collect(),
+    };
+    // Ids the pile does not hold are skipped, as a stale curated view may
+    // name removed messages.
+    let history: Vec<(usize, &Message)> = order
+        .iter()
+        .enumerate()
+        .filter_map(|(i, id)| msgs.messages().get(id).map(|m| (i, m)))
+        .collect();
+
+    let plan = opts
+        .react_context
+        .and_then(|ctx| dedup::plan(ctx, &history, current));
+    let mut current = current.clone();
+    if let Some(ctx) = plan.as_ref().and_then(|p| p.current_context.clone()) {
+        current.prompt_context = ctx;
+    }
+
+    let native = opts.tool_mode == ToolMode::Native;
+    if native {
+        // The schemas travel as the request's `tools`.
+        current.tool_schemas.clear();
+    }
+    // Native mode answers each call where it is made, from the results
+    // recorded anywhere in the compiled history.
+    let results: HashMap<Uuid, Option<Value>> = if native {
+        history
+            .iter()
+            .filter_map(|(_, m)| match &m.content {
+                MessageContent::ActionResponse(r) => {
+                    r.action_request_id.map(|id| (id, r.output.clone()))
+                }
+                _ => None,
+            })
+            .collect()
+    } else {
+        HashMap::new()
+    };
+    let requested: HashSet<Uuid> = history
+        .iter()
+        .filter(|(_, m)| matches!(m.content, MessageContent::ActionRequest(_)))
+        .map(|(_, m)| m.id())
+        .collect();
+
+    let mut entries = Vec::new();
+    let mut pending: Vec<Value> = Vec::new();
+    for &(i, m) in &history {
+        match &m.content {
+            MessageContent::ActionResponse(r)
+                if native
+                    && r.action_request_id
+                        .is_some_and(|id| requested.contains(&id)) => {}
+            MessageContent::ActionResponse(r) => pending.push(json!({
+                "function": r.function,
+                "arguments": r.arguments,
+                "output": r.output.clone().unwrap_or(Value::Null),
+            })),
+            MessageContent::AssistantResponse(a) => {
+                entries.push(Entry::Assistant {
+                    text: a.assistant_response.clone(),
+                    calls: Vec::new(),
+                });
+            }
+            MessageContent::ActionRequest(r) if native => {
+                let call = NativeCall {
+                    id: match m.element.metadata.get("tool_call_id") {
+                        Some(Value::String(id)) if !id.is_empty() => id.clone(),
+                        _ => m.id().to_string(),
+                    },
+                    function: r.function.clone(),
+                    arguments: r.arguments.clone(),
+                    result: results.get(&m.id()).cloned(),
+                };
+                match entries.last_mut() {
+                    Some(Entry::Assistant { calls, .. }) => calls.push(call),
+                    _ => entries.push(Entry::Assistant {
+                        text: String::new(),
+                        calls: vec![call],
+                    }),
+                }
+            }
+            MessageContent::Instruction(c) => {
+                let mut c = c.clone();
+                c.tool_schemas.clear();
+                c.response_format = None;
+                if let Some(p) = plan.as_ref().filter(|p| p.leave_out.contains(&i)) {
+                    c.prompt_context = p.shown.remove_from(&c);
+                }
+                fold_actions(&mut c.prompt_context, &mut pending);
+                entries.push(Entry::Instruction(c, ImageOwner::Stored(m.id())));
+            }
+            MessageContent::System(_) | MessageContent::ActionRequest(_) => {}
+        }
+    }
+    fold_actions(&mut current.prompt_context, &mut pending);
+
+    let mut entries = entry::merge(entries);
+    let mut lead = Vec::new();
+
+    if let Some(system) = msgs.system().and_then(Message::as_system) {
+        let prefix = format!("{}{}", system.rendered(), opts.context_blocks.join("\n"));
+        let fold = |c: &mut InstructionContent| {
+            let folded = format!("{prefix}{}", guidance_text(c.guidance.as_ref()));
+            c.guidance = Some(Value::String(folded));
+        };
+        match entries.first_mut() {
+            None => fold(&mut current),
+            Some(Entry::Instruction(c, _)) => fold(c),
+            Some(Entry::Assistant { .. }) if native => {
+                lead.push(RequestMessage::new(
+                    RequestRole::System,
+                    RenderedContent::Text(prefix.clone()),
+                ));
+            }
+            Some(Entry::Assistant { .. }) => {
+                let id = history
+                    .iter()
+                    .find(|(_, m)| matches!(m.content, MessageContent::AssistantResponse(_)))
+                    .map(|(_, m)| m.id())
+                    .unwrap_or_default();
+                return Err(CompileError::FirstNotInstruction { id });
+            }
+        }
+    }
+    entries.push(Entry::Instruction(
+        Box::new(current.clone()),
+        ImageOwner::CurrentTurn,
+    ));
+
+    let (messages, last_empty) = entry::render(entries)?;
+    if last_empty && has_real_content(&current) {
+        return Err(CompileError::EmptyOutgoingContent {
+            instruction_len: current.instruction.as_ref().map_or(0, text_len),
+            plain_content_len: current.plain_content.as_deref().map_or(0, str::len),
+            has_images: !current.images.is_empty(),
+        });
+    }
+    lead.extend(messages);
+    Ok(lead)
+}
+
+/// Appends the pending action results to a context, skipping any equal to
+/// an item already there (including one appended just before).
+fn fold_actions(context: &mut Vec<Value>, pending: &mut Vec<Value>) {
+    for item in pending.drain(..) {
+        if !context.contains(&item) {
+            context.push(item);
+        }
+    }
+}
+
+/// Guidance as folded text: a string as is, another truthy value as its
+/// stripped minimal YAML, a falsy one as nothing.
+fn guidance_text(g: Option<&Value>) -> String {
+    match g {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => String::new(),
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::Array(a)) if a.is_empty() => String::new(),
+        Some(Value::Object(o)) if o.is_empty() => String::new(),
+        Some(Value::Number(n)) if n.as_f64() == Some(0.0) => String::new(),
+        Some(v) => minimal_yaml_stripped(v),
+    }
+}
+
+fn has_real_content(c: &InstructionContent) -> bool {
+    c.instruction
+        .as_ref()
+        .is_some_and(|v| !matches!(v, Value::Null) && v != &Value::String(String::new()))
+        || c.plain_content.as_deref().is_some_and(|p| !p.is_empty())
+        || !c.images.is_empty()
+}
+
+fn text_len(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.chars().count(),
+        other => other.to_string().len(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

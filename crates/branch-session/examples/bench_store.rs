@@ -1,0 +1,234 @@
+//! Benchmark of durable storage: saving and loading a long conversation
+//! through the SQLite store, beside writing `to_dict` with serde_json to a
+//! file, in the same run. Prints one JSON object per line.
+//!
+//! ```text
+//! cargo run --release -p branch-session --example bench_store -- [--messages N] [--runs N] [--dir PATH]
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use branch_core::message::InstructionContent;
+use branch_core::{Branch, Message, Participant, ToDictOptions};
+use branch_session::{BranchStore, Durability, SqliteOptions, SqliteStore};
+use serde_json::json;
+
+struct Args {
+    messages: usize,
+    runs: usize,
+    dir: Option<PathBuf>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        messages: 10_000,
+        runs: 5,
+        dir: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--messages" => {
+                a.messages = value()?.parse().map_err(|e| format!("--messages: {e}"))?
+            }
+            "--runs" => a.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
+            "--dir" => a.dir = Some(PathBuf::from(value()?)),
+            other => return Err(format!("unknown argument `{other}`")),
+        }
+    }
+    if a.messages == 0 || a.runs == 0 {
+        return Err("--messages and --runs must be at least 1".into());
+    }
+    Ok(a)
+}
+
+/// A branch with a system prompt and `n - 1` alternating user/model turns.
+fn conversation(n: usize) -> Branch {
+    let mut b = Branch::builder()
+        .system("You are a careful assistant.")
+        .build()
+        .expect("default branch");
+    let id = b.id();
+    for i in 1..n {
+        let m = if i % 2 == 1 {
+            let content = InstructionContent {
+                instruction: Some(
+                    format!("Question {i}: what changed in the report since last week?").into(),
+                ),
+                ..Default::default()
+            };
+            Message::instruction(content)
+                .with_sender(Participant::from("user"))
+                .with_recipient(Participant::Id(id))
+        } else {
+            Message::assistant(format!(
+                "Answer {i}: revenue rose 4%, churn fell, two incidents were closed and one opened."
+            ))
+        };
+        b.msgs_mut().add_message(m);
+    }
+    b
+}
+
+struct Timing {
+    ms: Vec<f64>,
+}
+
+impl Timing {
+    fn line(&mut self, case: &str, messages: usize, bytes: Option<u64>) {
+        self.ms.sort_by(f64::total_cmp);
+        let median = self.ms[self.ms.len() / 2];
+        let mut out = json!({
+            "bench": "store",
+            "case": case,
+            "messages": messages,
+            "runs": self.ms.len(),
+            "min_ms": round(self.ms[0]),
+            "median_ms": round(median),
+        });
+        if let Some(b) = bytes {
+            out["bytes"] = b.into();
+        }
+        println!("{out}");
+    }
+}
+
+fn round(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+async fn time<F, Fut, T>(runs: usize, mut f: F) -> Result<(Timing, T), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let mut ms = Vec::with_capacity(runs);
+    let mut last = None;
+    for _ in 0..runs {
+        let start = Instant::now();
+        let out = f().await?;
+        ms.push(start.elapsed().as_secs_f64() * 1000.0);
+        last = Some(out);
+    }
+    Ok((Timing { ms }, last.ok_or("no run")?))
+}
+
+fn file_size(p: &Path) -> Option<u64> {
+    std::fs::metadata(p).ok().map(|m| m.len())
+}
+
+async fn run(args: Args) -> Result<(), String> {
+    let dir = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!("bench-store-{}", std::process::id())),
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let n = args.messages;
+    let branch = conversation(n);
+    let opts = ToDictOptions::default();
+    let expected = branch.to_dict(&opts).map_err(|e| e.to_string())?;
+
+    // Reference: to_dict + serde_json to a file, and back.
+    let file = dir.join("branch.json");
+    let (mut t, ()) = time(args.runs, || async {
+        let bytes = branch.to_json_vec(&opts).map_err(|e| e.to_string())?;
+        std::fs::write(&file, bytes).map_err(|e| e.to_string())
+    })
+    .await?;
+    t.line("file_write", n, file_size(&file));
+    let (mut t, ()) = time(args.runs, || async {
+        let bytes = branch.to_json_vec(&opts).map_err(|e| e.to_string())?;
+        let mut f = std::fs::File::create(&file).map_err(|e| e.to_string())?;
+        std::io::Write::write_all(&mut f, &bytes).map_err(|e| e.to_string())?;
+        f.sync_all().map_err(|e| e.to_string())
+    })
+    .await?;
+    t.line("file_write_fsync", n, file_size(&file));
+    let (mut t, loaded) = time(args.runs, || async {
+        let bytes = std::fs::read(&file).map_err(|e| e.to_string())?;
+        Branch::from_json_slice(&bytes).map_err(|e| e.to_string())
+    })
+    .await?;
+    t.line("file_read", n, None);
+    if loaded.to_dict(&opts).map_err(|e| e.to_string())? != expected {
+        return Err("the file round trip changed the branch".into());
+    }
+
+    for (label, durability) in [("full", Durability::Full), ("normal", Durability::Normal)] {
+        let db = dir.join(format!("store-{label}.db"));
+        let _ = std::fs::remove_file(&db);
+        let store = SqliteStore::open_with(
+            &db,
+            SqliteOptions {
+                durability,
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        // A first save: the branch is deleted before each run.
+        let mut t = Timing {
+            ms: Vec::with_capacity(args.runs),
+        };
+        for _ in 0..args.runs {
+            store.delete(branch.id()).await.map_err(|e| e.to_string())?;
+            let start = Instant::now();
+            store.save(&branch).await.map_err(|e| e.to_string())?;
+            t.ms.push(start.elapsed().as_secs_f64() * 1000.0);
+        }
+        t.line(&format!("sqlite_save_{label}"), n, file_size(&db));
+        // Saving again with nothing changed: rows are compared, not rewritten.
+        let (mut t, ()) = time(args.runs, || async {
+            store.save(&branch).await.map_err(|e| e.to_string())
+        })
+        .await?;
+        t.line(&format!("sqlite_resave_unchanged_{label}"), n, None);
+        let (mut t, loaded) = time(args.runs, || async {
+            store.load(branch.id()).await.map_err(|e| e.to_string())
+        })
+        .await?;
+        t.line(&format!("sqlite_load_{label}"), n, None);
+        if loaded.to_dict(&opts).map_err(|e| e.to_string())? != expected {
+            return Err("the store round trip changed the branch".into());
+        }
+        // One more turn on the long conversation: a file must be rewritten
+        // whole, the store appends three rows.
+        let (mut t, ()) = time(args.runs, || async {
+            let turn = [
+                Message::instruction(InstructionContent {
+                    instruction: Some("One more question?".into()),
+                    ..Default::default()
+                }),
+                Message::assistant("One more answer."),
+                Message::assistant("And a follow-up."),
+            ];
+            store
+                .append_turn(branch.id(), &turn)
+                .await
+                .map_err(|e| e.to_string())
+        })
+        .await?;
+        t.line(&format!("sqlite_append_turn_{label}"), n, None);
+    }
+    if args.dir.is_none() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench_store: {e}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = run(args).await {
+        eprintln!("bench_store: {e}");
+        std::process::exit(1);
+    }
+}

@@ -1,0 +1,581 @@
+//! The SQLite store on real files: exact round trips, turns, list/delete,
+//! schema versions, durable memory and reference-file transfer.
+
+mod common;
+
+use std::path::Path;
+
+use branch_core::log::DataLoggerConfig;
+use branch_core::model::ModelConfig;
+use branch_core::{
+    Branch, Log, MemoryItem, MemoryQuery, MemoryStore, Message, Progression, ToDictOptions,
+};
+use branch_session::{BranchStore, SqliteStore, StoreError, export_file, import_file};
+use common::TempDir;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+fn full() -> ToDictOptions {
+    ToDictOptions {
+        include_log_config: true,
+        include_processor_config: true,
+        ..ToDictOptions::default()
+    }
+}
+
+async fn roundtrip(store: &SqliteStore, b: &Branch) -> Branch {
+    store.save(b).await.unwrap();
+    let loaded = store.load(b.id()).await.unwrap();
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        b.to_dict(&full()).unwrap()
+    );
+    assert_eq!(
+        loaded.to_dict(&ToDictOptions::default()).unwrap(),
+        b.to_dict(&ToDictOptions::default()).unwrap()
+    );
+    loaded
+}
+
+#[tokio::test]
+async fn save_and_load_reproduce_to_dict() {
+    let dir = TempDir::new("roundtrip");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+
+    roundtrip(&store, &Branch::new().unwrap()).await;
+    roundtrip(&store, &common::conversation(4)).await;
+
+    // A replaced system prompt: collections and progression orders differ.
+    let mut b = common::conversation(2);
+    b.msgs_mut()
+        .set_system(Message::system(branch_core::message::SystemContent::new(
+            "new rules",
+        )));
+    let d = b.to_dict(&ToDictOptions::default()).unwrap();
+    assert_ne!(
+        d["messages"]["collections"][0]["id"],
+        d["messages"]["progression"]["order"][0]
+    );
+    roundtrip(&store, &b).await;
+
+    // Logs, a log configuration, rate limits and a distinct parse model.
+    let config = DataLoggerConfig {
+        persist_dir: "/var/lib/agent/logs".into(),
+        capacity: Some(7),
+        ..Default::default()
+    };
+    let parse = ModelConfig::builder()
+        .provider("openai")
+        .model("gpt-4.1-nano")
+        .limit_requests(5)
+        .build()
+        .unwrap();
+    let mut b = Branch::builder()
+        .system("S")
+        .name("logged")
+        .log_config(config)
+        .parse_model(parse)
+        .build()
+        .unwrap();
+    let mut content = Map::new();
+    content.insert("event".into(), json!("call"));
+    b.log(Log::new(content));
+    let loaded = roundtrip(&store, &b).await;
+    assert_eq!(loaded.logs().len(), 1);
+    assert_eq!(loaded.name(), Some("logged"));
+
+    // A curated view.
+    let mut b = common::conversation(3);
+    let keep: Vec<Uuid> = b.messages().iter().step_by(2).map(|m| m.id()).collect();
+    b.msgs_mut().set_view(Some(Progression::from_ids(keep)));
+    roundtrip(&store, &b).await;
+}
+
+#[tokio::test]
+async fn resaving_after_edits_stores_the_new_state() {
+    let dir = TempDir::new("resave");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+    let mut b = common::conversation(4);
+    store.save(&b).await.unwrap();
+    // Reorder (a new system prompt goes first), edit, drop and add.
+    b.msgs_mut()
+        .set_system(Message::system(branch_core::message::SystemContent::new(
+            "v2",
+        )));
+    let third = b.messages().iter().nth(2).unwrap().id();
+    b.msgs_mut().get_mut(&third).unwrap().channel = Some("edited".into());
+    b.msgs_mut().truncate(6);
+    b.msgs_mut().add_message(Message::assistant("new tail"));
+    store.save(&b).await.unwrap();
+    let loaded = store.load(b.id()).await.unwrap();
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        b.to_dict(&full()).unwrap()
+    );
+    assert_eq!(store.list().await.unwrap()[0].message_count, 7);
+    assert!(store.check_consistency().await.unwrap().is_empty());
+    // Saving an unchanged branch again changes nothing.
+    store.save(&b).await.unwrap();
+    assert_eq!(
+        store.load(b.id()).await.unwrap().to_dict(&full()).unwrap(),
+        b.to_dict(&full()).unwrap()
+    );
+}
+
+/// Every branch the reference wrote in the fixtures survives the store.
+#[tokio::test]
+async fn every_fixture_branch_survives_the_store() {
+    fn collect(v: &Value, out: &mut Vec<Value>) {
+        match v {
+            Value::Object(m) => {
+                let class = m
+                    .get("metadata")
+                    .or_else(|| m.get("node_metadata"))
+                    .and_then(|x| x.get("lion_class"));
+                if class == Some(&json!("lionagi.session.branch.Branch")) {
+                    out.push(v.clone());
+                }
+                m.values().for_each(|x| collect(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| collect(x, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    let root = common::fixtures_dir();
+    for cat in std::fs::read_dir(&root)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().is_dir())
+    {
+        for sc in std::fs::read_dir(cat.path()).unwrap().flatten() {
+            for name in ["output.json", "input.json"] {
+                let p = sc.path().join(name);
+                if let Ok(text) = std::fs::read_to_string(&p) {
+                    collect(&serde_json::from_str(&text).unwrap(), &mut found);
+                }
+            }
+        }
+    }
+    assert!(
+        found.len() >= 20,
+        "only {} branch documents in the fixtures",
+        found.len()
+    );
+    let dir = TempDir::new("fixtures");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+    let mut checked = 0;
+    for doc in found {
+        let Ok(b) = Branch::from_dict(&doc) else {
+            continue;
+        };
+        roundtrip(&store, &b).await;
+        checked += 1;
+    }
+    assert!(checked >= 20, "only {checked} fixture branches load");
+}
+
+#[tokio::test]
+async fn append_turn_matches_the_live_branch() {
+    let dir = TempDir::new("turns");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+    let mut live = common::conversation(1);
+    let keep: Vec<Uuid> = live.messages().iter().map(|m| m.id()).collect();
+    live.msgs_mut().set_view(Some(Progression::from_ids(keep)));
+    store.save(&live).await.unwrap();
+    let id = live.id();
+
+    // Turn 1: instruction, tool call, its result (which completes the
+    // request in place), reply.
+    let mut turn = Vec::new();
+    turn.push(
+        live.msgs_mut()
+            .add_message(common::instruction("look it up", "user", id)),
+    );
+    let req = live
+        .msgs_mut()
+        .add_message(Message::action_request("search", Map::new()));
+    turn.push(req);
+    turn.push(
+        live.msgs_mut()
+            .add_action_response(req, Some(json!({"hits": 2})), None, None)
+            .unwrap(),
+    );
+    turn.push(live.msgs_mut().add_message(Message::assistant("found two")));
+    turn.insert(2, req); // the request again, now linked to its response
+    let msgs: Vec<Message> = turn
+        .iter()
+        .map(|i| live.messages().get(i).unwrap().clone())
+        .collect();
+    store.append_turn(id, &msgs).await.unwrap();
+    let loaded = store.load(id).await.unwrap();
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
+
+    // Turn 2 edits a message of turn 1 in place and appends one.
+    let edited = {
+        let m = live.msgs_mut().get_mut(&turn[4]).unwrap();
+        m.channel = Some("edited".into());
+        m.clone()
+    };
+    let new_id = live.msgs_mut().add_message(Message::assistant("more"));
+    let new = live.messages().get(&new_id).unwrap().clone();
+    store.append_turn(id, &[edited, new]).await.unwrap();
+    let loaded = store.load(id).await.unwrap();
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
+    assert_eq!(
+        store.list().await.unwrap()[0].message_count,
+        live.msgs().len() as u64
+    );
+    assert!(store.check_consistency().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn appending_to_an_empty_branch_keeps_a_stable_pile() {
+    let dir = TempDir::new("empty");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+    let mut live = Branch::new().unwrap();
+    store.save(&live).await.unwrap();
+    let m_id = live.msgs_mut().add_message(Message::assistant("hi"));
+    let m = live.messages().get(&m_id).unwrap().clone();
+    store.append_turn(live.id(), &[m]).await.unwrap();
+    let a = store
+        .load(live.id())
+        .await
+        .unwrap()
+        .to_dict(&full())
+        .unwrap();
+    let b = store
+        .load(live.id())
+        .await
+        .unwrap()
+        .to_dict(&full())
+        .unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a, live.to_dict(&full()).unwrap());
+}
+
+#[tokio::test]
+async fn refused_turns_write_nothing() {
+    let dir = TempDir::new("refused");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+    let b = common::conversation(1);
+    store.save(&b).await.unwrap();
+    let before = store.load(b.id()).await.unwrap().to_dict(&full()).unwrap();
+    let sys = Message::system(branch_core::message::SystemContent::new("x"));
+    let err = store
+        .append_turn(b.id(), &[Message::assistant("a"), sys])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::SystemInTurn { .. }), "{err}");
+    let missing = Uuid::new_v4();
+    let err = store
+        .append_turn(missing, &[Message::assistant("a")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotFound(x) if x == missing),
+        "{err}"
+    );
+    assert_eq!(
+        store.load(b.id()).await.unwrap().to_dict(&full()).unwrap(),
+        before
+    );
+    assert!(matches!(
+        store.load(missing).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+#[tokio::test]
+async fn list_and_delete() {
+    let dir = TempDir::new("list");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+    let a = Branch::builder().name("a").build().unwrap();
+    let b = common::conversation(2);
+    store.save(&a).await.unwrap();
+    store.save(&b).await.unwrap();
+    store.save(&a).await.unwrap();
+    let list = store.list().await.unwrap();
+    assert_eq!(
+        list.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [a.id(), b.id()]
+    );
+    assert_eq!(list[0].name.as_deref(), Some("a"));
+    assert_eq!(list[1].message_count, 5);
+    assert!(store.delete(b.id()).await.unwrap());
+    assert!(!store.delete(b.id()).await.unwrap());
+    assert_eq!(store.list().await.unwrap().len(), 1);
+    assert!(store.check_consistency().await.unwrap().is_empty());
+}
+
+fn set_version(path: &Path, v: i64) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.pragma_update(None, "user_version", v).unwrap();
+}
+
+#[tokio::test]
+async fn a_newer_schema_is_refused_and_left_alone() {
+    let dir = TempDir::new("newer");
+    let path = dir.join("s.db");
+    drop(SqliteStore::open(&path).await.unwrap());
+    set_version(&path, 99);
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::NewerSchema {
+                found: 99,
+                supported: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let c = rusqlite::Connection::open(&path).unwrap();
+    assert_eq!(
+        c.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
+            .unwrap(),
+        99
+    );
+}
+
+#[tokio::test]
+async fn migrates_from_version_0() {
+    let dir = TempDir::new("v0");
+    let path = dir.join("s.db");
+    // An existing, empty SQLite file (version 0) with an unrelated table.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("CREATE TABLE other (x);")
+        .unwrap();
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        SqliteStore::SCHEMA_VERSION
+    );
+    roundtrip(&store, &common::conversation(1)).await;
+    // Opening again is a no-op.
+    drop(store);
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.list().await.unwrap().len(), 1);
+}
+
+fn write_v1(path: &Path, docs: &[(String, Option<String>, String)]) {
+    let c = rusqlite::Connection::open(path).unwrap();
+    c.execute_batch("CREATE TABLE branches (id TEXT PRIMARY KEY NOT NULL, name TEXT, doc TEXT NOT NULL); PRAGMA user_version = 1;").unwrap();
+    for (id, name, doc) in docs {
+        c.execute(
+            "INSERT INTO branches (id, name, doc) VALUES (?1, ?2, ?3)",
+            rusqlite::params![id, name, doc],
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn migrates_from_version_1_documents() {
+    let dir = TempDir::new("v1");
+    let path = dir.join("s.db");
+    let a = common::conversation(3);
+    let b = Branch::builder()
+        .name("second")
+        .system("S")
+        .build()
+        .unwrap();
+    let docs: Vec<_> = [&a, &b]
+        .iter()
+        .map(|x| {
+            (
+                x.id().to_string(),
+                x.name().map(str::to_owned),
+                x.to_dict(&full()).unwrap().to_string(),
+            )
+        })
+        .collect();
+    write_v1(&path, &docs);
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 2);
+    let ids: Vec<Uuid> = store.list().await.unwrap().iter().map(|s| s.id).collect();
+    assert_eq!(ids, [a.id(), b.id()]);
+    for x in [&a, &b] {
+        let loaded = store.load(x.id()).await.unwrap();
+        assert_eq!(
+            loaded.to_dict(&full()).unwrap(),
+            x.to_dict(&full()).unwrap()
+        );
+    }
+    // The new tables work: turns and memory.
+    store
+        .append_turn(a.id(), &[Message::assistant("after migration")])
+        .await
+        .unwrap();
+    store.memory("m").store(MemoryItem::new("x")).await.unwrap();
+    assert!(store.check_consistency().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_migration_changes_nothing() {
+    let dir = TempDir::new("v1-bad");
+    let path = dir.join("s.db");
+    let good = common::conversation(1);
+    write_v1(
+        &path,
+        &[
+            (
+                good.id().to_string(),
+                None,
+                good.to_dict(&full()).unwrap().to_string(),
+            ),
+            ("bad".into(), None, "{\"messages\": 3}".into()),
+        ],
+    );
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Corrupt { what, .. } if what.contains("bad")),
+        "{err}"
+    );
+    let c = rusqlite::Connection::open(&path).unwrap();
+    assert_eq!(
+        c.pragma_query_value(None, "user_version", |r| r.get::<_, i64>(0))
+            .unwrap(),
+        1
+    );
+    let n: i64 = c
+        .query_row("SELECT COUNT(*) FROM branches", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 2);
+}
+
+#[tokio::test]
+async fn durable_memory_answers_like_the_in_process_store() {
+    let dir = TempDir::new("memory");
+    let path = dir.join("s.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let durable = store.memory("session-1");
+    let local = branch_core::InMemoryStore::new();
+    let mut meta = Map::new();
+    meta.insert("branch_id".into(), json!("b1"));
+    let mut first = MemoryItem::new("Hello World").with_tags(["greeting", "x"]);
+    first.element.metadata = meta.clone();
+    let items = vec![
+        first.clone(),
+        MemoryItem::new(json!({"k": "hello there"})).with_tags(["y"]),
+        MemoryItem::new("unrelated").with_tags(["x"]),
+    ];
+    for it in &items {
+        durable.store(it.clone()).await.unwrap();
+        local.store(it.clone()).await.unwrap();
+    }
+    // Replacing keeps the position.
+    let mut again = first.clone();
+    again.content = json!("hello again");
+    durable.store(again.clone()).await.unwrap();
+    local.store(again).await.unwrap();
+
+    let queries = [
+        MemoryQuery::default(),
+        MemoryQuery {
+            text: Some("HELLO".into()),
+            ..Default::default()
+        },
+        MemoryQuery {
+            tags: Some(vec!["x".into()]),
+            ..Default::default()
+        },
+        MemoryQuery {
+            filters: Some(meta),
+            ..Default::default()
+        },
+        MemoryQuery {
+            limit: 1,
+            ..Default::default()
+        },
+        MemoryQuery {
+            limit: 0,
+            ..Default::default()
+        },
+    ];
+    for q in &queries {
+        assert_eq!(
+            durable.search(q).await.unwrap(),
+            local.search(q).await.unwrap(),
+            "{q:?}"
+        );
+    }
+    assert_eq!(
+        durable.retrieve(items[1].id()).await.unwrap(),
+        Some(items[1].clone())
+    );
+    assert_eq!(durable.retrieve(Uuid::new_v4()).await.unwrap(), None);
+    assert!(
+        store
+            .memory("other")
+            .search(&MemoryQuery::default())
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // It survives reopening, and serves a branch as its memory.
+    drop((durable, store));
+    let store = SqliteStore::open(&path).await.unwrap();
+    let b = Branch::builder()
+        .memory(std::sync::Arc::new(store.memory("session-1")))
+        .build()
+        .unwrap();
+    assert_eq!(
+        b.memory()
+            .search(&MemoryQuery::default())
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+#[tokio::test]
+async fn reference_files_import_and_export() {
+    let dir = TempDir::new("files");
+    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+    let reference = common::fixture("memory_session/to_dict_across_session_lifecycle/output.json")
+        ["standalone"]
+        .clone();
+    let input = dir.join("in.json");
+    std::fs::write(&input, serde_json::to_vec_pretty(&reference).unwrap()).unwrap();
+    let id = import_file(&store, &input).await.unwrap();
+    assert_eq!(id.to_string(), reference["id"].as_str().unwrap());
+    let output = dir.join("out.json");
+    export_file(&store, id, &output).await.unwrap();
+    let exported: Value = serde_json::from_slice(&std::fs::read(&output).unwrap()).unwrap();
+    let expected = Branch::from_dict(&reference)
+        .unwrap()
+        .to_dict(&ToDictOptions::default())
+        .unwrap();
+    assert_eq!(exported, expected);
+    // Only loopback access differs from the reference file: from_dict never
+    // grants it by itself.
+    let mut want = reference.clone();
+    want["chat_model"]["endpoint"]["config"]["allow_local_network"] = json!(false);
+    assert_eq!(exported, want);
+
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, b"{\"messages\": 3}").unwrap();
+    assert!(matches!(
+        import_file(&store, &bad).await,
+        Err(StoreError::InvalidFile { .. })
+    ));
+    assert!(matches!(
+        import_file(&store, dir.join("none.json")).await,
+        Err(StoreError::Io { op: "read", .. })
+    ));
+    assert!(matches!(
+        export_file(&store, Uuid::new_v4(), &output).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
