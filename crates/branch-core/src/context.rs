@@ -24,6 +24,17 @@ pub trait ContextProvider: Send + Sync + 'static {
         instruction: &Message,
     ) -> Result<Option<String>, ProviderError>;
 
+    /// The provider's own name, used when it is registered without one.
+    fn name(&self) -> Option<String> {
+        None
+    }
+
+    /// Read after each `provide`: a non-empty reason reports the provider
+    /// as degraded for this turn (its block, if any, is still used).
+    fn degradation_reason(&self) -> Option<String> {
+        None
+    }
+
     /// Whether [`ContextProvider::writeback`] does anything; the registry
     /// skips providers without one.
     fn has_writeback(&self) -> bool {
@@ -31,11 +42,12 @@ pub trait ContextProvider: Send + Sync + 'static {
     }
 
     /// Called after `operate` executed actions with at least one response.
+    /// `Some(n)` reports `n` records written.
     async fn writeback(
         &self,
         _branch: &Branch,
         _action_responses: &[Message],
-    ) -> Result<(), ProviderError> {
-        Ok(())
+    ) -> Result<Option<u64>, ProviderError> {
+        Ok(None)
     }
 }

@@ -42,7 +42,10 @@ pub use extensions::Extensions;
 pub use log::{DataLogger, DataLoggerConfig, Log, LogExtension};
 pub use memory::{InMemoryStore, MemoryError, MemoryItem, MemoryQuery, MemoryStore};
 pub use message::{Message, MessageContent, MessageKind, MessageManager};
-pub use observer::{Observer, Signal};
+pub use observer::{
+    CapabilityViolation, EmissionRejected, Observer, ObserverSlot, QueueStats, QueuedObserver,
+    QueuedObserverError, RunUsage, Signal,
+};
 pub use operation::{Operation, OperationError, OperationManager};
 pub use participant::{Participant, Role};
 pub use pile::{Pile, Stored};

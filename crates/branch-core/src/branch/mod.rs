@@ -399,6 +399,12 @@ impl Branch {
     pub fn observer(&self) -> Option<Arc<dyn Observer>> {
         self.observer.get()
     }
+
+    /// A handle on the observer slot itself: a message callback holding it
+    /// reaches whichever observer is attached when it fires.
+    pub fn observer_slot(&self) -> ObserverSlot {
+        self.observer.clone()
+    }
 }
 
 /// The owned state a branch is assembled from.

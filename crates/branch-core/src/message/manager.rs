@@ -143,7 +143,9 @@ impl MessageManager {
     pub fn add_message(&mut self, message: Message) -> Uuid {
         let id = message.id();
         if message.kind() == MessageKind::System {
-            return self.set_system(message);
+            let id = self.set_system(message);
+            self.notify(&id);
+            return id;
         }
         let (index, fresh) = self.pile.push_full(message);
         if fresh {
@@ -165,7 +167,10 @@ impl MessageManager {
     }
 
     /// Makes `system` the system message. A previous one is removed and the
-    /// new one is placed first in the order.
+    /// new one is placed first in the order. This rewrites the pile rather
+    /// than adding to the conversation, so the `on_message_added` callbacks
+    /// do not run (as in the reference); [`MessageManager::add_message`] of
+    /// a System runs them.
     pub fn set_system(&mut self, system: Message) -> Uuid {
         let id = system.id();
         if let Some(old) = self.system.take() {
@@ -179,7 +184,6 @@ impl MessageManager {
         self.pile.push_front(system);
         self.system = Some(id);
         self.reconcile_view();
-        self.notify(&id);
         id
     }
 
