@@ -91,9 +91,9 @@ pub(crate) async fn chat_turn(
         token_note: send_opts.token_note || opts.include_token_usage_to_model,
         ..send_opts
     };
-    let request = compile(branch, &content, &opts.turn.fields, &send_opts)?;
-    let raw = send(branch, &model, request).await?;
     let instruction = instruction_message(branch, &opts.turn, content);
+    let request = compile(branch, &model, &instruction, &opts.turn.fields, &send_opts).await?;
+    let raw = send(branch, &model, request).await?;
     let response = response_message(branch, &raw);
     Ok(ChatTurn {
         instruction,

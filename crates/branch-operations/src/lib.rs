@@ -62,7 +62,7 @@ pub use react::{
     BetweenRounds, BetweenRoundsFn, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound,
 };
 pub use run::RunOptions;
-pub use turn::TurnInput;
+pub use turn::{TurnInput, request_token_estimate};
 
 /// The verbs, on `Branch`.
 pub trait BranchOperations {

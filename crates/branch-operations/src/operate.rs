@@ -350,7 +350,21 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
             }
         }
     }
+    let responses: Vec<branch_core::message::Message> = messages
+        .iter()
+        .filter(|m| {
+            matches!(
+                m.content,
+                branch_core::message::MessageContent::ActionResponse(_)
+            )
+        })
+        .cloned()
+        .collect();
     commit_turn(branch, c.clear_first, messages);
+    if !responses.is_empty() {
+        // Context providers learn from the calls once the turn is in.
+        branch_providers::gather_writeback(branch, &responses).await;
+    }
     let parsed = match (parsed, &structured) {
         (Parsed::Value(_), Some(v)) => Parsed::Value(v.clone()),
         (p, _) => p,

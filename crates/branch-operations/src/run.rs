@@ -187,9 +187,16 @@ impl RunState<'_> {
             progression: self.opts.turn.progression.as_deref(),
             ..SendOptions::default()
         };
-        let request = compile(self.branch, &content, &self.opts.turn.fields, &send_opts)?;
-        let payload = model.request_payload(&request, true);
         let instruction = instruction_message(self.branch, &self.opts.turn, content);
+        let request = compile(
+            self.branch,
+            &model,
+            &instruction,
+            &self.opts.turn.fields,
+            &send_opts,
+        )
+        .await?;
+        let payload = model.request_payload(&request, true);
         self.emit(instruction);
         let started = Instant::now();
         let started_at = now_timestamp();

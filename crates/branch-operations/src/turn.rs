@@ -211,14 +211,25 @@ pub(crate) struct SendOptions<'a> {
     pub native_tools: bool,
 }
 
-/// Compiles the request for `content` against the branch history.
-pub(crate) fn compile(
-    branch: &Branch,
-    content: &InstructionContent,
+/// Compiles the request for the turn's `instruction` (not yet in the
+/// branch) against the branch history: runs the context providers first
+/// (their blocks fold into the system guidance), and appends the token
+/// usage note when asked.
+pub(crate) async fn compile(
+    branch: &mut Branch,
+    model: &Arc<dyn ChatModel>,
+    instruction: &Message,
     fields: &Map<String, Value>,
     opts: &SendOptions<'_>,
 ) -> Result<ChatRequest> {
-    let blocks: Vec<String> = Vec::new();
+    let pass = branch_providers::gather(branch, instruction).await;
+    let blocks: Vec<String> = pass
+        .map(|p| p.blocks_text)
+        .filter(|t| !t.is_empty())
+        .into_iter()
+        .collect();
+    let empty = InstructionContent::default();
+    let content = instruction.as_instruction().unwrap_or(&empty);
     let copts = CompileOptions {
         progression: opts.progression,
         context_blocks: &blocks,
@@ -242,12 +253,9 @@ pub(crate) fn compile(
     .map_err(OperationError::compile)?;
     let mut messages: Vec<ChatMessage> = compiled.into_iter().map(ChatMessage::from).collect();
     if opts.token_note {
-        let total: u64 = messages
-            .iter()
-            .map(|m| 4 + estimate_tokens(&messages_text(&m.content)))
-            .sum();
-        let model = branch.chat_model().config().model_name().map(str::to_owned);
-        let window = model.as_deref().map(context_window);
+        let contents: Vec<&Value> = messages.iter().map(|m| &m.content).collect();
+        let total = request_token_estimate(&contents).await;
+        let window = model.config().model_name().map(context_window);
         if let Some(last) = messages.last_mut() {
             append_text(&mut last.content, &token_usage_note(total, window));
         }
@@ -257,15 +265,35 @@ pub(crate) fn compile(
     Ok(req)
 }
 
-fn messages_text(content: &Value) -> String {
+/// The reference's estimate of a request's tokens (operations.md §1.5):
+/// per message 4, plus the `o200k_base` count of each text part, plus 500
+/// per image part. `contents` are the messages' `content` values.
+pub async fn request_token_estimate(contents: &[&Value]) -> u64 {
+    let mut total = 0;
+    for c in contents {
+        total += 4 + request_tokens(c).await;
+    }
+    total
+}
+
+async fn request_tokens(content: &Value) -> u64 {
     match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
+        Value::String(s) => branch_providers::count_tokens_async(s).await,
+        Value::Array(parts) => {
+            let mut n = 0;
+            for p in parts {
+                match p.get("type").and_then(Value::as_str) {
+                    Some("image_url") => n += 500,
+                    _ => {
+                        if let Some(t) = p.get("text").and_then(Value::as_str) {
+                            n += branch_providers::count_tokens_async(t).await;
+                        }
+                    }
+                }
+            }
+            n
+        }
+        _ => 0,
     }
 }
 
@@ -283,15 +311,6 @@ fn append_text(content: &mut Value, note: &str) {
         }
         _ => {}
     }
-}
-
-/// An estimate of a text's token count: about four characters per token
-/// for prose, one per non-ASCII character. (The reference counts with
-/// tiktoken; see NOTES-compat.md.)
-pub(crate) fn estimate_tokens(text: &str) -> u64 {
-    let ascii = text.bytes().filter(u8::is_ascii).count() as u64;
-    let other = text.chars().filter(|c| !c.is_ascii()).count() as u64;
-    ascii.div_ceil(4) + other
 }
 
 /// The context window of a model, by longest known prefix (128,000 when

@@ -509,3 +509,63 @@ async fn between_rounds_text_replaces_the_extension_prompt() {
         "{last}"
     );
 }
+
+struct Recorder {
+    seen: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+#[async_trait::async_trait]
+impl branch_core::ContextProvider for Recorder {
+    async fn provide(
+        &self,
+        _branch: &Branch,
+        _instruction: &branch_core::Message,
+    ) -> Result<Option<String>, branch_core::ProviderError> {
+        Ok(Some("[notes]".into()))
+    }
+
+    fn has_writeback(&self) -> bool {
+        true
+    }
+
+    async fn writeback(
+        &self,
+        _branch: &Branch,
+        responses: &[branch_core::Message],
+    ) -> Result<Option<u64>, branch_core::ProviderError> {
+        let mut seen = self.seen.lock().unwrap();
+        for r in responses {
+            if let MessageContent::ActionResponse(c) = &r.content {
+                seen.push(format!("{}={:?}", c.function, c.output));
+            }
+        }
+        Ok(Some(responses.len() as u64))
+    }
+}
+
+#[tokio::test]
+async fn context_providers_fold_into_the_system_guidance_and_learn_from_actions() {
+    use branch_providers::ProvidersExt;
+    let server = MockServer::start().await;
+    server.push(MockReply::json(
+        json!({"action_requests": [{"function": "multiply", "arguments": {"a": 2, "b": 5}}]}),
+    ));
+    let mut b = branch(&server);
+    b.acts_mut().register(common::multiply(), false).unwrap();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    b.providers().register(Recorder { seen: seen.clone() });
+    b.operate(OperateOptions::new("2*5?").guidance("G").actions(true))
+        .await
+        .unwrap();
+    let body = &server.bodies()[0];
+    let content = body["messages"][0]["content"].as_str().unwrap();
+    assert!(content.starts_with("Guidance: S[notes]G\n"), "{content}");
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec!["multiply=Some(Number(10))".to_owned()]
+    );
+    // Nothing of the injection is stored.
+    let stored =
+        serde_json::to_string(&b.to_dict(&Default::default()).unwrap()["messages"]).unwrap();
+    assert!(!stored.contains("[notes]"));
+}

@@ -553,3 +553,28 @@ async fn stream_sse_imodel() {
     cmp.finish();
     assert_requests(&server, &fx.requests);
 }
+
+/// ReAct's token-usage note: counted on the reference's own request texts,
+/// our estimate gives the reference's numbers exactly.
+#[tokio::test]
+async fn react_token_note_counts_like_the_reference() {
+    let fx = fixture("operations/react_two_rounds");
+    for req in &fx.requests {
+        let msgs = req["messages"].as_array().unwrap();
+        let mut contents: Vec<Value> = msgs.iter().map(|m| m["content"].clone()).collect();
+        let last = contents.last_mut().unwrap();
+        let text = last.as_str().unwrap().to_owned();
+        let Some(at) = text.find("\n\nEstimated Current Token Usage: ") else {
+            continue;
+        };
+        let note = &text[at..];
+        *last = Value::String(text[..at].to_owned());
+        let refs: Vec<&Value> = contents.iter().collect();
+        let n = branch_operations::request_token_estimate(&refs).await;
+        assert_eq!(
+            branch_messages::token_usage_note(n, Some(1_000_000)),
+            note,
+            "token estimate"
+        );
+    }
+}

@@ -89,9 +89,10 @@ pub fn lookup_capital() -> Arc<dyn branch_core::Tool> {
 }
 
 /// The response-format banner example (a Python type repr in the
-/// reference, a JSON field map here: NOTES-compat.md) and the token count
-/// of ReAct's usage note (tiktoken there, an estimate here) are replaced
-/// by placeholders.
+/// reference, a JSON field map here: branch-messages' compat note M1) is
+/// replaced by a placeholder; so is the token count of ReAct's usage note,
+/// which counts that text (the counting itself is checked against the
+/// reference's own texts in `react_token_note_counts_like_the_reference`).
 pub fn normalise_text(s: &str) -> String {
     let mut out = s.to_owned();
     let head = "\\n```json\\n";
