@@ -39,6 +39,7 @@ mod operate;
 mod parse;
 mod react;
 mod run;
+mod signals;
 mod turn;
 
 use std::future::Future;
@@ -165,18 +166,19 @@ impl BranchOperations for Branch {
         chat::chat_and_record(self, opts)
     }
 
-    fn communicate(
-        &mut self,
-        opts: CommunicateOptions,
-    ) -> impl Future<Output = Result<Reply>> + Send {
-        communicate::communicate(self, opts)
+    async fn communicate(&mut self, opts: CommunicateOptions) -> Result<Reply> {
+        let obs = signals::RunObs::start(self, "communicate");
+        let r = communicate::communicate(self, opts).await;
+        obs.finish(self, r, reply_json)
     }
 
-    fn communicate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+    async fn communicate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
         &mut self,
         opts: CommunicateOptions,
-    ) -> impl Future<Output = Result<Parsed<T>>> + Send {
-        communicate::communicate_as(self, opts)
+    ) -> Result<Parsed<T>> {
+        let obs = signals::RunObs::start(self, "communicate");
+        let r = communicate::communicate_as(self, opts).await;
+        obs.finish(self, r, |_| serde_json::Value::Null)
     }
 
     fn parse(
@@ -202,11 +204,17 @@ impl BranchOperations for Branch {
         operate::operate(self, opts)
     }
 
-    fn operate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+    async fn operate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
         &mut self,
         opts: OperateOptions,
-    ) -> impl Future<Output = Result<Operated<T>>> + Send {
-        operate::operate_as(self, opts)
+    ) -> Result<Operated<T>> {
+        let obs = signals::RunObs::start(self, "operate");
+        let r = operate::operate_as(self, opts).await;
+        obs.finish(self, r, |o| {
+            o.structured
+                .clone()
+                .unwrap_or_else(|| serde_json::Value::String(o.text.clone()))
+        })
     }
 
     fn act(
@@ -225,8 +233,10 @@ impl BranchOperations for Branch {
         interpret::interpret(self, text, opts)
     }
 
-    fn ReAct(&mut self, opts: ReActOptions) -> impl Future<Output = Result<ReActOutcome>> + Send {
-        react::react(self, opts)
+    async fn ReAct(&mut self, opts: ReActOptions) -> Result<ReActOutcome> {
+        let obs = signals::RunObs::start(self, "ReAct");
+        let r = react::react(self, opts).await;
+        obs.finish(self, r, |o| o.answer.clone())
     }
 
     fn ReActStream(
@@ -238,5 +248,14 @@ impl BranchOperations for Branch {
 
     fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + Unpin + '_ {
         Box::pin(run::run(self, opts))
+    }
+}
+
+fn reply_json(r: &Reply) -> serde_json::Value {
+    match r {
+        Reply::Text(t) => serde_json::Value::String(t.clone()),
+        Reply::Structured(v) => v.clone(),
+        Reply::Unparsed(u) => serde_json::Value::String(u.text.clone()),
+        Reply::Nothing => serde_json::Value::Null,
     }
 }

@@ -135,6 +135,7 @@ struct RunState<'b> {
     source: Option<Source>,
     done: bool,
     deadline: Option<tokio::time::Instant>,
+    obs: Option<crate::signals::RunObs>,
 }
 
 /// Waits for `fut` within the idle window and the overall deadline.
@@ -588,6 +589,23 @@ impl RunState<'_> {
         let record = std::mem::take(&mut self.record);
         commit(self.branch, record);
         self.done = true;
+        if let Some(obs) = self.obs.take() {
+            let _ = obs.finish(self.branch, Ok(()), |_| Value::Null);
+        }
+    }
+
+    /// Reports a failure to the observer and passes it on.
+    fn failed(&mut self, e: OperationError) -> OperationError {
+        match self.obs.take() {
+            Some(obs) => match obs.finish::<()>(self.branch, Err(e), |_| Value::Null) {
+                Err(e) => e,
+                Ok(()) => OperationError::Run {
+                    message: "run failed".into(),
+                    committed: Committed::default(),
+                },
+            },
+            None => e,
+        }
     }
 }
 
@@ -595,7 +613,9 @@ pub(crate) fn run(
     branch: &mut Branch,
     opts: RunOptions,
 ) -> impl Stream<Item = Result<Message>> + Send + '_ {
+    let obs = Some(crate::signals::RunObs::start(branch, "run"));
     let state = RunState {
+        obs,
         branch,
         opts,
         queue: VecDeque::new(),
@@ -608,6 +628,7 @@ pub(crate) fn run(
         if !started {
             if let Err(e) = st.start().await {
                 st.done = true;
+                let e = st.failed(e);
                 return Some((Err(e), (st, true)));
             }
         }
@@ -621,6 +642,7 @@ pub(crate) fn run(
             if let Err(e) = st.pump().await {
                 st.done = true;
                 st.queue.clear();
+                let e = st.failed(e);
                 return Some((Err(e), (st, true)));
             }
         }

@@ -569,3 +569,74 @@ async fn context_providers_fold_into_the_system_guidance_and_learn_from_actions(
         serde_json::to_string(&b.to_dict(&Default::default()).unwrap()["messages"]).unwrap();
     assert!(!stored.contains("[notes]"));
 }
+
+#[derive(Default)]
+struct Collect(std::sync::Mutex<Vec<branch_core::Signal>>);
+
+impl branch_core::Observer for Collect {
+    fn observe(&self, signal: branch_core::Signal) {
+        self.0.lock().unwrap().push(signal);
+    }
+}
+
+fn names(c: &Collect) -> Vec<String> {
+    c.0.lock()
+        .unwrap()
+        .iter()
+        .map(|s| match s {
+            branch_core::Signal::RunStarted { verb, .. } => format!("RunStarted({verb})"),
+            branch_core::Signal::RunEnded { verb, .. } => format!("RunEnded({verb})"),
+            branch_core::Signal::RunFailed { verb, .. } => format!("RunFailed({verb})"),
+            branch_core::Signal::MessageAdded { message, .. } => {
+                format!("MessageAdded({})", message.kind().class_name())
+            }
+            _ => "other".into(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn verbs_emit_one_run_signal_pair_around_their_messages() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("hi"),
+        MockReply::error(400, "no"),
+        MockReply::json(json!({"analysis": "a", "extension_needed": false})),
+        MockReply::json(json!({"answer": "x"})),
+    ]);
+    let mut b = branch(&server);
+    let obs = Arc::new(Collect::default());
+    b.set_observer(Some(obs.clone()));
+    b.communicate(CommunicateOptions::new("one")).await.unwrap();
+    assert_eq!(
+        names(&obs),
+        [
+            "RunStarted(communicate)",
+            "MessageAdded(Instruction)",
+            "MessageAdded(AssistantResponse)",
+            "RunEnded(communicate)"
+        ]
+    );
+    obs.0.lock().unwrap().clear();
+    assert!(b.communicate(CommunicateOptions::new("two")).await.is_err());
+    assert_eq!(
+        names(&obs),
+        ["RunStarted(communicate)", "RunFailed(communicate)"]
+    );
+    obs.0.lock().unwrap().clear();
+    b.ReAct(ReActOptions::new("t").include_token_usage_to_model(false))
+        .await
+        .unwrap();
+    let n = names(&obs);
+    assert_eq!(n.first().unwrap(), "RunStarted(ReAct)");
+    assert_eq!(n.last().unwrap(), "RunEnded(ReAct)");
+    assert_eq!(n.iter().filter(|s| s.starts_with("Run")).count(), 2);
+    match obs.0.lock().unwrap().last().unwrap() {
+        branch_core::Signal::RunEnded { usage, result, .. } => {
+            assert_eq!(result, &json!("x"));
+            // Summed over every reply of the branch (3 replies x 11).
+            assert_eq!(usage.input_tokens, 33);
+        }
+        other => panic!("{other:?}"),
+    }
+}
