@@ -578,3 +578,126 @@ async fn react_token_note_counts_like_the_reference() {
         );
     }
 }
+
+/// A provider with fixed text and, optionally, a writeback that records
+/// what it was given or fails (the reference's synchronous and
+/// non-callable writebacks fail, contained, at await).
+struct StaticProvider {
+    text: &'static str,
+    writeback: Writeback,
+    seen: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+#[derive(PartialEq)]
+enum Writeback {
+    None,
+    Records,
+    Fails,
+}
+
+#[async_trait::async_trait]
+impl branch_core::ContextProvider for StaticProvider {
+    async fn provide(
+        &self,
+        _branch: &Branch,
+        _instruction: &branch_core::Message,
+    ) -> Result<Option<String>, branch_core::ProviderError> {
+        Ok(Some(self.text.into()))
+    }
+
+    fn has_writeback(&self) -> bool {
+        self.writeback != Writeback::None
+    }
+
+    async fn writeback(
+        &self,
+        _branch: &Branch,
+        responses: &[branch_core::Message],
+    ) -> Result<Option<u64>, branch_core::ProviderError> {
+        if self.writeback == Writeback::Fails {
+            return Err(branch_core::ProviderError(
+                "writeback is not awaitable".into(),
+            ));
+        }
+        let batch: Vec<Value> = responses
+            .iter()
+            .filter_map(|m| match &m.content {
+                branch_core::message::MessageContent::ActionResponse(r) => Some(json!({
+                    "class": "ActionResponseModel",
+                    "value": {"function": r.function, "arguments": r.arguments, "output": r.output}
+                })),
+                _ => None,
+            })
+            .collect();
+        let n = batch.len() as u64;
+        self.seen.lock().unwrap().push(Value::Array(batch));
+        Ok(Some(n))
+    }
+}
+
+#[tokio::test]
+async fn context_providers_gather_writeback_after_operate() {
+    use branch_providers::{ProviderOptions, ProvidersExt};
+    let name = "context_providers/gather_writeback_after_operate";
+    let mut fx = fixture(name);
+    common::normalise_all(&mut fx.output);
+    let server = scripted(name).await;
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .tool(common::multiply())
+        .build()
+        .unwrap();
+    let wb1 = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let wb2 = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let none = || std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let providers = [
+        ("plain", "plain", Writeback::None, none()),
+        ("none_wb", "none-wb", Writeback::None, none()),
+        ("sync_wb", "sync-wb", Writeback::Fails, none()),
+        ("noncallable", "noncallable", Writeback::Fails, none()),
+        ("wb1", "wb1 text", Writeback::Records, wb1.clone()),
+        ("wb2", "wb2 text", Writeback::Records, wb2.clone()),
+    ];
+    for (n, text, writeback, seen) in providers {
+        b.providers().register_with(
+            StaticProvider {
+                text,
+                writeback,
+                seen,
+            },
+            ProviderOptions {
+                name: Some(n.into()),
+                ..ProviderOptions::default()
+            },
+        );
+    }
+    let r = b
+        .operate(
+            OperateOptions::new("Compute both products.")
+                .actions(true)
+                .response_format(answer_format()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.parsed,
+        Parsed::Value(fx.output["return_value"]["value"].clone())
+    );
+    assert_requests(&server, &fx.requests);
+    let mut cmp = Comparer::new(&fx);
+    cmp.check(&fx, "/writebacks/wb1", &json!(*wb1.lock().unwrap()));
+    cmp.check(&fx, "/writebacks/wb2", &json!(*wb2.lock().unwrap()));
+    cmp.check(
+        &fx,
+        "/registry_stats",
+        &serde_json::to_value(b.providers().stats()).unwrap(),
+    );
+    cmp.check(
+        &fx,
+        "/report",
+        &serde_json::to_value(&*b.last_context_report().unwrap()).unwrap(),
+    );
+    cmp.check(&fx, "/messages", &msg_summary(&b));
+    cmp.finish();
+}
