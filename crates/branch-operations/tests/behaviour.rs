@@ -640,3 +640,25 @@ async fn verbs_emit_one_run_signal_pair_around_their_messages() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test]
+async fn a_failed_react_round_reports_the_rounds_already_recorded() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "step", "extension_needed": true})),
+        MockReply::error(400, "quota"),
+    ]);
+    let mut b = branch(&server);
+    let err = b
+        .ReAct(ReActOptions::new("task").include_token_usage_to_model(false))
+        .await
+        .unwrap_err();
+    let c = err.committed();
+    assert_eq!((c.messages, c.turns), (2, 1), "{err}");
+    assert!(
+        err.to_string()
+            .contains("2 message(s) of 1 completed turn(s)"),
+        "{err}"
+    );
+    assert_eq!(b.messages().len(), 3);
+}
