@@ -68,7 +68,10 @@ impl ChatOptions {
 pub(crate) struct ChatTurn {
     pub instruction: Message,
     pub response: Message,
-    pub raw: ChatResponse,
+    /// The reply text.
+    pub text: String,
+    /// Native tool calls of the reply.
+    pub tool_calls: Vec<branch_core::model::ToolCall>,
 }
 
 /// One call: compile, send, log. Records nothing.
@@ -94,11 +97,19 @@ pub(crate) async fn chat_turn(
     let instruction = instruction_message(branch, &opts.turn, content);
     let request = compile(branch, &model, &instruction, &opts.turn.fields, &send_opts).await?;
     let raw = send(branch, &model, request).await?;
-    let response = response_message(branch, &raw);
+    let ChatResponse {
+        text,
+        tool_calls,
+        raw,
+        ..
+    } = raw;
+    // The raw reply moves into the message's metadata (no copy).
+    let response = response_message(branch, &text, raw);
     Ok(ChatTurn {
         instruction,
         response,
-        raw,
+        text,
+        tool_calls,
     })
 }
 
@@ -106,7 +117,7 @@ pub(crate) async fn chat(branch: &mut Branch, opts: ChatOptions) -> Result<Strin
     let span = tracing::info_span!("chat", branch = %branch.id());
     let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
         .await?;
-    Ok(t.raw.text)
+    Ok(t.text)
 }
 
 pub(crate) async fn chat_messages(
@@ -124,5 +135,5 @@ pub(crate) async fn chat_and_record(branch: &mut Branch, opts: ChatOptions) -> R
     let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
         .await?;
     crate::turn::commit(branch, vec![t.instruction, t.response]);
-    Ok(t.raw.text)
+    Ok(t.text)
 }

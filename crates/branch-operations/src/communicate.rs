@@ -230,8 +230,8 @@ pub(crate) async fn communicate_inner(
         ..SendOptions::default()
     };
     let turn = chat_turn(branch, &chat, send_opts).await?;
-    let text = turn.raw.text.clone();
-    let tool_calls = turn.raw.tool_calls.clone();
+    let text = turn.text;
+    let tool_calls = turn.tool_calls;
     let mut messages = vec![turn.instruction, turn.response];
     if opts.num_parse_retries > 5 {
         tracing::warn!(
@@ -264,7 +264,7 @@ pub(crate) async fn communicate_inner(
         .await?;
         if let Some(repair) = &repaired.repair_response {
             let meta = &mut messages[1].element.metadata;
-            let first = meta.insert("model_response".into(), repair.raw.clone());
+            let first = meta.insert("model_response".into(), repair.clone());
             if let Some(first) = first {
                 meta.insert("original_model_response".into(), first);
             }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use branch_core::Branch;
 use branch_core::message::Message;
-use branch_core::model::{ChatModel, ChatResponse};
+use branch_core::model::ChatModel;
 use branch_messages::ResponseFormat;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
@@ -240,7 +240,8 @@ fn repair_guidance(n: usize, previous: Option<&ParseFailure>) -> String {
 /// raw reply of the repair that succeeded.
 pub(crate) struct Repaired {
     pub result: std::result::Result<Map<String, Value>, ParseFailure>,
-    pub repair_response: Option<ChatResponse>,
+    /// The raw reply of the repair that succeeded.
+    pub repair_response: Option<Value>,
 }
 
 /// Parses `text`; on failure asks `model` to reformat it, up to
@@ -283,7 +284,7 @@ pub(crate) async fn parse_with_repairs(
             Some(m) => m.clone(),
             None => branch.parse_model().clone(),
         });
-        let turn = chat_turn(
+        let mut turn = chat_turn(
             branch,
             &chat,
             SendOptions {
@@ -293,11 +294,15 @@ pub(crate) async fn parse_with_repairs(
             },
         )
         .await?;
-        match parse_local(&turn.raw.text, opts) {
+        match parse_local(&turn.text, opts) {
             Ok(obj) => {
                 return Ok(Repaired {
                     result: Ok(obj),
-                    repair_response: Some(turn.raw),
+                    repair_response: turn
+                        .response
+                        .element
+                        .metadata
+                        .shift_remove("model_response"),
                 });
             }
             Err(e) => last = e,

@@ -187,13 +187,11 @@ pub(crate) fn instruction_message(
 }
 
 /// The AssistantResponse message of a reply.
-pub(crate) fn response_message(branch: &Branch, response: &ChatResponse) -> Message {
-    let mut m = Message::assistant(response.text.clone())
+pub(crate) fn response_message(branch: &Branch, text: &str, raw: Value) -> Message {
+    let mut m = Message::assistant(text)
         .with_sender(Participant::Id(branch.id()))
         .with_recipient(user_of(branch));
-    m.element
-        .metadata
-        .insert("model_response".into(), response.raw.clone());
+    m.element.metadata.insert("model_response".into(), raw);
     m
 }
 
