@@ -136,6 +136,7 @@ struct RunState<'b> {
     done: bool,
     deadline: Option<tokio::time::Instant>,
     obs: Option<crate::signals::RunObs>,
+    span: tracing::Span,
 }
 
 /// Waits for `fut` within the idle window and the overall deadline.
@@ -614,7 +615,9 @@ pub(crate) fn run(
     opts: RunOptions,
 ) -> impl Stream<Item = Result<Message>> + Send + '_ {
     let obs = Some(crate::signals::RunObs::start(branch, "run"));
+    let span = tracing::info_span!("run", branch = %branch.id());
     let state = RunState {
+        span,
         obs,
         branch,
         opts,
@@ -626,7 +629,8 @@ pub(crate) fn run(
     };
     futures_util::stream::unfold((state, false), |(mut st, started)| async move {
         if !started {
-            if let Err(e) = st.start().await {
+            let span = st.span.clone();
+            if let Err(e) = tracing::Instrument::instrument(st.start(), span).await {
                 st.done = true;
                 let e = st.failed(e);
                 return Some((Err(e), (st, true)));
@@ -639,7 +643,8 @@ pub(crate) fn run(
             if st.done {
                 return None;
             }
-            if let Err(e) = st.pump().await {
+            let span = st.span.clone();
+            if let Err(e) = tracing::Instrument::instrument(st.pump(), span).await {
                 st.done = true;
                 st.queue.clear();
                 let e = st.failed(e);
