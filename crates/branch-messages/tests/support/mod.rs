@@ -11,18 +11,13 @@ use branch_messages::yaml::minimal_yaml_stripped;
 use branch_messages::{ResponseFormat, token_usage_note};
 use serde_json::{Value, json};
 
-/// The fixture root: `LIONAGI_FIXTURES_DIR`, else the repository's vendored
-/// copy, else the shared checkout next to the worktree.
+/// The reference fixtures vendored in the repository (`$LIONAGI_FIXTURES`
+/// overrides).
 pub fn fixtures_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("LIONAGI_FIXTURES_DIR") {
-        return PathBuf::from(dir);
+    match std::env::var_os("LIONAGI_FIXTURES") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0"),
     }
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let vendored = manifest.join("../../tests/fixtures/lionagi-0.36.0");
-    if vendored.is_dir() {
-        return vendored;
-    }
-    manifest.join("../../../shared/fixtures/lionagi-0.36.0")
 }
 
 /// The request bodies of `operations/<scenario>`, in arrival order. Fails

@@ -34,12 +34,12 @@ impl Drop for TempDir {
     }
 }
 
+/// The reference fixtures vendored in the repository (`$LIONAGI_FIXTURES`
+/// overrides).
 pub fn fixtures_dir() -> PathBuf {
-    match std::env::var_os("LIONAGI_FIXTURES_DIR") {
+    match std::env::var_os("LIONAGI_FIXTURES") {
         Some(dir) => PathBuf::from(dir),
-        None => {
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/lionagi-0.36.0")
-        }
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/lionagi-0.36.0"),
     }
 }
 
