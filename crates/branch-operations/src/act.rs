@@ -117,6 +117,21 @@ pub(crate) struct Acted {
     pub responses: Vec<ActionResponseModel>,
     pub messages: Vec<Message>,
     pub outcomes: Vec<CallOutcome>,
+    /// The request/response pair recording each outcome, in call order.
+    pub pairs: Vec<(Message, Message)>,
+    pub strategy: Strategy,
+}
+
+/// The recorded order of some pairs: requests then responses for a
+/// concurrent batch, request/response pairs for a sequential one.
+fn ordered(pairs: Vec<(Message, Message)>, strategy: Strategy) -> Vec<Message> {
+    match strategy {
+        Strategy::Concurrent => {
+            let (requests, responses): (Vec<_>, Vec<_>) = pairs.into_iter().unzip();
+            requests.into_iter().chain(responses).collect()
+        }
+        Strategy::Sequential => pairs.into_iter().flat_map(|(a, b)| [a, b]).collect(),
+    }
 }
 
 /// Runs the calls, logs each, builds the record off to the side.
@@ -170,18 +185,13 @@ pub(crate) async fn run_calls(
             output: o.returned_output(),
         });
     }
-    let messages = match opts.strategy {
-        Strategy::Concurrent => requests.into_iter().chain(responses).collect(),
-        Strategy::Sequential => requests
-            .into_iter()
-            .zip(responses)
-            .flat_map(|(a, b)| [a, b])
-            .collect(),
-    };
+    let pairs: Vec<(Message, Message)> = requests.into_iter().zip(responses).collect();
     Acted {
         responses: models,
-        messages,
+        messages: ordered(pairs.clone(), opts.strategy),
         outcomes,
+        pairs,
+        strategy: opts.strategy,
     }
 }
 
@@ -196,26 +206,14 @@ pub(crate) async fn act(
             // As the reference: failures of a tool that ran are recorded
             // before the error surfaces; calls refused before running are
             // not.
-            let keep: Vec<bool> = acted
-                .outcomes
-                .iter()
-                .map(CallOutcome::reached_tool)
+            let kept: Vec<(Message, Message)> = acted
+                .pairs
+                .into_iter()
+                .zip(&acted.outcomes)
+                .filter(|(_, o)| o.reached_tool())
+                .map(|(pair, _)| pair)
                 .collect();
-            let mut kept = Vec::new();
-            for m in acted.messages {
-                let function = match &m.content {
-                    MessageContent::ActionRequest(r) => r.function.clone(),
-                    MessageContent::ActionResponse(r) => r.function.clone(),
-                    _ => String::new(),
-                };
-                let idx = acted
-                    .outcomes
-                    .iter()
-                    .position(|o| o.call.function == function);
-                if idx.is_some_and(|i| keep[i]) {
-                    kept.push(m);
-                }
-            }
+            let kept = ordered(kept, acted.strategy);
             let n = commit(branch, kept);
             return Err(OperationError::Action {
                 function: failed.call.function.clone(),

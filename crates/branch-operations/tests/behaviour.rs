@@ -170,6 +170,20 @@ async fn tool_timeout_panic_invalid_arguments_and_unknown_tool_become_error_resp
         .unwrap_err();
     assert!(err.to_string().contains("nothing was recorded"), "{err}");
     assert_eq!(b.messages().len(), 9);
+    // A tool that ran and failed is recorded before the error surfaces; a
+    // call refused before running is not.
+    let err = b
+        .act(
+            vec![
+                ToolCall::new("boom", Map::new()),
+                ToolCall::new("nope", Map::new()),
+            ],
+            ActOptions::default().suppress_errors(false),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.committed().messages, 2, "{err}");
+    assert_eq!(b.messages().len(), 11);
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema, PartialEq)]
