@@ -70,7 +70,11 @@ fn no_placeholders_and_no_unsafe() {
             continue;
         }
         // Tests must run on a clone that has nothing beside it.
-        assert!(!text.contains("shared/fixtures"), "{}: use the vendored fixtures", f.display());
+        assert!(
+            !text.contains("shared/fixtures"),
+            "{}: use the vendored fixtures",
+            f.display()
+        );
         for bad in ["todo!(", "unimplemented!(", "dbg!("] {
             assert!(!text.contains(bad), "{}: contains {bad}", f.display());
         }
