@@ -28,7 +28,8 @@ pub use branch_operations as operations;
 pub use branch_providers as providers;
 pub use branch_session as session;
 
-/// The names most programs need.
+/// The names most programs need: the aggregate, its data types, and the
+/// verbs (`BranchOperations`) with their option structs.
 pub mod prelude {
     pub use branch_core::message::{InstructionContent, SystemContent};
     pub use branch_core::model::{ChatModel, ModelConfig};
@@ -36,5 +37,10 @@ pub mod prelude {
         Branch, BranchBuilder, BranchError, DataLoggerConfig, FromDictOptions, Log, MemoryItem,
         MemoryQuery, MemoryStore, Message, MessageContent, MessageKind, Participant, Role,
         SerializationMode, SystemDatetime, ToDictOptions, Tool,
+    };
+    pub use branch_models::IModel;
+    pub use branch_operations::{
+        ActOptions, BranchOperations, ChatOptions, CommunicateOptions, InterpretOptions,
+        OperateOptions, ParseOptions, ReActOptions, ResponseFormat, RunOptions,
     };
 }
