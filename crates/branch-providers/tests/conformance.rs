@@ -1,22 +1,27 @@
 //! Conformance with every scenario of `context_providers/`.
 //!
-//! The verbs (`communicate`, `operate`) live in branch-operations and are
-//! not available here, so each scenario is reproduced at the seam they
-//! call: `gather` with the instruction the verb would build, the folded
-//! guidance compared with the request the reference sent, and
-//! `gather_writeback` with the action responses `operate` would pass.
-//! Assertions that need the verbs themselves are listed in comments marked
-//! `WAITS FOR VERBS`.
+//! Each scenario is checked twice. At the seam the verbs call: `gather`
+//! with the instruction the verb would build, the folded guidance compared
+//! with the request the reference sent, and `gather_writeback` with the
+//! action responses `operate` would pass. And through the verbs themselves
+//! (`communicate`, `operate` from branch-operations) against the real
+//! loopback mock: request bodies equal requests.jsonl (normalised only for
+//! the documented deviations), return values, message summaries and
+//! `to_dict` compared with an id mapping.
 
 mod support;
 
 use std::sync::Arc;
 
+use branch_core::Branch;
+use branch_operations::{BranchOperations, CommunicateOptions, OperateOptions, Parsed, Reply};
 use branch_providers::{
     ContextProviderRegistry, DEFAULT_BUDGET, ProviderOptions, ProvidersExt, fold_guidance, gather,
     gather_writeback,
 };
 use serde_json::{Value, json};
+use support::compare::{Comparer, fixture};
+use support::verbs::{answer_format, assert_requests, model, msg_summary, scripted, to_dict};
 use support::*;
 
 fn opts() -> ProviderOptions {
@@ -30,10 +35,9 @@ fn system_text(b: &branch_core::Branch) -> String {
         .expect("system")
 }
 
-#[tokio::test]
-async fn registry_report_mixed() {
-    let out = output("context_providers/registry_report_mixed");
-    let mut b = branch_with_system(Some("Base system."));
+/// The seven providers of `registry_report_mixed`, registered on `b`, in
+/// the fixture's order of `provider_calls`.
+fn register_mixed(b: &mut Branch) -> Vec<(&'static str, Arc<TestProvider>)> {
     let alpha = Arc::new(TestProvider::text("ALPHA: the user prefers metric units."));
     let beta = Arc::new(TestProvider::text(format!(
         "BETA: {}",
@@ -57,6 +61,31 @@ async fn registry_report_mixed() {
         .register_shared(empty_p.clone(), opts())
         .register_shared(zeta.clone(), opts().priority(0).name("zeta"))
         .register_shared(eta.clone(), opts().priority(10).name("eta"));
+    vec![
+        ("alpha", alpha),
+        ("beta", beta),
+        ("failing", failing),
+        ("none_provider", none_p),
+        ("empty_provider", empty_p),
+        ("zeta", zeta),
+        ("eta", eta),
+    ]
+}
+
+fn calls_of(providers: &[(&str, Arc<TestProvider>)]) -> Value {
+    Value::Object(
+        providers
+            .iter()
+            .map(|(n, p)| ((*n).to_owned(), json!(p.calls())))
+            .collect(),
+    )
+}
+
+#[tokio::test]
+async fn registry_report_mixed() {
+    let out = output("context_providers/registry_report_mixed");
+    let mut b = branch_with_system(Some("Base system."));
+    let providers = register_mixed(&mut b);
 
     let instr = instruction("How tall is the tower?", Some("Be exact."));
     let pass = gather(&mut b, &instr)
@@ -72,12 +101,7 @@ async fn registry_report_mixed() {
     let reg = b.try_providers().unwrap();
     assert_eq!(json!(reg.names()), out["registry_names"]);
     assert_eq!(json!(reg.stats()), out["registry_stats"]);
-    let calls = json!({
-        "alpha": alpha.calls(), "beta": beta.calls(), "failing": failing.calls(),
-        "none_provider": none_p.calls(), "empty_provider": empty_p.calls(),
-        "zeta": zeta.calls(), "eta": eta.calls(),
-    });
-    assert_eq!(calls, out["provider_calls"]);
+    assert_eq!(calls_of(&providers), out["provider_calls"]);
 
     // The request: system + blocks + guidance folded into the guidance.
     let req = &requests("context_providers/registry_report_mixed")[0];
@@ -89,8 +113,6 @@ async fn registry_report_mixed() {
 
     // The blocks are never stored: the branch still holds only its system.
     assert_eq!(b.messages().len(), 1);
-    // WAITS FOR VERBS: return_value, the three-message summary and to_dict
-    // after communicate() (instruction and reply recorded, no block stored).
 }
 
 #[tokio::test]
@@ -113,8 +135,6 @@ async fn no_system_all_skipped() {
     );
     assert_eq!(json!(b.providers().stats()), out["registry_stats"]);
     assert_eq!(b.last_context_report().as_deref(), Some(&*pass.report));
-    // WAITS FOR VERBS: the request is "Instruction: Hi" — without a system
-    // message the request builder must not fold (fold_guidance's contract).
 }
 
 #[tokio::test]
@@ -306,8 +326,6 @@ async fn gather_writeback_after_operate() {
             "writeback:wb2"
         ]
     );
-    // WAITS FOR VERBS: return_value (the AnswerResponse with
-    // action_responses) and the seven-message summary after operate().
 }
 
 #[tokio::test]
@@ -338,9 +356,298 @@ async fn no_writeback_without_actions() {
     assert_eq!(json!(*wb.writebacks.lock().unwrap()), out["writebacks"]);
     assert_eq!(json!(b.providers().stats()), out["registry_stats"]);
     assert_eq!(json!(wb.calls()), out["provide_calls"]);
-    // WAITS FOR VERBS: deciding that invoke_actions=False, an empty
-    // action_requests list and no actions at all mean "no writeback" is
-    // operate's job; this test covers the registry's side of it.
+}
+
+// ---- the same scenarios through the verbs, against the loopback mock ----
+
+#[tokio::test]
+async fn registry_report_mixed_through_communicate() {
+    let name = "context_providers/registry_report_mixed";
+    let mut fx = fixture(name);
+    support::verbs::normalise_all(&mut fx.output);
+    let server = scripted(name).await;
+    let mut b = Branch::builder()
+        .system("Base system.")
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    let providers = register_mixed(&mut b);
+    let r = b
+        .communicate(CommunicateOptions::new("How tall is the tower?").guidance("Be exact."))
+        .await
+        .unwrap();
+    assert_eq!(
+        r,
+        Reply::Text(fx.output["return_value"]["value"].as_str().unwrap().into())
+    );
+    assert_requests(&server, &fx.requests);
+    assert_eq!(calls_of(&providers), fx.output["provider_calls"]);
+    let reg = b.try_providers().unwrap();
+    assert_eq!(json!(reg.names()), fx.output["registry_names"]);
+    assert_eq!(json!(reg.stats()), fx.output["registry_stats"]);
+    let report = b.last_context_report().expect("the turn's report is kept");
+    assert_eq!(json!(*report), fx.output["report"]);
+    // Instruction and reply are recorded; no block is ever stored.
+    assert_eq!(b.messages().len(), 3);
+    let mut cmp = Comparer::new(&fx);
+    cmp.check(&fx, "/messages", &msg_summary(&b));
+    cmp.check(&fx, "/to_dict", &to_dict(&b, &server));
+    cmp.finish();
+}
+
+#[tokio::test]
+async fn no_system_all_skipped_through_communicate() {
+    let name = "context_providers/no_system_all_skipped";
+    let fx = fixture(name);
+    let server = scripted(name).await;
+    let mut b = Branch::builder()
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    let a = Arc::new(TestProvider::text("A block."));
+    let f = Arc::new(TestProvider::new(Provide::Fail("provider exploded".into())).named("failing"));
+    b.providers()
+        .register_shared(a.clone(), opts().name("a").priority(2))
+        .register_shared(f.clone(), opts());
+    let r = b.communicate(CommunicateOptions::new("Hi")).await.unwrap();
+    assert_eq!(r, Reply::Text("ok".into()));
+    // Without a system message nothing is folded: "Instruction: Hi".
+    assert_requests(&server, &fx.requests);
+    let report = b.last_context_report().expect("report kept");
+    assert_eq!(json!(*report), fx.output["report"]);
+    assert_eq!(
+        json!({"a": a.calls(), "failing": f.calls()}),
+        fx.output["provider_calls"]
+    );
+    assert_eq!(json!(b.providers().stats()), fx.output["registry_stats"]);
+}
+
+#[tokio::test]
+async fn non_string_and_degraded_through_communicate() {
+    let name = "context_providers/non_string_and_degraded";
+    let fx = fixture(name);
+    let server = scripted(name).await;
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    let echo = Arc::new(TestProvider::text("ECHO block.").named("echo"));
+    b.providers()
+        .register(
+            TestProvider::new(Provide::Fail("provide returned int, not str".into()))
+                .named("non_string"),
+        )
+        .register(
+            TestProvider::text("DEGRADED-BUT-USEFUL note.")
+                .named("degraded")
+                .degraded("index is stale"),
+        )
+        .register_shared(echo.clone(), opts());
+    b.communicate(CommunicateOptions::new("Check providers"))
+        .await
+        .unwrap();
+    assert_requests(&server, &fx.requests);
+    assert_eq!(
+        json!(*b.last_context_report().unwrap()),
+        fx.output["report"]
+    );
+    assert_eq!(json!(b.providers().stats()), fx.output["registry_stats"]);
+    // Providers see the instruction before it is added to the branch.
+    assert_eq!(json!(*echo.seen.lock().unwrap()), fx.output["echo_seen"]);
+}
+
+#[tokio::test]
+async fn untouched_or_empty_registry_through_communicate() {
+    let name = "context_providers/untouched_or_empty_registry";
+    let fx = fixture(name);
+    let server = scripted(name).await;
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    b.communicate(CommunicateOptions::new("first"))
+        .await
+        .unwrap();
+    let after = json!({
+        "registry_created": b.try_providers().is_some(),
+        "last_context_report": b.last_context_report().map(|r| json!(*r)),
+    });
+    assert_eq!(after, fx.output["after_turn_untouched"]);
+    assert!(b.extensions().is_empty(), "a turn creates no registry");
+    let _ = b.providers();
+    b.communicate(CommunicateOptions::new("second"))
+        .await
+        .unwrap();
+    assert_eq!(
+        json!({"last_context_report": b.last_context_report().map(|r| json!(*r))}),
+        fx.output["after_turn_empty"]
+    );
+    assert_requests(&server, &fx.requests);
+}
+
+#[tokio::test]
+async fn gather_writeback_after_operate_through_operate() {
+    let name = "context_providers/gather_writeback_after_operate";
+    let mut fx = fixture(name);
+    support::verbs::normalise_all(&mut fx.output);
+    let server = scripted(name).await;
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .tool(support::verbs::multiply())
+        .build()
+        .unwrap();
+    let log: CallLog = Default::default();
+    let sync_wb = Arc::new(
+        TestProvider::text("sync-wb")
+            .named("sync-wb")
+            .with_writeback(Writeback::Fails)
+            .logging(&log),
+    );
+    let wb1 = Arc::new(
+        TestProvider::text("wb1 text")
+            .with_writeback(Writeback::Records)
+            .logging(&log)
+            .named("wb1"),
+    );
+    let wb2 = Arc::new(
+        TestProvider::text("wb2 text")
+            .with_writeback(Writeback::Records)
+            .logging(&log)
+            .named("wb2"),
+    );
+    b.providers()
+        .register_with(TestProvider::text("plain"), opts().name("plain"))
+        .register_with(TestProvider::text("none-wb"), opts().name("none_wb"))
+        .register_shared(sync_wb.clone(), opts().name("sync_wb"))
+        .register_with(
+            TestProvider::text("noncallable")
+                .named("noncallable")
+                .with_writeback(Writeback::Fails)
+                .logging(&log),
+            opts().name("noncallable"),
+        )
+        .register_shared(wb1.clone(), opts().name("wb1"))
+        .register_shared(wb2.clone(), opts().name("wb2"));
+    let r = b
+        .operate(
+            OperateOptions::new("Compute both products.")
+                .actions(true)
+                .response_format(answer_format()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.parsed,
+        Parsed::Value(fx.output["return_value"]["value"].clone())
+    );
+    assert_eq!(r.action_responses.len(), 2);
+    assert_requests(&server, &fx.requests);
+
+    let expected_wb = |name: &str| -> Value {
+        let calls = fx.output["writebacks"][name].as_array().unwrap();
+        Value::Array(
+            calls
+                .iter()
+                .map(|call| {
+                    Value::Array(
+                        call.as_array()
+                            .unwrap()
+                            .iter()
+                            .map(|r| r["value"].clone())
+                            .collect(),
+                    )
+                })
+                .collect(),
+        )
+    };
+    assert_eq!(json!(*wb1.writebacks.lock().unwrap()), expected_wb("wb1"));
+    assert_eq!(json!(*wb2.writebacks.lock().unwrap()), expected_wb("wb2"));
+    assert_eq!(
+        json!(
+            sync_wb
+                .writeback_calls
+                .load(std::sync::atomic::Ordering::SeqCst)
+        ),
+        fx.output["sync_calls"]
+    );
+    let writebacks: Vec<String> = log
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.starts_with("writeback:"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        writebacks,
+        [
+            "writeback:sync-wb",
+            "writeback:noncallable",
+            "writeback:wb1",
+            "writeback:wb2"
+        ]
+    );
+    assert_eq!(json!(b.providers().stats()), fx.output["registry_stats"]);
+    assert_eq!(
+        json!(*b.last_context_report().unwrap()),
+        fx.output["report"]
+    );
+    let mut cmp = Comparer::new(&fx);
+    cmp.check(&fx, "/messages", &msg_summary(&b));
+    cmp.finish();
+}
+
+/// `invoke_actions=False`, an empty `action_requests` and no actions at
+/// all: three operate calls, none writes back.
+#[tokio::test]
+async fn no_writeback_without_actions_through_operate() {
+    let name = "context_providers/no_writeback_without_actions";
+    let mut fx = fixture(name);
+    support::verbs::normalise_all(&mut fx.output);
+    let server = scripted(name).await;
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .tool(support::verbs::multiply())
+        .build()
+        .unwrap();
+    let wb = Arc::new(
+        TestProvider::text("wb")
+            .named("wb")
+            .with_writeback(Writeback::Records),
+    );
+    b.providers().register_shared(wb.clone(), opts().name("wb"));
+    let turns = [
+        OperateOptions::new("one")
+            .actions(true)
+            .invoke_actions(false),
+        OperateOptions::new("two").actions(true),
+        OperateOptions::new("three"),
+    ];
+    for (opts, answer) in turns.into_iter().zip(["a", "b", "c"]) {
+        let r = b
+            .operate(opts.response_format(answer_format()))
+            .await
+            .unwrap();
+        assert!(r.action_responses.is_empty());
+        let Parsed::Value(v) = &r.parsed else {
+            panic!("structured answer expected, got {:?}", r.parsed)
+        };
+        assert_eq!(v["answer"], answer);
+    }
+    assert_requests(&server, &fx.requests);
+    assert_eq!(
+        json!(*wb.writebacks.lock().unwrap()),
+        fx.output["writebacks"]
+    );
+    assert_eq!(
+        wb.writeback_calls.load(std::sync::atomic::Ordering::SeqCst),
+        0
+    );
+    assert_eq!(json!(b.providers().stats()), fx.output["registry_stats"]);
+    assert_eq!(json!(wb.calls()), fx.output["provide_calls"]);
 }
 
 // ---- the verified examples of extensions.md §2.3 and edge rules ---------

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod compare;
+pub mod verbs;
+
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,8 @@
+//! Helpers of the tests that drive the verbs: fixture comparison with an id
+//! mapping, and the loopback mock (both copied from branch-operations'
+//! conformance helpers).
+
+#![allow(dead_code)]
+
+pub mod compare;
+pub mod verbs;
