@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use branch_core::message::{InstructionContent, Message, MessageKind};
 use branch_core::model::{ChatModel, ModelConfig, ModelError, ModelErrorKind, RetryConfig};
-use branch_core::{Branch, Participant, ToDictOptions};
+use branch_core::{Branch, Observer, Participant, Signal, ToDictOptions};
 use branch_models::IModel;
 use branch_models::mock::{MockReply, MockServer};
 use branch_operations::{
@@ -327,6 +327,89 @@ async fn unauthorized_is_not_retried_and_never_shows_the_key() {
         .header("authorization")
         .map(str::to_owned);
     assert_eq!(auth.as_deref(), Some(&*format!("Bearer {KEY}")));
+}
+
+/// Collects every signal.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<Signal>>);
+
+impl Observer for Recorder {
+    fn observe(&self, signal: Signal) {
+        self.0.lock().unwrap().push(signal);
+    }
+}
+
+#[tokio::test]
+async fn a_failed_turn_is_signalled_without_the_key_and_adds_no_message() {
+    let server = MockServer::start().await;
+    server.push(MockReply::error(
+        401,
+        &format!("Incorrect API key provided: {KEY}."),
+    ));
+    let mut b = branch_with_history(connected(config(&server)));
+    let rec = Arc::new(Recorder::default());
+    b.set_observer(Some(rec.clone()));
+    communicate_fails(&mut b, &server, ModelErrorKind::Auth, 1).await;
+    let signals = rec.0.lock().unwrap().clone();
+    let classes: Vec<&str> = signals.iter().map(Signal::class_name).collect();
+    assert_eq!(classes, ["RunStart", "RunFailed"], "no MessageAdded");
+    let Signal::RunFailed {
+        error_kind, error, ..
+    } = &signals[1]
+    else {
+        unreachable!()
+    };
+    assert_eq!(error_kind, "ExecutionError");
+    assert!(error.contains("401"), "{error}");
+    for s in &signals {
+        assert!(!s.view().to_string().contains(KEY), "{s:?}");
+    }
+}
+
+#[tokio::test]
+async fn quota_exhaustion_is_not_retried() {
+    let server = MockServer::start().await;
+    server.push(MockReply::raw(
+        429,
+        r#"{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}}"#,
+    ));
+    server.push(MockReply::text("never asked for"));
+    let mut b = branch_with_history(connected(config(&server)));
+    let m = communicate_fails(&mut b, &server, ModelErrorKind::Quota, 1).await;
+    assert_eq!(m.status, Some(429));
+}
+
+/// Streaming is one attempt: an error status before the first event fails
+/// `run` at once, whatever its kind, and records nothing.
+#[tokio::test]
+async fn error_statuses_before_a_stream_are_not_retried() {
+    for (reply, kind) in [
+        (MockReply::error(500, "boom"), ModelErrorKind::Transient),
+        (
+            MockReply::error(429, "slow down").header("Retry-After", "0"),
+            ModelErrorKind::RateLimited,
+        ),
+        (
+            MockReply::error(401, &format!("Incorrect API key provided: {KEY}.")),
+            ModelErrorKind::Auth,
+        ),
+    ] {
+        let server = MockServer::start().await;
+        server.push(reply);
+        server.push(MockReply::text("never asked for"));
+        let mut b = branch_with_history(connected(config(&server)));
+        let before = Before::of(&b);
+        let items: Vec<_> = b.run(RunOptions::new("Third question")).collect().await;
+        let e = items
+            .iter()
+            .find_map(|r| r.as_ref().err())
+            .expect("run fails");
+        let m = model_error(e);
+        assert_eq!((m.kind, m.attempts), (kind, 1), "{m}");
+        assert_eq!(server.request_count(), 1, "streams are not retried");
+        before.assert_unchanged(&b);
+        assert_key_hidden(e, &b);
+    }
 }
 
 /// Streaming (`run` over SSE): a stream cut before its end marker fails the
