@@ -9,6 +9,7 @@
 //! the documented deviations), return values, message summaries and
 //! `to_dict` compared with an id mapping.
 
+#[path = "providers_support/mod.rs"]
 mod support;
 
 use std::sync::Arc;
