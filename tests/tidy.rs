@@ -157,3 +157,62 @@ fn readme_opens_with_the_two_commands() {
         ".ci/run must run the README's test command"
     );
 }
+
+/// Workspace crates a crate depends on, dev-dependencies included.
+fn workspace_deps(krate: &str, all: &[String]) -> Vec<String> {
+    let toml =
+        std::fs::read_to_string(root().join("crates").join(krate).join("Cargo.toml")).unwrap();
+    let mut section = String::new();
+    let mut out = Vec::new();
+    for line in toml.lines() {
+        let l = line.trim();
+        if l.starts_with('[') {
+            section = l.to_owned();
+            continue;
+        }
+        if section.ends_with("dependencies]") {
+            if let Some(name) = l.split(['.', ' ', '=']).next() {
+                if all.iter().any(|c| c == name) && name != krate {
+                    out.push(name.to_owned());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn arrows_point_inward_without_cycles() {
+    let all = workspace_crates();
+    assert!(
+        workspace_deps("branch-core", &all).is_empty(),
+        "branch-core depends on no other workspace crate"
+    );
+    for krate in all.iter().filter(|k| *k != "branch-core") {
+        assert!(
+            workspace_deps(krate, &all).contains(&"branch-core".to_owned()),
+            "{krate} must depend on branch-core"
+        );
+    }
+    // Depth-first search for a cycle, dev-dependencies included.
+    fn visit(k: &str, all: &[String], stack: &mut Vec<String>, done: &mut Vec<String>) {
+        if done.iter().any(|d| d == k) {
+            return;
+        }
+        assert!(
+            !stack.iter().any(|s| s == k),
+            "dependency cycle: {} -> {k}",
+            stack.join(" -> ")
+        );
+        stack.push(k.to_owned());
+        for d in workspace_deps(k, all) {
+            visit(&d, all, stack, done);
+        }
+        stack.pop();
+        done.push(k.to_owned());
+    }
+    let mut done = Vec::new();
+    for k in &all {
+        visit(k, &all, &mut Vec::new(), &mut done);
+    }
+}
