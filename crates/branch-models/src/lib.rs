@@ -76,3 +76,17 @@ fn connect_local(config: ModelConfig) -> Result<std::sync::Arc<dyn ChatModel>, M
         "the embedded local model needs branch-models built with the `embedded` feature",
     ))
 }
+
+#[cfg(all(test, not(feature = "embedded")))]
+mod local_without_feature_tests {
+    use super::*;
+
+    #[test]
+    fn connecting_a_local_config_says_which_feature_is_needed() {
+        let config: std::sync::Arc<dyn ChatModel> =
+            std::sync::Arc::new(ModelConfig::new("local", "SmolLM2-135M-Instruct").unwrap());
+        let err = connect(&config).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Config);
+        assert!(err.message.contains("`embedded` feature"), "{err}");
+    }
+}

@@ -100,6 +100,21 @@ pub fn tokenizer_from_gguf(ct: &gguf_file::Content) -> Result<Tokenizer, LocalMo
     )
 }
 
+/// Reads only the tokenizer of a GGUF file (no weights).
+pub fn tokenizer_from_file(path: &Path) -> Result<Tokenizer, LocalModelError> {
+    let mut file = std::io::BufReader::new(std::fs::File::open(path).map_err(|source| {
+        LocalModelError::Io {
+            path: path.to_owned(),
+            source,
+        }
+    })?);
+    let ct = gguf_file::Content::read(&mut file).map_err(|e| LocalModelError::BadGguf {
+        what: "header".into(),
+        reason: e.to_string(),
+    })?;
+    tokenizer_from_gguf(&ct)
+}
+
 impl Engine {
     /// Loads a GGUF file (blocking: seconds of I/O and conversion).
     pub fn load(path: &Path, context: Option<usize>) -> Result<Self, LocalModelError> {

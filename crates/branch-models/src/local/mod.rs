@@ -46,7 +46,7 @@ use branch_core::model::{
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-pub use engine::{DEFAULT_CONTEXT, tokenizer_from_gguf};
+pub use engine::{DEFAULT_CONTEXT, tokenizer_from_file, tokenizer_from_gguf};
 pub use error::LocalModelError;
 
 use engine::{Engine, shared_engine};

@@ -83,6 +83,24 @@ fn smollm2_template_is_chatml_with_default_system() {
 }
 
 #[test]
+fn layout_and_escapes_do_not_matter() {
+    let escaped = r#"{%- for message in messages %}
+    {{- "<|im_start|>" + message["role"] + "\n" + message["content"] + "<|im_end|>\n" }}
+{%- endfor %}
+{%- if add_generation_prompt %}{{ "<|im_start|>assistant\n" }}{% endif %}"#;
+    let t = ChatTemplate::from_jinja(escaped);
+    // `{%-` whitespace control is not ChatML-as-written; refused, not guessed.
+    assert!(t.is_err());
+    let escaped = escaped.replace("{%-", "{%").replace("{{-", "{{");
+    let t = ChatTemplate::from_jinja(&escaped).unwrap();
+    assert_eq!(t.default_system(), None);
+    assert_eq!(
+        t.render_string(&[ChatMessage::user("x")]).unwrap(),
+        "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
+    );
+}
+
+#[test]
 fn other_templates_and_contents_are_refused() {
     let llama3 = "{% for message in messages %}{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + '<|eot_id|>' }}{% endfor %}";
     assert!(matches!(
