@@ -156,10 +156,10 @@ async fn same_seed_same_text() {
     assert_eq!(a, b);
     assert!(!a.is_empty());
     let mut differs = false;
-    for seed in 1..6 {
+    for seed in 1..4 {
         differs |= model.chat(request(seed)).await.unwrap().text != a;
     }
-    assert!(differs, "five other seeds all gave {a:?}");
+    assert!(differs, "three other seeds all gave {a:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
