@@ -4,8 +4,12 @@
 //! - `cargo xtask bench <name> [args]`: runs a benchmark program in release
 //!   mode and prints its figures as a table (`serialize`, `model`, `turns`,
 //!   `extensions`, `store`).
+//! - `cargo xtask fetch-model`: puts the default embedded model into the
+//!   model cache and prints its path.
 
 use std::process::{Command, ExitCode};
+
+mod fetch_model;
 
 /// Benchmarks: name → (package, example program, features).
 const BENCHES: &[(&str, &str, &str, &str)] = &[
@@ -21,8 +25,9 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
+        Some("fetch-model") => fetch_model::fetch_model(),
         _ => Err(format!(
-            "usage: cargo xtask ci | cargo xtask bench <{}> [args]",
+            "usage: cargo xtask ci | cargo xtask fetch-model | cargo xtask bench <{}> [args]",
             BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join("|")
         )),
     };

@@ -26,6 +26,8 @@ pub mod guard;
 mod http_tests;
 mod imodel;
 pub mod limiter;
+#[cfg(feature = "embedded")]
+pub mod local;
 #[cfg(any(test, feature = "test-support"))]
 pub mod mock;
 mod secret;
@@ -47,5 +49,44 @@ pub fn connect(
     if model.is_connected() {
         return Ok(std::sync::Arc::clone(model));
     }
-    Ok(std::sync::Arc::new(IModel::new(model.snapshot())?))
+    let config = model.snapshot();
+    if config.provider_spec().is_some_and(|s| s.name == "local") {
+        return connect_local(config);
+    }
+    Ok(std::sync::Arc::new(IModel::new(config)?))
+}
+
+#[cfg(feature = "embedded")]
+fn connect_local(config: ModelConfig) -> Result<std::sync::Arc<dyn ChatModel>, ModelError> {
+    let name = config
+        .model_name()
+        .unwrap_or(local::DEFAULT_MODEL)
+        .to_owned();
+    local::LocalModel::new(config)
+        .map(|m| std::sync::Arc::new(m) as std::sync::Arc<dyn ChatModel>)
+        .map_err(|e| e.into_model_error(&name))
+}
+
+#[cfg(not(feature = "embedded"))]
+fn connect_local(config: ModelConfig) -> Result<std::sync::Arc<dyn ChatModel>, ModelError> {
+    Err(ModelError::new(
+        ModelErrorKind::Config,
+        "local",
+        config.model_name(),
+        "the embedded local model needs branch-models built with the `embedded` feature",
+    ))
+}
+
+#[cfg(all(test, not(feature = "embedded")))]
+mod local_without_feature_tests {
+    use super::*;
+
+    #[test]
+    fn connecting_a_local_config_says_which_feature_is_needed() {
+        let config: std::sync::Arc<dyn ChatModel> =
+            std::sync::Arc::new(ModelConfig::new("local", "SmolLM2-135M-Instruct").unwrap());
+        let err = connect(&config).unwrap_err();
+        assert_eq!(err.kind, ModelErrorKind::Config);
+        assert!(err.message.contains("`embedded` feature"), "{err}");
+    }
 }

@@ -325,6 +325,24 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         key_env: None,
         endpoints: &[cli("group_chat", &[]), cli("agent", &[]), cli("nlip", &[])],
     },
+    // The in-process model of branch-models' `embedded` feature: no base
+    // URL, no key, no network.
+    ProviderSpec {
+        name: "local",
+        aliases: &["embedded"],
+        kind: ProviderKind::Api,
+        key_env: None,
+        endpoints: &[EndpointSpec {
+            path: "chat",
+            aliases: &["chat/completions"],
+            base_url: None,
+            auth_type: N,
+            requires_tokens: false,
+            openai_chat_request: false,
+            default_headers: &[],
+            allow_local_network: false,
+        }],
+    },
     ProviderSpec {
         name: "scripted",
         aliases: &[],

@@ -1,0 +1,184 @@
+//! The generation loop, run on tokio's blocking pool: prefill, sample,
+//! stream text deltas over a channel, stop on a stop token, a stop string,
+//! the token budget or the context window — or as soon as the receiver is
+//! gone (the caller dropped the stream).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use branch_core::model::{ChatChunk, ChunkKind, ModelError};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::engine::Engine;
+use super::error::LocalModelError;
+use super::sampler::{Sampler, Sampling};
+use super::tokenizer::StreamDecoder;
+
+/// What one call generates from.
+#[derive(Debug)]
+pub struct Job {
+    /// Prompt token ids.
+    pub prompt: Vec<u32>,
+    /// Sampling settings.
+    pub sampling: Sampling,
+    /// Keep going past stop tokens (llama.cpp's `ignore_eos`; benchmarks).
+    pub ignore_eos: bool,
+    /// Completion id (`chatcmpl-...`).
+    pub id: String,
+    /// Model name reported in chunks.
+    pub model: String,
+    /// Unix time of the call.
+    pub created: u64,
+}
+
+type Sender = mpsc::Sender<Result<ChatChunk, ModelError>>;
+
+/// Decrements the active-generation count however the loop ends.
+struct Active<'a>(&'a Engine);
+
+impl Drop for Active<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Runs `job` to its end, sending chunks on `tx`. Blocking.
+pub fn run(engine: &Arc<Engine>, job: &Job, tx: &Sender) {
+    engine.active.fetch_add(1, Ordering::SeqCst);
+    let _active = Active(engine);
+    let _turn = engine
+        .turn
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if tx.is_closed() {
+        return;
+    }
+    if let Err(e) = generate(engine, job, tx) {
+        let _ = tx.blocking_send(Err(e.into_model_error(&job.model)));
+    }
+}
+
+/// Longest suffix of `text` that starts some stop string (held back until
+/// it is known not to be one).
+fn held_suffix(text: &str, stops: &[String]) -> usize {
+    stops
+        .iter()
+        .flat_map(|s| {
+            (1..s.len().min(text.len() + 1))
+                .rev()
+                .filter(|&n| s.is_char_boundary(n) && text.ends_with(&s[..n]))
+                .take(1)
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+fn generate(engine: &Engine, job: &Job, tx: &Sender) -> Result<(), LocalModelError> {
+    let context = engine.context;
+    if job.prompt.len() >= context {
+        return Err(LocalModelError::ContextLength {
+            prompt_tokens: job.prompt.len(),
+            context,
+        });
+    }
+    let mut state = engine.weights.state(context);
+    let mut sampler = Sampler::new(&job.sampling);
+    let mut decoder = StreamDecoder::new();
+    let mut text = String::new();
+    let mut sent = 0;
+    let mut completion = 0usize;
+    let mut cut_at_stop_string = false;
+    let mut logits = engine
+        .weights
+        .forward(&mut state, &job.prompt)
+        .map_err(LocalModelError::compute)?;
+    let send = |delta: &str| -> bool {
+        if delta.is_empty() {
+            return true;
+        }
+        tx.blocking_send(Ok(text_chunk(job, delta))).is_ok()
+    };
+    let finish_reason = loop {
+        if completion >= job.sampling.max_tokens {
+            break "length";
+        }
+        let token = sampler.sample(&logits);
+        if !job.ignore_eos && engine.stop_ids.contains(&token) {
+            break "stop";
+        }
+        completion += 1;
+        engine.tokens_generated.fetch_add(1, Ordering::Relaxed);
+        if !engine.tokenizer.is_control(token) {
+            text.push_str(&decoder.push(engine.tokenizer.token_bytes(token)));
+        }
+        if let Some(at) = job
+            .sampling
+            .stop
+            .iter()
+            .filter_map(|s| text[sent..].find(s.as_str()))
+            .min()
+        {
+            text.truncate(sent + at);
+            if !send(&text[sent..]) {
+                return Ok(());
+            }
+            sent = text.len();
+            cut_at_stop_string = true;
+            break "stop";
+        }
+        let ready = text.len() - held_suffix(&text[sent..], &job.sampling.stop);
+        if ready > sent {
+            if !send(&text[sent..ready]) {
+                return Ok(());
+            }
+            sent = ready;
+        }
+        if tx.is_closed() {
+            return Ok(());
+        }
+        if state.position() >= context {
+            break "length";
+        }
+        logits = engine
+            .weights
+            .forward(&mut state, &[token])
+            .map_err(LocalModelError::compute)?;
+    };
+    if !cut_at_stop_string {
+        text.push_str(&decoder.finish());
+    }
+    if !send(&text[sent..]) {
+        return Ok(());
+    }
+    let usage = json!({
+        "prompt_tokens": job.prompt.len(),
+        "completion_tokens": completion,
+        "total_tokens": job.prompt.len() + completion,
+    });
+    let mut end = ChatChunk::new(ChunkKind::Result);
+    end.metadata.insert(
+        "raw".into(),
+        json!({"id": job.id, "object": "chat.completion.chunk", "created": job.created,
+               "model": job.model,
+               "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}],
+               "usage": usage}),
+    );
+    end.metadata.insert("usage".into(), usage);
+    end.metadata.insert("done".into(), Value::Bool(true));
+    let _ = tx.blocking_send(Ok(end));
+    Ok(())
+}
+
+fn text_chunk(job: &Job, delta: &str) -> ChatChunk {
+    let mut c = ChatChunk::new(ChunkKind::Text);
+    c.content = Some(delta.to_owned());
+    c.is_delta = true;
+    c.metadata.insert(
+        "raw".into(),
+        json!({"id": job.id, "object": "chat.completion.chunk", "created": job.created,
+               "model": job.model,
+               "choices": [{"index": 0, "delta": {"content": delta}, "finish_reason": null}]}),
+    );
+    c
+}

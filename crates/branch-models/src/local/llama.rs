@@ -1,0 +1,302 @@
+//! The llama-architecture forward pass over quantized GGUF weights (CPU).
+//!
+//! Written against candle-core/candle-nn directly rather than
+//! candle-transformers' `quantized_llama`: that crate compiles hundreds of
+//! models, and this one needs a preallocated KV cache, grouped-query
+//! attention without copying K/V per head, and the Q4_1 → Q8_0 conversion at
+//! load.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
+use candle_core::{DType, Device, Module, Tensor};
+use candle_nn::kv_cache::KvCache;
+
+use super::error::LocalModelError;
+
+/// Hyper-parameters from the GGUF metadata (`llama.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlamaConfig {
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Hidden size.
+    pub n_embd: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads.
+    pub n_head_kv: usize,
+    /// Training context length.
+    pub context_length: usize,
+    /// RMS norm epsilon.
+    pub rms_eps: f64,
+    /// RoPE base frequency.
+    pub rope_base: f32,
+}
+
+impl LlamaConfig {
+    fn head_dim(&self) -> usize {
+        self.n_embd / self.n_head
+    }
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    wq: QMatMul,
+    wk: QMatMul,
+    wv: QMatMul,
+    wo: QMatMul,
+    ffn_norm: Tensor,
+    gate: QMatMul,
+    up: QMatMul,
+    down: QMatMul,
+}
+
+/// The loaded weights; shared by every generation.
+pub struct LlamaWeights {
+    config: LlamaConfig,
+    embeddings: Tensor,
+    layers: Vec<Layer>,
+    output_norm: Tensor,
+    output: QMatMul,
+    cos: Tensor,
+    sin: Tensor,
+    vocab: usize,
+}
+
+impl std::fmt::Debug for LlamaWeights {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LlamaWeights")
+            .field("config", &self.config)
+            .field("vocab", &self.vocab)
+            .finish_non_exhaustive()
+    }
+}
+
+fn bad(what: &str) -> impl Fn(candle_core::Error) -> LocalModelError + '_ {
+    move |e| LocalModelError::BadGguf {
+        what: what.to_owned(),
+        reason: e.to_string(),
+    }
+}
+
+/// Reads a tensor; Q4_1 (and other slow 4-bit formats) become Q8_0, whose
+/// CPU kernels are several times faster than candle's Q4_1 ones.
+fn qtensor<R: std::io::Read + std::io::Seek>(
+    ct: &gguf_file::Content,
+    r: &mut R,
+    name: &str,
+) -> Result<QTensor, LocalModelError> {
+    let t = ct.tensor(r, name, &Device::Cpu).map_err(bad(name))?;
+    match t.dtype() {
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+            let f = t.dequantize(&Device::Cpu).map_err(bad(name))?;
+            QTensor::quantize(&f, GgmlDType::Q8_0).map_err(bad(name))
+        }
+        _ => Ok(t),
+    }
+}
+
+fn matmul<R: std::io::Read + std::io::Seek>(
+    ct: &gguf_file::Content,
+    r: &mut R,
+    name: &str,
+) -> Result<QMatMul, LocalModelError> {
+    QMatMul::from_arc(Arc::new(qtensor(ct, r, name)?)).map_err(bad(name))
+}
+
+fn dense<R: std::io::Read + std::io::Seek>(
+    ct: &gguf_file::Content,
+    r: &mut R,
+    name: &str,
+) -> Result<Tensor, LocalModelError> {
+    ct.tensor(r, name, &Device::Cpu)
+        .and_then(|t| t.dequantize(&Device::Cpu))
+        .map_err(bad(name))
+}
+
+impl LlamaWeights {
+    /// Loads the weights of a llama GGUF.
+    pub fn load<R: std::io::Read + std::io::Seek>(
+        ct: &gguf_file::Content,
+        r: &mut R,
+        config: LlamaConfig,
+    ) -> Result<Self, LocalModelError> {
+        if config.n_head == 0
+            || config.n_head_kv == 0
+            || config.n_head % config.n_head_kv != 0
+            || config.n_embd % config.n_head != 0
+            || config.head_dim() % 2 != 0
+        {
+            return Err(LocalModelError::bad_metadata(
+                "llama.attention.head_count",
+                "heads do not divide the embedding evenly",
+            ));
+        }
+        let embeddings = dense(ct, r, "token_embd.weight")?;
+        let vocab = embeddings.dim(0).map_err(bad("token_embd.weight"))?;
+        // Tied embeddings when the GGUF has no separate output matrix.
+        let output = if ct.tensor_infos.contains_key("output.weight") {
+            matmul(ct, r, "output.weight")?
+        } else {
+            matmul(ct, r, "token_embd.weight")?
+        };
+        let output_norm = dense(ct, r, "output_norm.weight")?;
+        let mut layers = Vec::with_capacity(config.n_layer);
+        for i in 0..config.n_layer {
+            let p = |s: &str| format!("blk.{i}.{s}.weight");
+            layers.push(Layer {
+                attn_norm: dense(ct, r, &p("attn_norm"))?,
+                wq: matmul(ct, r, &p("attn_q"))?,
+                wk: matmul(ct, r, &p("attn_k"))?,
+                wv: matmul(ct, r, &p("attn_v"))?,
+                wo: matmul(ct, r, &p("attn_output"))?,
+                ffn_norm: dense(ct, r, &p("ffn_norm"))?,
+                gate: matmul(ct, r, &p("ffn_gate"))?,
+                up: matmul(ct, r, &p("ffn_up"))?,
+                down: matmul(ct, r, &p("ffn_down"))?,
+            });
+        }
+        let (cos, sin) = rope_tables(&config).map_err(LocalModelError::compute)?;
+        Ok(Self {
+            config,
+            embeddings,
+            layers,
+            output_norm,
+            output,
+            cos,
+            sin,
+            vocab,
+        })
+    }
+
+    /// The model's hyper-parameters.
+    pub fn config(&self) -> &LlamaConfig {
+        &self.config
+    }
+
+    /// Vocabulary size of the embedding matrix.
+    pub fn vocab(&self) -> usize {
+        self.vocab
+    }
+
+    /// A fresh decoding state holding up to `context` positions.
+    pub fn state(&self, context: usize) -> State {
+        State {
+            caches: (0..self.layers.len())
+                .map(|_| KvCache::new(2, context))
+                .collect(),
+            pos: 0,
+        }
+    }
+
+    /// Runs `tokens` at the state's next positions; returns the logits of
+    /// the last one.
+    pub fn forward(&self, state: &mut State, tokens: &[u32]) -> candle_core::Result<Vec<f32>> {
+        let cfg = &self.config;
+        let (hd, n_kv) = (cfg.head_dim(), cfg.n_head_kv);
+        let n_rep = cfg.n_head / n_kv;
+        let len = tokens.len();
+        let ids = Tensor::new(tokens, &Device::Cpu)?;
+        let mut h = self.embeddings.index_select(&ids, 0)?.unsqueeze(0)?;
+        let cos = self.cos.narrow(0, state.pos, len)?;
+        let sin = self.sin.narrow(0, state.pos, len)?;
+        let total = state.pos + len;
+        let mask = causal_mask(state.pos, len, n_rep)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for (layer, cache) in self.layers.iter().zip(state.caches.iter_mut()) {
+            let x = candle_nn::ops::rms_norm(&h, &layer.attn_norm, cfg.rms_eps as f32)?;
+            let heads = |m: &QMatMul, n: usize| -> candle_core::Result<Tensor> {
+                m.forward(&x)?
+                    .reshape((1, len, n, hd))?
+                    .transpose(1, 2)?
+                    .contiguous()
+            };
+            let q = candle_nn::rotary_emb::rope_i(&heads(&layer.wq, cfg.n_head)?, &cos, &sin)?;
+            let k = candle_nn::rotary_emb::rope_i(&heads(&layer.wk, n_kv)?, &cos, &sin)?;
+            let v = heads(&layer.wv, n_kv)?;
+            let (k, v) = cache.append(&k, &v)?;
+            // Grouped-query attention without repeating K/V: the n_rep query
+            // heads sharing a K/V head are stacked along the row axis.
+            let q = q.reshape((1, n_kv, n_rep * len, hd))?;
+            let mut att = (q.matmul(&k.t()?)? * scale)?;
+            if let Some(mask) = &mask {
+                att = att.broadcast_add(mask)?;
+            }
+            let att = candle_nn::ops::softmax_last_dim(&att)?;
+            let y = att
+                .matmul(&v.contiguous()?)?
+                .reshape((1, cfg.n_head, len, hd))?
+                .transpose(1, 2)?
+                .reshape((1, len, cfg.n_embd))?;
+            h = (h + layer.wo.forward(&y)?)?;
+            let x = candle_nn::ops::rms_norm(&h, &layer.ffn_norm, cfg.rms_eps as f32)?;
+            let act = (candle_nn::ops::silu(&layer.gate.forward(&x)?)? * layer.up.forward(&x)?)?;
+            h = (h + layer.down.forward(&act)?)?;
+        }
+        state.pos = total;
+        let last = h.narrow(1, len - 1, 1)?;
+        let last = candle_nn::ops::rms_norm(&last, &self.output_norm, cfg.rms_eps as f32)?;
+        self.output.forward(&last)?.flatten_all()?.to_vec1::<f32>()
+    }
+}
+
+/// Per-generation state: the KV caches and the next position.
+pub struct State {
+    caches: Vec<KvCache>,
+    pos: usize,
+}
+
+impl State {
+    /// Positions used so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+}
+
+/// `-inf` above the diagonal for `len` new rows (each repeated `n_rep`
+/// times, one per query head of a group) over `pos + len` columns.
+fn causal_mask(pos: usize, len: usize, n_rep: usize) -> candle_core::Result<Option<Tensor>> {
+    if len == 1 {
+        return Ok(None);
+    }
+    let cols = pos + len;
+    let mut data = Vec::with_capacity(n_rep * len * cols);
+    for _ in 0..n_rep {
+        for row in 0..len {
+            data.extend((0..cols).map(|c| {
+                if c > pos + row {
+                    f32::NEG_INFINITY
+                } else {
+                    0.0
+                }
+            }));
+        }
+    }
+    Tensor::from_vec(data, (n_rep * len, cols), &Device::Cpu).map(Some)
+}
+
+fn rope_tables(cfg: &LlamaConfig) -> candle_core::Result<(Tensor, Tensor)> {
+    let hd = cfg.head_dim();
+    let inv: Vec<f32> = (0..hd)
+        .step_by(2)
+        .map(|i| 1.0 / cfg.rope_base.powf(i as f32 / hd as f32))
+        .collect();
+    let n = inv.len();
+    let inv = Tensor::from_vec(inv, (1, n), &Device::Cpu)?;
+    let t = Tensor::arange(0u32, cfg.context_length as u32, &Device::Cpu)?
+        .to_dtype(DType::F32)?
+        .reshape((cfg.context_length, 1))?;
+    let freqs = t.matmul(&inv)?;
+    Ok((freqs.cos()?, freqs.sin()?))
+}
+
+/// Index of the largest logit (first on ties).
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = (0usize, f32::NEG_INFINITY);
+    for (i, &l) in logits.iter().enumerate() {
+        if l > best.1 {
+            best = (i, l);
+        }
+    }
+    u32::try_from(best.0).unwrap_or(0)
+}

@@ -1,0 +1,290 @@
+//! The embedded local model (`--features embedded`; run in release mode:
+//! `cargo test --release -p branch-models --features embedded`).
+//!
+//! The tokenizer parity test runs on a committed fixture; the tests that run
+//! the model skip, saying why, when the model file is absent (`cargo xtask
+//! fetch-model` puts it in place).
+#![cfg(feature = "embedded")]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ChunkKind, ModelConfig};
+use branch_models::local::tokenizer::{PreTokenizer, Tokenizer};
+use branch_models::local::{self, LocalModel};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+fn fixture() -> Value {
+    let text = include_str!("data/tokenizer_fixture.json");
+    serde_json::from_str(text).expect("fixture is JSON")
+}
+
+/// The fixture's slice of the GGUF vocabulary at its real ids; ids outside
+/// the slice get unique names no merge can produce.
+fn fixture_tokenizer(f: &Value) -> Tokenizer {
+    let size = f["vocab_size"].as_u64().unwrap() as usize;
+    let mut tokens: Vec<String> = (0..size).map(|i| format!("<unused {i}>")).collect();
+    let mut types = vec![1i64; size];
+    for t in f["tokens"].as_array().unwrap() {
+        let id = t[0].as_u64().unwrap() as usize;
+        tokens[id] = t[1].as_str().unwrap().to_owned();
+        types[id] = t[2].as_i64().unwrap();
+    }
+    let merges: Vec<String> = f["merges"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_owned())
+        .collect();
+    let pre = PreTokenizer::from_gguf_name(f["pre"].as_str().unwrap()).unwrap();
+    Tokenizer::new(tokens, &types, &merges, pre).unwrap()
+}
+
+#[test]
+fn tokenizer_matches_hugging_face_ids() {
+    let f = fixture();
+    let tok = fixture_tokenizer(&f);
+    let cases = f["cases"].as_array().unwrap();
+    assert!(cases.len() >= 10);
+    for case in cases {
+        let text = case["text"].as_str().unwrap();
+        let expected: Vec<u32> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(tok.encode_with_special(text), expected, "ids of {text:?}");
+        let plain_decoded: String = expected
+            .iter()
+            .map(|&id| String::from_utf8_lossy(tok.token_bytes(id)).into_owned())
+            .collect::<String>();
+        if text.is_ascii() {
+            assert_eq!(plain_decoded, text);
+        }
+    }
+    // Plain encoding never produces control tokens from their spelling.
+    let plain = tok.encode("<|im_end|>");
+    assert!(plain.len() > 1 && plain.iter().all(|&id| !tok.is_control(id)));
+    assert_eq!(tok.decode(&plain), "<|im_end|>");
+}
+
+#[test]
+fn the_gguf_tokenizer_gives_the_fixture_ids() {
+    let path = match local::resolve_model_path(local::DEFAULT_MODEL) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return;
+        }
+    };
+    let tok = local::tokenizer_from_file(&path).unwrap();
+    assert_eq!(tok.vocab_size(), 49152);
+    for case in fixture()["cases"].as_array().unwrap() {
+        let text = case["text"].as_str().unwrap();
+        let ids: Vec<u64> = tok
+            .encode_with_special(text)
+            .into_iter()
+            .map(u64::from)
+            .collect();
+        let expected: Vec<u64> = case["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i.as_u64().unwrap())
+            .collect();
+        assert_eq!(ids, expected, "ids of {text:?}");
+    }
+}
+
+/// The default model, or `None` (with the reason printed) when it is absent.
+fn model() -> Option<LocalModel> {
+    match local::resolve_model_path(local::DEFAULT_MODEL) {
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return None;
+        }
+    }
+    let config = local::local_config(local::DEFAULT_MODEL).expect("local provider registered");
+    Some(LocalModel::new(config).expect("model file present"))
+}
+
+fn ask(question: &str) -> ChatRequest {
+    ChatRequest::new(vec![ChatMessage::user(question)])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn greedy_answer_names_paris_and_stops_at_im_end() {
+    let Some(model) = model() else { return };
+    // With the template's default system prompt this Q4_1 135M model's
+    // greedy reply wanders off into French (llama.cpp's is the same, token
+    // for token); with a plain system prompt it answers.
+    let request = ChatRequest::new(vec![
+        ChatMessage::system("You are a helpful assistant."),
+        ChatMessage::user("What is the capital of France?"),
+    ])
+    .with_field("temperature", 0)
+    .with_field("max_tokens", 64);
+    let reply = model.chat(request).await.unwrap();
+    assert!(reply.text.contains("Paris"), "reply: {:?}", reply.text);
+    // Stopped by <|im_end|>, not by the budget, and the marker is not text.
+    assert_eq!(reply.finish_reason.as_deref(), Some("stop"));
+    assert!(!reply.text.contains("<|im_end|>") && !reply.text.contains("<|im_start|>"));
+    let usage = reply.usage.unwrap();
+    // llama.cpp's server counts 27 prompt tokens for this conversation.
+    assert_eq!(usage.prompt_tokens, 27);
+    assert!(usage.completion_tokens > 0);
+    assert_eq!(reply.served_model.as_deref(), Some(local::DEFAULT_MODEL));
+    let prompt = model.render_prompt(&ask("Hi")).unwrap();
+    assert!(prompt.starts_with("<|im_start|>system\nYou are a helpful AI assistant named SmolLM"));
+    assert!(prompt.ends_with("<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_seed_same_text() {
+    let Some(model) = model() else { return };
+    let request = |seed: u64| {
+        ask("Write one sentence about the sea.")
+            .with_field("temperature", 1.0)
+            .with_field("seed", seed)
+            .with_field("max_tokens", 24)
+    };
+    let a = model.chat(request(42)).await.unwrap().text;
+    let b = model.chat(request(42)).await.unwrap().text;
+    assert_eq!(a, b);
+    assert!(!a.is_empty());
+    let mut differs = false;
+    for seed in 1..4 {
+        differs |= model.chat(request(seed)).await.unwrap().text != a;
+    }
+    assert!(differs, "three other seeds all gave {a:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stream_chunks_concatenate_to_the_full_text() {
+    let Some(model) = model() else { return };
+    let request = ask("List three colours.")
+        .with_field("temperature", 0)
+        .with_field("max_tokens", 40);
+    let full = model.chat(request.clone()).await.unwrap();
+    let mut stream = model.stream(request).await.unwrap();
+    let mut text = String::new();
+    let mut deltas = 0;
+    let mut done = None;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.unwrap();
+        match chunk.kind {
+            ChunkKind::Text => {
+                assert!(chunk.is_delta);
+                text.push_str(chunk.content.as_deref().unwrap());
+                deltas += 1;
+            }
+            ChunkKind::Result => done = Some(chunk),
+            other => panic!("unexpected chunk {other:?}"),
+        }
+    }
+    assert_eq!(text, full.text);
+    assert!(deltas > 3);
+    let done = done.expect("a final result chunk");
+    assert_eq!(done.metadata["done"], json!(true));
+    assert_eq!(
+        done.metadata["usage"]["completion_tokens"].as_u64(),
+        full.usage.map(|u| u.completion_tokens)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_strings_and_budget_end_the_reply() {
+    let Some(model) = model() else { return };
+    let base = ask("Count from 1 to 20, separated by commas.").with_field("temperature", 0);
+    let full = model
+        .chat(base.clone().with_field("max_tokens", 80))
+        .await
+        .unwrap();
+    let stop = full.text.chars().skip(6).take(2).collect::<String>();
+    let cut = model
+        .chat(
+            base.clone()
+                .with_field("max_tokens", 80)
+                .with_field("stop", json!([stop.clone()])),
+        )
+        .await
+        .unwrap();
+    assert_eq!(cut.finish_reason.as_deref(), Some("stop"));
+    assert_eq!(cut.text, full.text[..full.text.find(&stop).unwrap()]);
+    let short = model.chat(base.with_field("max_tokens", 3)).await.unwrap();
+    assert_eq!(short.finish_reason.as_deref(), Some("length"));
+    assert_eq!(short.usage.unwrap().completion_tokens, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_stream_stops_generation() {
+    let Some(model) = model() else { return };
+    let before = model.tokens_generated();
+    let mut stream = model
+        .stream(
+            ask("Tell me a long story.")
+                .with_field("max_tokens", 1500)
+                .with_field("ignore_eos", true)
+                .with_field("seed", 1),
+        )
+        .await
+        .unwrap();
+    let first = stream.next().await.unwrap().unwrap();
+    assert_eq!(first.kind, ChunkKind::Text);
+    drop(stream);
+    // Generation notices the closed channel after at most a few tokens;
+    // the deadline only bounds a broken implementation.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while model.is_generating() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!model.is_generating());
+    let made = model.tokens_generated() - before;
+    assert!(
+        made < 100,
+        "{made} tokens generated after the stream was dropped"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_round_trips_and_connects() {
+    let config = local::local_config(local::DEFAULT_MODEL).unwrap();
+    let dict = config.to_dict(false, false);
+    assert_eq!(dict["endpoint"]["config"]["provider"], "local");
+    assert_eq!(
+        dict["endpoint"]["config"]["kwargs"]["model"],
+        local::DEFAULT_MODEL
+    );
+    assert!(dict["endpoint"]["config"].get("base_url").is_none());
+    assert_eq!(dict["endpoint"]["config"]["allow_local_network"], false);
+    let back = ModelConfig::from_dict(&dict).unwrap();
+    assert_eq!(back, config);
+    assert_eq!(
+        ModelConfig::new("embedded", "x.gguf").unwrap().provider(),
+        "embedded"
+    );
+    let Some(_) = model() else { return };
+    let held: Arc<dyn ChatModel> = Arc::new(back);
+    let connected = branch_models::connect(&held).unwrap();
+    assert!(connected.is_connected());
+    let reply = connected
+        .chat(
+            ask("Say hello.")
+                .with_field("max_tokens", 8)
+                .with_field("seed", 3),
+        )
+        .await
+        .unwrap();
+    assert!(!reply.text.is_empty());
+}
+
+#[test]
+fn missing_model_names_the_fetch_command() {
+    let err = local::resolve_model_path("/nonexistent/dir/model.gguf").unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("cargo xtask fetch-model"), "{message}");
+    assert!(message.contains("/nonexistent/dir/model.gguf"));
+}
