@@ -3,7 +3,7 @@
 //! - `cargo xtask ci`: format check, clippy with `-D warnings`, every test.
 //! - `cargo xtask bench <name> [args]`: runs a benchmark program in release
 //!   mode and prints its figures as a table (`serialize`, `model`, `turns`,
-//!   `extensions`, `store`).
+//!   `extensions`, `store`, `local`).
 //! - `cargo xtask fetch-model`: puts the default embedded model into the
 //!   model cache and prints its path.
 
@@ -18,6 +18,7 @@ const BENCHES: &[(&str, &str, &str, &str)] = &[
     ("turns", "branch-operations", "bench_turns", ""),
     ("extensions", "branch-capabilities", "bench_extensions", ""),
     ("store", "branch-session", "bench_store", ""),
+    ("local", "branch-models", "bench_local", "embedded"),
 ];
 
 fn main() -> ExitCode {
