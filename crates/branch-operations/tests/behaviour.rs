@@ -2,6 +2,7 @@
 //! the extension limit, the CLI stream, native tool calls.
 
 mod common;
+#[path = "../../../tests/support/mod.rs"]
 mod support;
 
 use std::sync::Arc;

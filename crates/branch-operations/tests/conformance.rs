@@ -3,39 +3,20 @@
 //! for the documented deviations), return values and `to_dict`.
 
 mod common;
+#[path = "../../../tests/support/mod.rs"]
 mod support;
 
 use branch_core::Branch;
 use branch_models::mock::MockServer;
 use branch_operations::{
     ActOptions, BranchOperations, ChatOptions, CommunicateOptions, InterpretOptions,
-    OperateOptions, ParseOptions, Parsed, ReActOptions, Reply, ResponseFormat, RunOptions,
-    tool_call_from_value,
+    OperateOptions, ParseOptions, Parsed, ReActOptions, Reply, RunOptions, tool_call_from_value,
 };
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 use support::{Comparer, fixture};
 
-use common::{assert_requests, model, msg_summary, scripted_replies, to_dict};
-
-/// The reference's `Answer` model as pydantic writes its schema.
-fn answer_format() -> ResponseFormat {
-    ResponseFormat::Schema(json!({
-        "properties": {
-            "answer": {"description": "The final answer", "title": "Answer", "type": "string"},
-            "confidence": {"description": "Confidence between 0 and 1", "title": "Confidence", "type": "number"}
-        },
-        "required": ["answer", "confidence"],
-        "title": "Answer",
-        "type": "object"
-    }))
-}
-
-async fn scripted(scenario: &str) -> MockServer {
-    let server = MockServer::start().await;
-    server.script(scripted_replies(scenario));
-    server
-}
+use common::{answer_format, assert_requests, model, msg_summary, scripted, to_dict};
 
 #[tokio::test]
 async fn chat_not_recorded() {

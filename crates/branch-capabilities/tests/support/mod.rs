@@ -4,5 +4,7 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../../tests/support/mod.rs"]
 pub mod compare;
+#[path = "../../../branch-operations/tests/common/mod.rs"]
 pub mod verbs;

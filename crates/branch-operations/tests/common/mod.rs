@@ -30,11 +30,38 @@ pub fn config(server: &MockServer, name: &str) -> ModelConfig {
         .expect("config")
 }
 
+/// The vendored reference fixtures (`$LIONAGI_FIXTURES` overrides).
+fn fixtures_root() -> std::path::PathBuf {
+    match std::env::var_os("LIONAGI_FIXTURES") {
+        Some(dir) => dir.into(),
+        None => std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/lionagi-0.36.0"),
+    }
+}
+
+/// The reference's `Answer` model as pydantic writes its schema.
+pub fn answer_format() -> branch_operations::ResponseFormat {
+    branch_operations::ResponseFormat::Schema(json!({
+        "properties": {
+            "answer": {"description": "The final answer", "title": "Answer", "type": "string"},
+            "confidence": {"description": "Confidence between 0 and 1", "title": "Confidence", "type": "number"}
+        },
+        "required": ["answer", "confidence"],
+        "title": "Answer",
+        "type": "object"
+    }))
+}
+
+/// A mock server with the scenario's scripted replies queued.
+pub async fn scripted(scenario: &str) -> MockServer {
+    let server = MockServer::start().await;
+    server.script(scripted_replies(scenario));
+    server
+}
+
 /// The scripted replies listed in a scenario.md.
 pub fn scripted_replies(scenario: &str) -> Vec<MockReply> {
-    let path = super::support::fixtures_root()
-        .join(scenario)
-        .join("scenario.md");
+    let path = fixtures_root().join(scenario).join("scenario.md");
     let md = std::fs::read_to_string(path).expect("scenario.md");
     let Some(at) = md.find("## Mock replies (in order)") else {
         return Vec::new();

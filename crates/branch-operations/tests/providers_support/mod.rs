@@ -3,7 +3,9 @@
 
 #![allow(dead_code)]
 
+#[path = "../../../../tests/support/mod.rs"]
 pub mod compare;
+#[path = "../common/mod.rs"]
 pub mod verbs;
 
 use std::path::{Path, PathBuf};
