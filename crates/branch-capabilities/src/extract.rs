@@ -10,7 +10,7 @@
 use memchr::memmem;
 use serde_json::Value;
 
-use crate::fuzzy::parse_lenient;
+use branch_core::json_repair::parse_lenient;
 
 /// The largest message scanned (10 MiB), as in the reference.
 pub const MAX_INPUT: usize = 10 * 1024 * 1024;

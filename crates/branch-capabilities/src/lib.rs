@@ -21,15 +21,14 @@ mod emission;
 mod error;
 mod ext;
 mod extract;
-mod fuzzy;
 mod grant;
 mod render;
 
+pub use branch_core::json_repair::parse_lenient;
 pub use emission::{Extraction, emission_signals, extract_emissions, observe_assistant_message};
 pub use error::CapabilityError;
 pub use ext::{CAPABILITY_CALLBACK, CapabilitiesExt};
 pub use extract::{FencedBlocks, MAX_INPUT, fenced_json_blocks, json_blocks};
-pub use fuzzy::parse_lenient;
 pub use grant::{FieldSpec, Grant, GrantBuilder};
 pub use render::{
     CAP_BEGIN, CAP_END, capabilities_schema, render_capabilities_prompt, strip_capability_block,

@@ -19,6 +19,7 @@ pub mod context;
 pub mod element;
 pub mod error;
 pub mod extensions;
+pub mod json_repair;
 mod load;
 pub mod log;
 pub mod memory;

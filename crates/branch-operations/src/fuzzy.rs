@@ -52,138 +52,15 @@ fn fenced_json_blocks(text: &str) -> Vec<&str> {
     out
 }
 
-/// Parses an object or array, trying in order: as is, a string-aware
-/// cleanup (single quotes, trailing commas, bare keys), then closing
-/// unbalanced brackets.
+/// Parses an object or array leniently (`branch_core::json_repair`),
+/// closing a string the reply left open; text that does not open with a
+/// bracket is not JSON here.
 fn parse_repaired(text: &str) -> Option<Value> {
     let t = text.trim();
     if !(t.starts_with('{') || t.starts_with('[')) {
         return None;
     }
-    let structural = |v: Value| matches!(v, Value::Object(_) | Value::Array(_)).then_some(v);
-    if let Ok(v) = serde_json::from_str::<Value>(t) {
-        return structural(v);
-    }
-    let cleaned = clean(t);
-    if let Ok(v) = serde_json::from_str::<Value>(&cleaned) {
-        return structural(v);
-    }
-    let completed = complete_brackets(&cleaned)?;
-    serde_json::from_str::<Value>(&completed)
-        .ok()
-        .and_then(structural)
-}
-
-/// Single-quoted strings become double-quoted, trailing commas before a
-/// closer are dropped, bare identifier keys are quoted.
-fn clean(t: &str) -> String {
-    let chars: Vec<char> = t.chars().collect();
-    let mut out = String::with_capacity(t.len() + 8);
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        match c {
-            '"' | '\'' => {
-                let quote = c;
-                out.push('"');
-                i += 1;
-                while i < chars.len() && chars[i] != quote {
-                    match chars[i] {
-                        '\\' if i + 1 < chars.len() => {
-                            if chars[i + 1] == '\'' {
-                                out.push('\'');
-                            } else {
-                                out.push('\\');
-                                out.push(chars[i + 1]);
-                            }
-                            i += 2;
-                            continue;
-                        }
-                        '"' => out.push_str("\\\""),
-                        '\n' => out.push_str("\\n"),
-                        ch => out.push(ch),
-                    }
-                    i += 1;
-                }
-                out.push('"');
-                i += 1;
-            }
-            ',' => {
-                let mut j = i + 1;
-                while j < chars.len() && chars[j].is_whitespace() {
-                    j += 1;
-                }
-                if j < chars.len() && (chars[j] == '}' || chars[j] == ']') {
-                    i += 1;
-                    continue;
-                }
-                out.push(c);
-                i += 1;
-            }
-            c if c.is_alphabetic() || c == '_' => {
-                let start = i;
-                while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                    i += 1;
-                }
-                let word: String = chars[start..i].iter().collect();
-                let mut j = i;
-                while j < chars.len() && chars[j].is_whitespace() {
-                    j += 1;
-                }
-                let is_key = j < chars.len() && chars[j] == ':';
-                match word.as_str() {
-                    _ if is_key => {
-                        out.push('"');
-                        out.push_str(&word);
-                        out.push('"');
-                    }
-                    "True" => out.push_str("true"),
-                    "False" => out.push_str("false"),
-                    "None" => out.push_str("null"),
-                    _ => out.push_str(&word),
-                }
-            }
-            _ => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// Appends the closers an unfinished text lacks; `None` when a closer does
-/// not match its opener.
-fn complete_brackets(t: &str) -> Option<String> {
-    let mut stack = Vec::new();
-    let mut in_str = false;
-    let mut escaped = false;
-    for c in t.chars() {
-        if in_str {
-            match c {
-                _ if escaped => escaped = false,
-                '\\' => escaped = true,
-                '"' => in_str = false,
-                _ => {}
-            }
-            continue;
-        }
-        match c {
-            '"' => in_str = true,
-            '{' => stack.push('}'),
-            '[' => stack.push(']'),
-            '}' | ']' if stack.pop() != Some(c) => return None,
-            _ => {}
-        }
-    }
-    let mut out = t.to_owned();
-    if in_str {
-        out.push('"');
-    }
-    while let Some(c) = stack.pop() {
-        out.push(c);
-    }
-    Some(out)
+    branch_core::json_repair::parse_truncated(t)
 }
 
 /// Jaro-Winkler similarity of two strings (prefix scale 0.1, up to 4).

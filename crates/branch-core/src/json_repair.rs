@@ -1,8 +1,9 @@
-//! Lenient JSON parsing, as the reference's fuzzy extraction does it:
-//! strict JSON first, then a string-aware clean-up (single-quoted strings,
-//! trailing commas, bare keys), then closing brackets left open. Every
-//! step is one linear pass; nesting deeper than `serde_json`'s recursion
-//! limit (128) is an error, never a stack overflow.
+//! Lenient JSON parsing for text written by a model, shared by the verbs'
+//! parse-repair loop and the capability extraction: strict JSON first, then
+//! a string-aware clean-up (single-quoted strings, trailing commas, bare
+//! keys, Python's `True` / `False` / `None`), then closing brackets left
+//! open. Every step is one linear pass; nesting deeper than `serde_json`'s
+//! recursion limit (128) is an error, never a stack overflow.
 
 use serde_json::Value;
 
@@ -15,8 +16,19 @@ fn strict(s: &str) -> Option<Value> {
 }
 
 /// Parses `s` as an object or array, leniently; `None` when even the
-/// lenient forms fail.
+/// lenient forms fail. An unterminated string is a failure: a block that
+/// was cut inside a string is not trusted.
 pub fn parse_lenient(s: &str) -> Option<Value> {
+    parse(s, false)
+}
+
+/// [`parse_lenient`] for a reply that may have been cut off: a string left
+/// open at the end is closed too, before the brackets.
+pub fn parse_truncated(s: &str) -> Option<Value> {
+    parse(s, true)
+}
+
+fn parse(s: &str, close_strings: bool) -> Option<Value> {
     if let Some(v) = strict(s) {
         return Some(v);
     }
@@ -24,7 +36,7 @@ pub fn parse_lenient(s: &str) -> Option<Value> {
     if let Some(v) = strict(&cleaned) {
         return Some(v);
     }
-    complete_brackets(&cleaned).and_then(|c| strict(&c))
+    complete_brackets(&cleaned, close_strings).and_then(|c| strict(&c))
 }
 
 fn is_ident_start(c: char) -> bool {
@@ -36,8 +48,9 @@ fn is_ident(c: char) -> bool {
 }
 
 /// Single-quoted strings become double-quoted, a comma before `]` or `}`
-/// is dropped, and a bare identifier key (after `{` or `,`, before `:`)
-/// is quoted. Text inside strings is kept.
+/// is dropped, a bare identifier key (after `{` or `,`, before `:`) is
+/// quoted, and Python's `True` / `False` / `None` become JSON literals.
+/// Text inside strings is kept.
 fn clean(s: &str) -> String {
     let chars: Vec<char> = s.chars().collect();
     let mut out = String::with_capacity(s.len() + 8);
@@ -90,7 +103,7 @@ fn clean(s: &str) -> String {
                 }
                 i += 1;
             }
-            c if is_ident_start(c) && matches!(last_sig, Some('{') | Some(',')) => {
+            c if is_ident_start(c) => {
                 let start = i;
                 while i < chars.len() && is_ident(chars[i]) {
                     i += 1;
@@ -100,12 +113,17 @@ fn clean(s: &str) -> String {
                     j += 1;
                 }
                 let word: String = chars[start..i].iter().collect();
-                if chars.get(j) == Some(&':') {
-                    out.push('"');
-                    out.push_str(&word);
-                    out.push('"');
-                } else {
-                    out.push_str(&word);
+                let key_position = matches!(last_sig, Some('{') | Some(','));
+                match word.as_str() {
+                    _ if key_position && chars.get(j) == Some(&':') => {
+                        out.push('"');
+                        out.push_str(&word);
+                        out.push('"');
+                    }
+                    "True" => out.push_str("true"),
+                    "False" => out.push_str("false"),
+                    "None" => out.push_str("null"),
+                    _ => out.push_str(&word),
                 }
                 last_sig = Some('a');
             }
@@ -121,10 +139,11 @@ fn clean(s: &str) -> String {
     out
 }
 
-/// Appends the closers of brackets left open. A closer that does not match
-/// the innermost open bracket, a surplus closer, or an unterminated string
-/// is an error.
-fn complete_brackets(s: &str) -> Option<String> {
+/// Appends the closers of brackets left open (and of a string left open,
+/// when `close_strings`). A closer that does not match the innermost open
+/// bracket, a surplus closer, or otherwise an unterminated string is an
+/// error.
+fn complete_brackets(s: &str, close_strings: bool) -> Option<String> {
     let mut stack = Vec::new();
     let mut in_string = false;
     let mut escaped = false;
@@ -147,11 +166,14 @@ fn complete_brackets(s: &str) -> Option<String> {
             _ => {}
         }
     }
-    if in_string || stack.is_empty() {
+    if (in_string && !close_strings) || (stack.is_empty() && !in_string) {
         return None;
     }
-    let mut out = String::with_capacity(s.len() + stack.len());
+    let mut out = String::with_capacity(s.len() + stack.len() + 1);
     out.push_str(s);
+    if in_string {
+        out.push('"');
+    }
     out.extend(stack.into_iter().rev());
     Some(out)
 }
@@ -180,6 +202,22 @@ mod tests {
             parse_lenient("{a: {b: [1, 2"),
             Some(json!({"a": {"b": [1, 2]}}))
         );
+    }
+
+    #[test]
+    fn python_literals_and_cut_off_replies() {
+        assert_eq!(
+            parse_lenient("{'ok': True, 'v': None, 'w': False}"),
+            Some(json!({"ok": true, "v": null, "w": false}))
+        );
+        assert_eq!(parse_lenient(r#"{"answer": "Par"#), None);
+        assert_eq!(
+            parse_truncated(r#"{"answer": "Par"#),
+            Some(json!({"answer": "Par"}))
+        );
+        assert_eq!(parse_truncated("{'a': [1, 2"), Some(json!({"a": [1, 2]})));
+        // Words inside strings are text, not literals.
+        assert_eq!(parse_lenient("{'s': 'True'}"), Some(json!({"s": "True"})));
     }
 
     #[test]
