@@ -17,7 +17,7 @@ use crate::log::{DataLogger, DataLoggerConfig, Log};
 use crate::message::{Message, MessageManager, MessageOut};
 use crate::model::{ChatModel, ModelConfig};
 use crate::participant::{Participant, de_participant};
-use crate::pile::{MetaPlacement, Pile, PileOut};
+use crate::pile::{MetaPlacement, Pile, PileOut, Stored};
 use crate::progression::{Progression, de_opt_created_at};
 
 /// The `mode` of `to_dict`.
@@ -342,57 +342,31 @@ struct BranchWire {
 fn de_messages<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Option<Pile<Message>>, D::Error> {
-    // Untagged enums would hide the path of a fault inside a message, so the
-    // shape is chosen by peeking at the JSON type instead.
-    struct V;
-    impl<'de> serde::de::Visitor<'de> for V {
-        type Value = Option<Pile<Message>>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a message pile or a list of messages")
-        }
-        fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_none<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D2: serde::Deserializer<'de>>(
-            self,
-            d: D2,
-        ) -> std::result::Result<Self::Value, D2::Error> {
-            d.deserialize_any(self)
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(
-            self,
-            seq: A,
-        ) -> std::result::Result<Self::Value, A::Error> {
-            let list =
-                Vec::<Message>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
-            let mut pile = Pile::new(false);
-            for m in list {
-                pile.push(m);
-            }
-            Ok(Some(pile))
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(
-            self,
-            map: A,
-        ) -> std::result::Result<Self::Value, A::Error> {
-            Pile::<Message>::deserialize(serde::de::value::MapAccessDeserializer::new(map))
-                .map(Some)
-        }
-    }
-    d.deserialize_option(V)
+    de_pile(d, false)
 }
 
 fn de_logs<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> std::result::Result<Option<Pile<Log>>, D::Error> {
-    struct V;
-    impl<'de> serde::de::Visitor<'de> for V {
-        type Value = Option<Pile<Log>>;
+    de_pile(d, true)
+}
+
+/// A pile given as a pile object or as a bare list of items. Untagged enums
+/// would hide the path of a fault inside an item, so the shape is chosen by
+/// the JSON type instead.
+fn de_pile<'de, D, T>(d: D, strict_type: bool) -> std::result::Result<Option<Pile<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Stored + Deserialize<'de>,
+{
+    struct V<T> {
+        strict_type: bool,
+        item: std::marker::PhantomData<T>,
+    }
+    impl<'de, T: Stored + Deserialize<'de>> serde::de::Visitor<'de> for V<T> {
+        type Value = Option<Pile<T>>;
         fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a log pile or a list of logs")
+            f.write_str("a pile or a list of items")
         }
         fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<Self::Value, E> {
             Ok(None)
@@ -410,10 +384,10 @@ fn de_logs<'de, D: serde::Deserializer<'de>>(
             self,
             seq: A,
         ) -> std::result::Result<Self::Value, A::Error> {
-            let list = Vec::<Log>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
-            let mut pile = Pile::new(true);
-            for l in list {
-                pile.push(l);
+            let list = Vec::<T>::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))?;
+            let mut pile = Pile::new(self.strict_type);
+            for item in list {
+                pile.push(item);
             }
             Ok(Some(pile))
         }
@@ -421,10 +395,13 @@ fn de_logs<'de, D: serde::Deserializer<'de>>(
             self,
             map: A,
         ) -> std::result::Result<Self::Value, A::Error> {
-            Pile::<Log>::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
+            Pile::<T>::deserialize(serde::de::value::MapAccessDeserializer::new(map)).map(Some)
         }
     }
-    d.deserialize_option(V)
+    d.deserialize_option(V {
+        strict_type,
+        item: std::marker::PhantomData,
+    })
 }
 
 impl BranchWire {
