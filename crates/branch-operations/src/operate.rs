@@ -10,11 +10,12 @@ use branch_core::Branch;
 use branch_core::model::ChatModel;
 use branch_messages::ResponseFormat;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::act::{ActOptions, ActionResponseModel, Strategy, run_calls, tool_call_from_value};
 use crate::communicate::{CommunicateOptions, Middle, commit_turn, communicate_inner};
 use crate::error::{Committed, OperationError, Result};
+use crate::field_models::add_field_models;
 use crate::format::operative_schema;
 use crate::fuzzy::Unmatched;
 use crate::parse::{OnParseFailure, Parsed, decode, outcome};
@@ -57,6 +58,9 @@ pub struct OperateOptions {
     /// and the reply's `tool_calls` are run, instead of the prompt-embedded
     /// `Tools` section and `action_requests` JSON.
     pub native_tools: bool,
+    /// Extra fields of the requested structure (name → property schema);
+    /// any makes `operate` ask for and parse a structure.
+    pub field_models: Option<Map<String, Value>>,
     /// ReAct's caller context, shown once in later rounds.
     pub(crate) react_context: Option<Vec<Value>>,
 }
@@ -80,6 +84,7 @@ impl Default for OperateOptions {
             num_parse_retries: 3,
             repair_backoff: (std::time::Duration::from_secs(1), 1.85),
             native_tools: false,
+            field_models: None,
             react_context: None,
         }
     }
@@ -181,6 +186,14 @@ impl OperateOptions {
         self.include_token_usage_to_model = on;
         self
     }
+
+    /// Adds a field (a JSON schema) to the requested structure.
+    pub fn field_model(mut self, name: impl Into<String>, schema: Value) -> Self {
+        self.field_models
+            .get_or_insert_with(Map::new)
+            .insert(name.into(), schema);
+        self
+    }
 }
 
 /// What `operate` returns.
@@ -235,13 +248,15 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
     };
     let native = opts.native_tools && with_actions;
     let prompt_actions = with_actions && !native;
-    let wants_structure = opts.response_format.is_some() || prompt_actions || opts.reason;
+    let extra = opts.field_models.as_ref().filter(|m| !m.is_empty());
+    let wants_structure =
+        opts.response_format.is_some() || prompt_actions || opts.reason || extra.is_some();
     let rendered = wants_structure.then(|| {
-        ResponseFormat::Schema(operative_schema(
-            opts.response_format.as_ref(),
-            opts.reason,
-            prompt_actions,
-        ))
+        let schema = operative_schema(opts.response_format.as_ref(), opts.reason, prompt_actions);
+        ResponseFormat::Schema(match extra {
+            Some(m) => add_field_models(schema, m),
+            None => schema,
+        })
     });
     let unmatched = if opts.response_format.is_some() {
         Unmatched::Ignore

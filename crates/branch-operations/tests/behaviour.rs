@@ -676,3 +676,98 @@ async fn a_failed_react_round_reports_the_rounds_already_recorded() {
     );
     assert_eq!(b.messages().len(), 3);
 }
+
+/// Collects the messages of info-level events on this thread.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<String>>>);
+
+struct MessageOf<'a>(&'a mut String);
+
+impl tracing::field::Visit for MessageOf<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0.push_str(&format!("{value:?}"));
+        }
+    }
+}
+
+impl tracing::Subscriber for Captured {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        if *e.metadata().level() == tracing::Level::INFO {
+            let mut s = String::new();
+            e.record(&mut MessageOf(&mut s));
+            self.0.lock().unwrap().push(s);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test]
+async fn react_options_shape_rounds_and_return_every_analysis() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "planned", "extension_needed": false,
+            "intermediate_response_options": {"plan": [{"steps": ["a"]}]}, "mood": "calm"})),
+        MockReply::json(json!({"answer": "done"})),
+    ]);
+    let mut b = branch(&server);
+    let plan = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {"steps": {"items": {"type": "string"}, "type": "array"}},
+        "title": "Plan", "type": "object"}));
+    let captured = Captured::default();
+    let guard = tracing::subscriber::set_default(captured.clone());
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .include_token_usage_to_model(false)
+                .intermediate_response_option(plan)
+                .intermediate_listable(true)
+                .field_model("mood", json!({"type": "string"}))
+                .return_analysis(true)
+                .verbose(true, Some(40))
+                .display_as(branch_operations::DisplayAs::Yaml),
+        )
+        .await
+        .unwrap();
+    drop(guard);
+    assert_eq!(r.answer, json!("done"));
+    let analyses = r.analyses.expect("return_analysis asks for them");
+    assert_eq!(analyses.len(), 2);
+    assert_eq!(
+        analyses[0]["intermediate_response_options"]["plan"][0]["steps"],
+        json!(["a"])
+    );
+    assert_eq!(analyses[0]["mood"], "calm");
+    assert_eq!(analyses[1], json!({"answer": "done"}));
+    // The first round's request offers both fields; the answer round does not.
+    let bodies = server.bodies();
+    let first = bodies[0]["messages"].to_string();
+    assert!(first.contains("intermediate_response_options"), "{first}");
+    assert!(first.contains("mood"), "{first}");
+    let last = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(!last.contains("intermediate_response_options"), "{last}");
+    // Each round is logged as YAML, cut to 40 characters.
+    let logged = captured.0.lock().unwrap().clone();
+    let rounds: Vec<_> = logged
+        .iter()
+        .filter(|m| m.starts_with("ReAct round"))
+        .collect();
+    assert_eq!(rounds.len(), 2, "{logged:?}");
+    assert!(rounds[0].contains("analysis: planned"), "{}", rounds[0]);
+    assert!(rounds[0].ends_with('…'), "{}", rounds[0]);
+    assert!(rounds[1].contains("answer: done"), "{}", rounds[1]);
+}
