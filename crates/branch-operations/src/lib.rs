@@ -39,6 +39,7 @@ pub mod fuzzy;
 mod interpret;
 mod operate;
 mod parse;
+mod persist;
 mod react;
 mod run;
 mod signals;
@@ -63,6 +64,7 @@ pub use format::{analysis_schema, format_of, operative_schema, react_analysis_sc
 pub use interpret::InterpretOptions;
 pub use operate::{OperateOptions, Operated};
 pub use parse::{OnParseFailure, ParseOptions, Parsed, Unparsed};
+pub use persist::default_persist_dir;
 pub use react::{
     BetweenRounds, BetweenRoundsFn, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound,
 };

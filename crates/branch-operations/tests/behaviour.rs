@@ -771,3 +771,74 @@ async fn react_options_shape_rounds_and_return_every_analysis() {
     assert!(rounds[0].ends_with('…'), "{}", rounds[0]);
     assert!(rounds[1].contains("answer: done"), "{}", rounds[1]);
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn run_persists_snapshots_and_a_message_buffer() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-persist-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("fake-claude.sh");
+    std::fs::write(
+        &script,
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Working."},{"type":"tool_use","id":"tu1","name":"Read","input":{"path":"a"}}]}}'
+echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"tu1","content":"body"}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]}}'
+echo '{"type":"result","subtype":"success","result":"Done.","num_turns":1}'
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let id = b.id();
+    let persist = dir.join("runs");
+    let snaps = dir.join("snaps");
+    let buffer = persist.join(format!("{id}.buffer.jsonl"));
+    let snapshot = snaps.join(format!("{id}.json"));
+    let read_json = |p: &std::path::Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    {
+        let mut s = b.run(
+            RunOptions::new("go")
+                .cli_command(&script)
+                .stream_persist(true)
+                .persist_dir(&persist)
+                .snapshot_dir(&snaps),
+        );
+        let first = s.next().await.unwrap().unwrap();
+        // Before the stream: the snapshot holds the history as it was.
+        assert_eq!(
+            read_json(&snapshot)["messages"]["collections"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        let lines = std::fs::read_to_string(&buffer).unwrap();
+        assert_eq!(lines.lines().count(), 1);
+        let line: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+        assert_eq!(line["id"], first.id().to_string());
+        let second = s.next().await.unwrap().unwrap();
+        assert_eq!(second.as_assistant_text(), Some("Working."));
+        assert_eq!(std::fs::read_to_string(&buffer).unwrap().lines().count(), 2);
+        while let Some(m) = s.next().await {
+            m.unwrap();
+        }
+    }
+    // After: the snapshot holds the whole turn and the buffer is gone.
+    assert_eq!(
+        read_json(&snapshot)["messages"]["collections"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+    assert!(!buffer.exists());
+    assert!(!persist.join(format!("{id}.json")).exists());
+    assert_eq!(b.messages().len(), 6);
+    let _ = std::fs::remove_dir_all(&dir);
+}
