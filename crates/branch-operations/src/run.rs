@@ -70,6 +70,9 @@ pub struct RunOptions {
     pub persist_dir: Option<PathBuf>,
     /// The snapshot's directory (→ `persist_dir`).
     pub snapshot_dir: Option<PathBuf>,
+    /// A structure to ask for, rendered into the instruction (the reply
+    /// is not parsed here; `operate`'s run-and-collect middle parses it).
+    pub response_format: Option<branch_messages::ResponseFormat>,
 }
 
 turn_setters!(RunOptions);
@@ -212,7 +215,10 @@ impl RunState<'_> {
         }
         connect_models(self.branch)?;
         let model = self.branch.chat_model().clone();
-        let content = self.opts.turn.content(Vec::new(), None);
+        let content = self
+            .opts
+            .turn
+            .content(Vec::new(), self.opts.response_format.as_ref());
         let send_opts = SendOptions {
             progression: self.opts.turn.progression.as_deref(),
             ..SendOptions::default()

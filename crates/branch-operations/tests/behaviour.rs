@@ -842,3 +842,94 @@ echo '{"type":"result","subtype":"success","result":"Done.","num_turns":1}'
     assert_eq!(b.messages().len(), 6);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_custom_middle_answers_the_compiled_request() {
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let seen = Arc::new(std::sync::Mutex::new(String::new()));
+    let s = seen.clone();
+    let middle = branch_operations::OperateMiddle::custom(
+        move |_model: Arc<dyn branch_core::model::ChatModel>,
+              req: branch_core::model::ChatRequest| {
+            *s.lock().unwrap() = req.messages.last().unwrap().content.to_string();
+            async move {
+                Ok(branch_core::model::ChatResponse::from_raw(json!({
+                    "choices": [{"message": {"role": "assistant", "content": "{\"v\": 3}"}}]
+                })))
+            }
+        },
+    );
+    let fmt = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {"v": {"type": "integer"}}, "required": ["v"], "title": "V", "type": "object"}));
+    let r = b
+        .operate(
+            OperateOptions::new("give v")
+                .response_format(fmt)
+                .middle(middle),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.structured, Some(json!({"v": 3})));
+    assert_eq!(server.request_count(), 0);
+    assert!(seen.lock().unwrap().contains("give v"));
+    assert_eq!(b.messages().len(), 3);
+    assert_eq!(
+        b.messages().iter().last().unwrap().as_assistant_text(),
+        Some("{\"v\": 3}")
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn run_and_collect_joins_the_cli_replies_and_parses_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-collect-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompt = dir.join("prompt.txt");
+    let script = dir.join("fake-claude.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/bin/sh
+cat > '{}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"Checking."}},{{"type":"tool_use","id":"tu1","name":"Read","input":{{}}}}]}}}}'
+echo '{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"tu1","content":"ok"}}]}}}}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"{{\"v\": 5}}"}}]}}}}'
+echo '{{"type":"result","subtype":"success","num_turns":1}}'
+"#,
+            prompt.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = MockServer::start().await;
+    // Prose before the JSON defeats the local parse (as in the reference),
+    // so one repair call goes to the parse model.
+    server.push(MockReply::json(json!({"v": 5})));
+    let mut b = branch(&server);
+    let fmt = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {"v": {"type": "integer"}}, "required": ["v"], "title": "V", "type": "object"}));
+    let r = b
+        .operate(
+            OperateOptions::new("give v")
+                .response_format(fmt)
+                .repair_backoff(Duration::ZERO, 1.0)
+                .middle(branch_operations::OperateMiddle::RunAndCollect)
+                .run_options(RunOptions::default().cli_command(&script)),
+        )
+        .await;
+    let r = r.unwrap();
+    assert_eq!(r.text, "Checking.\n\n{\"v\": 5}");
+    assert_eq!(r.structured, Some(json!({"v": 5})));
+    assert_eq!(server.request_count(), 1);
+    let sent = std::fs::read_to_string(&prompt).unwrap();
+    assert!(
+        sent.contains("give v") && sent.contains("integer"),
+        "{sent}"
+    );
+    // run recorded the turn: System, Instruction, AssistantResponse,
+    // ActionRequest, ActionResponse, AssistantResponse.
+    assert_eq!(b.messages().len(), 6);
+    let _ = std::fs::remove_dir_all(&dir);
+}
