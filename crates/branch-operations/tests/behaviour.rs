@@ -933,3 +933,40 @@ echo '{{"type":"result","subtype":"success","num_turns":1}}'
     assert_eq!(b.messages().len(), 6);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn operate_on_a_cli_model_collects_a_run_by_default() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-auto-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("fake-claude.sh");
+    std::fs::write(
+        &script,
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"From the agent."}]}}'
+echo '{"type":"result","subtype":"success","num_turns":1}'
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cli = branch_core::model::ModelConfig::builder()
+        .provider("claude_code")
+        .model("sonnet")
+        .build()
+        .unwrap();
+    assert!(cli.is_cli());
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(Arc::new(cli) as Arc<dyn branch_core::model::ChatModel>)
+        .build()
+        .unwrap();
+    let r = b
+        .operate(OperateOptions::new("hi").run_options(RunOptions::default().cli_command(&script)))
+        .await
+        .unwrap();
+    assert_eq!(r.text, "From the agent.");
+    assert_eq!(b.messages().len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
