@@ -96,7 +96,7 @@ pub(crate) async fn chat_turn(
     };
     let instruction = instruction_message(branch, &opts.turn, content);
     let request = compile(branch, &model, &instruction, &opts.turn.fields, &send_opts).await?;
-    let raw = send(branch, &model, request).await?;
+    let raw = send(branch, &model, request, send_opts.caller).await?;
     let ChatResponse {
         text,
         tool_calls,

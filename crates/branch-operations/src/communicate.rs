@@ -197,6 +197,7 @@ pub(crate) struct Middle<'a> {
     pub repair_model: Option<Arc<dyn ChatModel>>,
     pub native_tools: Option<Value>,
     pub react_context: Option<&'a [Value]>,
+    pub caller: Option<&'a dyn crate::middle::CallModel>,
 }
 
 pub(crate) async fn communicate_inner(
@@ -227,6 +228,7 @@ pub(crate) async fn communicate_inner(
     let send_opts = SendOptions {
         react_context: middle.react_context,
         native_tools: middle.native_tools.is_some(),
+        caller: middle.caller,
         ..SendOptions::default()
     };
     let turn = chat_turn(branch, &chat, send_opts).await?;
@@ -305,6 +307,7 @@ pub(crate) async fn communicate(branch: &mut Branch, opts: CommunicateOptions) -
         repair_model: None,
         native_tools: None,
         react_context: None,
+        caller: None,
     };
     let c = tracing::Instrument::instrument(communicate_inner(branch, &opts, middle), span).await?;
     let committed = commit_turn(branch, c.clear_first, c.messages);

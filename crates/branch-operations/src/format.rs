@@ -136,14 +136,14 @@ pub fn operative_schema(base: Option<&ResponseFormat>, reason: bool, actions: bo
 
 /// A schema for a field map (`{"name": "type description"}`): every field
 /// accepts any value.
-fn fields_schema(m: &Map<String, Value>) -> Value {
+pub(crate) fn fields_schema(m: &Map<String, Value>) -> Value {
     let props: Map<String, Value> = m.keys().map(|k| (k.clone(), json!({}))).collect();
     json!({"properties": props, "title": "Fields", "type": "object"})
 }
 
 /// Keys sorted as pydantic's schema generator does (recursively), except
 /// the order of `properties` entries, which is the field order.
-fn sorted(v: Value) -> Value {
+pub(crate) fn sorted(v: Value) -> Value {
     sort_inner(v, false)
 }
 

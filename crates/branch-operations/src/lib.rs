@@ -31,12 +31,16 @@
 mod act;
 mod chat;
 mod communicate;
+mod display;
 mod error;
+mod field_models;
 mod format;
 pub mod fuzzy;
 mod interpret;
+mod middle;
 mod operate;
 mod parse;
+mod persist;
 mod react;
 mod run;
 mod signals;
@@ -54,11 +58,15 @@ pub use act::{ActOptions, ActionResponseModel, Strategy, tool_call_from_value};
 pub use branch_messages::ResponseFormat;
 pub use chat::ChatOptions;
 pub use communicate::{CommunicateOptions, Reply};
+pub use display::DisplayAs;
 pub use error::{Committed, OperationError, ParseFailure, Result};
+pub use field_models::INTERMEDIATE_FIELD;
 pub use format::{analysis_schema, format_of, operative_schema, react_analysis_schema, schema_of};
 pub use interpret::InterpretOptions;
+pub use middle::{CallModel, ModelCallFuture, OperateMiddle};
 pub use operate::{OperateOptions, Operated};
 pub use parse::{OnParseFailure, ParseOptions, Parsed, Unparsed};
+pub use persist::default_persist_dir;
 pub use react::{
     BetweenRounds, BetweenRoundsFn, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound,
 };

@@ -10,14 +10,20 @@ use branch_core::Branch;
 use branch_core::model::ChatModel;
 use branch_messages::ResponseFormat;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::act::{ActOptions, ActionResponseModel, Strategy, run_calls, tool_call_from_value};
-use crate::communicate::{CommunicateOptions, Middle, commit_turn, communicate_inner};
+use crate::communicate::{
+    CommunicateOptions, Communicated, Middle, commit_turn, communicate_inner,
+};
 use crate::error::{Committed, OperationError, Result};
+use crate::field_models::add_field_models;
 use crate::format::operative_schema;
 use crate::fuzzy::Unmatched;
+use crate::middle::OperateMiddle;
 use crate::parse::{OnParseFailure, Parsed, decode, outcome};
+use crate::parse::{ParseOptions, parse_with_repairs};
+use crate::run::RunOptions;
 use crate::turn::{TurnInput, turn_setters};
 
 /// Options of `operate` (defaults: branch.md §9.3).
@@ -57,6 +63,14 @@ pub struct OperateOptions {
     /// and the reply's `tool_calls` are run, instead of the prompt-embedded
     /// `Tools` section and `action_requests` JSON.
     pub native_tools: bool,
+    /// Extra fields of the requested structure (name → property schema);
+    /// any makes `operate` ask for and parse a structure.
+    pub field_models: Option<Map<String, Value>>,
+    /// What advances the branch by one assistant turn.
+    pub middle: OperateMiddle,
+    /// Options of the run-and-collect middle; its persistence options
+    /// (`stream_persist`, `persist_dir`, `snapshot_dir`) select it.
+    pub run: RunOptions,
     /// ReAct's caller context, shown once in later rounds.
     pub(crate) react_context: Option<Vec<Value>>,
 }
@@ -80,6 +94,9 @@ impl Default for OperateOptions {
             num_parse_retries: 3,
             repair_backoff: (std::time::Duration::from_secs(1), 1.85),
             native_tools: false,
+            field_models: None,
+            middle: OperateMiddle::default(),
+            run: RunOptions::default(),
             react_context: None,
         }
     }
@@ -181,6 +198,27 @@ impl OperateOptions {
         self.include_token_usage_to_model = on;
         self
     }
+
+    /// Uses this middle.
+    pub fn middle(mut self, m: OperateMiddle) -> Self {
+        self.middle = m;
+        self
+    }
+
+    /// Options of the run-and-collect middle (CLI command, timeouts,
+    /// persistence); any persistence option makes `operate` use it.
+    pub fn run_options(mut self, run: RunOptions) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// Adds a field (a JSON schema) to the requested structure.
+    pub fn field_model(mut self, name: impl Into<String>, schema: Value) -> Self {
+        self.field_models
+            .get_or_insert_with(Map::new)
+            .insert(name.into(), schema);
+        self
+    }
 }
 
 /// What `operate` returns.
@@ -235,13 +273,15 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
     };
     let native = opts.native_tools && with_actions;
     let prompt_actions = with_actions && !native;
-    let wants_structure = opts.response_format.is_some() || prompt_actions || opts.reason;
+    let extra = opts.field_models.as_ref().filter(|m| !m.is_empty());
+    let wants_structure =
+        opts.response_format.is_some() || prompt_actions || opts.reason || extra.is_some();
     let rendered = wants_structure.then(|| {
-        ResponseFormat::Schema(operative_schema(
-            opts.response_format.as_ref(),
-            opts.reason,
-            prompt_actions,
-        ))
+        let schema = operative_schema(opts.response_format.as_ref(), opts.reason, prompt_actions);
+        ResponseFormat::Schema(match extra {
+            Some(m) => add_field_models(schema, m),
+            None => schema,
+        })
     });
     let unmatched = if opts.response_format.is_some() {
         Unmatched::Ignore
@@ -263,6 +303,18 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
         include_token_usage_to_model: opts.include_token_usage_to_model,
         repair_backoff: opts.repair_backoff,
     };
+    let model_is_cli = opts
+        .chat_model
+        .as_ref()
+        .unwrap_or_else(|| branch.chat_model())
+        .is_cli();
+    let persisting = opts.run.stream_persist
+        || opts.run.persist_dir.is_some()
+        || opts.run.snapshot_dir.is_some();
+    if persisting || opts.middle.collects_run(model_is_cli) {
+        let c = run_and_collect(branch, &opts, rendered.clone(), unmatched).await?;
+        return finish(branch, opts, c, rendered, with_actions, native).await;
+    }
     let middle = Middle {
         tool_schemas: if native {
             Vec::new()
@@ -275,8 +327,73 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
         repair_model: opts.parse_model.clone(),
         native_tools: native.then(|| native_tool_list(&tool_schemas)),
         react_context: opts.react_context.as_deref(),
+        caller: opts.middle.caller(),
     };
     let c = communicate_inner(branch, &copts, middle).await?;
+    finish(branch, opts, c, rendered, with_actions, native).await
+}
+
+/// The run-and-collect middle: `run` records the turn itself; its
+/// AssistantResponse texts, joined by blank lines, are the reply.
+async fn run_and_collect(
+    branch: &mut Branch,
+    opts: &OperateOptions,
+    rendered: Option<ResponseFormat>,
+    unmatched: Unmatched,
+) -> Result<Communicated> {
+    use futures_util::StreamExt;
+    let mut run_opts = opts.run.clone();
+    run_opts.turn = opts.turn.clone();
+    run_opts.turn.no_default_detail = true;
+    run_opts.response_format = rendered.clone();
+    if let Some(m) = &opts.chat_model {
+        run_opts.chat_model = Some(m.clone());
+    }
+    let mut texts = Vec::new();
+    {
+        let stream = crate::run::run(branch, run_opts);
+        futures_util::pin_mut!(stream);
+        while let Some(m) = stream.next().await {
+            if let Some(t) = m?.as_assistant_text() {
+                texts.push(t.to_owned());
+            }
+        }
+    }
+    let text = texts.join("\n\n");
+    let parsed = match rendered {
+        Some(format) if !opts.skip_validation && !texts.is_empty() => {
+            let mut popts = ParseOptions::new(format)
+                .unmatched(unmatched)
+                .backoff(opts.repair_backoff.0, opts.repair_backoff.1);
+            popts.model = Some(match &opts.parse_model {
+                Some(m) => m.clone(),
+                None => branch.parse_model().clone(),
+            });
+            let retries = opts.num_parse_retries.min(5);
+            let repaired = parse_with_repairs(branch, &text, &popts, retries, &[], None).await?;
+            Some(repaired.result)
+        }
+        _ => None,
+    };
+    Ok(Communicated {
+        messages: Vec::new(),
+        text,
+        parsed,
+        fields: None,
+        tool_calls: Vec::new(),
+        clear_first: false,
+    })
+}
+
+/// Everything after the middle: the parse outcome, tool calls, writeback.
+async fn finish(
+    branch: &mut Branch,
+    opts: OperateOptions,
+    c: Communicated,
+    rendered: Option<ResponseFormat>,
+    with_actions: bool,
+    native: bool,
+) -> Result<Operated> {
     let mut messages = c.messages;
     let text = c.text;
 

@@ -8,10 +8,12 @@ use branch_core::message::ImageDetail;
 use branch_core::model::ChatModel;
 use branch_messages::ResponseFormat;
 use futures_core::Stream;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::act::ActOptions;
+use crate::display::{DisplayAs, render};
 use crate::error::{Committed, OperationError, Result};
+use crate::field_models::{INTERMEDIATE_FIELD, intermediate_field};
 use crate::format::{analysis_schema, react_analysis_schema};
 use crate::interpret::{InterpretOptions, interpret};
 use crate::operate::{OperateOptions, operate};
@@ -88,6 +90,21 @@ pub struct ReActOptions {
     pub repair_backoff: (std::time::Duration, f64),
     /// Run before each extension round; its text replaces the prompt.
     pub between_rounds: Option<BetweenRounds>,
+    /// Also return every round's result ([`ReActOutcome::analyses`]).
+    pub return_analysis: bool,
+    /// Deliverables the model may hand over in any round: each becomes an
+    /// optional field of the round's `intermediate_response_options`.
+    pub intermediate_response_options: Vec<ResponseFormat>,
+    /// Ask for a list of each intermediate deliverable.
+    pub intermediate_listable: bool,
+    /// Extra fields of every round's analysis (name → property schema).
+    pub field_models: Option<Map<String, Value>>,
+    /// Log each round's result through `tracing` at info level.
+    pub verbose: bool,
+    /// Cut each logged result to this many characters.
+    pub verbose_length: Option<usize>,
+    /// How a logged result is rendered.
+    pub display_as: DisplayAs,
 }
 
 impl Default for ReActOptions {
@@ -108,6 +125,13 @@ impl Default for ReActOptions {
             native_tools: false,
             repair_backoff: (std::time::Duration::from_secs(1), 1.85),
             between_rounds: None,
+            return_analysis: false,
+            intermediate_response_options: Vec::new(),
+            intermediate_listable: false,
+            field_models: None,
+            verbose: false,
+            verbose_length: None,
+            display_as: DisplayAs::Yaml,
         }
     }
 }
@@ -201,6 +225,45 @@ impl ReActOptions {
         self.repair_backoff = (first, factor);
         self
     }
+
+    /// Also returns every round's result.
+    pub fn return_analysis(mut self, on: bool) -> Self {
+        self.return_analysis = on;
+        self
+    }
+
+    /// Offers this intermediate deliverable in every round.
+    pub fn intermediate_response_option(mut self, f: ResponseFormat) -> Self {
+        self.intermediate_response_options.push(f);
+        self
+    }
+
+    /// Asks for lists of intermediate deliverables.
+    pub fn intermediate_listable(mut self, on: bool) -> Self {
+        self.intermediate_listable = on;
+        self
+    }
+
+    /// Adds a field (a JSON schema) to every round's analysis.
+    pub fn field_model(mut self, name: impl Into<String>, schema: Value) -> Self {
+        self.field_models
+            .get_or_insert_with(Map::new)
+            .insert(name.into(), schema);
+        self
+    }
+
+    /// Logs each round's result, cut to `length` characters when given.
+    pub fn verbose(mut self, on: bool, length: Option<usize>) -> Self {
+        self.verbose = on;
+        self.verbose_length = length;
+        self
+    }
+
+    /// Sets how logged results are rendered.
+    pub fn display_as(mut self, how: DisplayAs) -> Self {
+        self.display_as = how;
+        self
+    }
 }
 
 /// One result yielded by `ReActStream`.
@@ -216,6 +279,16 @@ pub struct ReActRound {
     pub text: String,
 }
 
+impl ReActRound {
+    /// The result as JSON: the parsed structure, else the reply text.
+    pub fn result_value(&self) -> Value {
+        match &self.result {
+            Parsed::Value(v) => v.clone(),
+            _ => Value::String(self.text.clone()),
+        }
+    }
+}
+
 /// What `ReAct` returns.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReActOutcome {
@@ -224,6 +297,9 @@ pub struct ReActOutcome {
     pub answer: Value,
     /// Every yielded result, the final one last.
     pub rounds: Vec<ReActRound>,
+    /// With `return_analysis`: every round's result as JSON (the parsed
+    /// structure, or the reply text when parsing failed), the final last.
+    pub analyses: Option<Vec<Value>>,
 }
 
 struct State<'b> {
@@ -248,6 +324,33 @@ fn effort_prefix(e: Option<&str>) -> Option<&'static str> {
 }
 
 impl State<'_> {
+    fn round_fields(&self) -> Option<Map<String, Value>> {
+        let o = &self.opts;
+        let mut m = o.field_models.clone().unwrap_or_default();
+        if !o.intermediate_response_options.is_empty() {
+            m.insert(
+                INTERMEDIATE_FIELD.into(),
+                intermediate_field(&o.intermediate_response_options, o.intermediate_listable),
+            );
+        }
+        (!m.is_empty()).then_some(m)
+    }
+
+    fn show(&self, r: &ReActRound) {
+        if self.opts.verbose {
+            let shown = render(
+                &r.result_value(),
+                self.opts.display_as,
+                self.opts.verbose_length,
+            );
+            tracing::info!(
+                round = r.round,
+                is_final = r.is_final,
+                "ReAct round:\n{shown}"
+            );
+        }
+    }
+
     fn round_options(&self, instruction: String, first: bool) -> OperateOptions {
         let o = &self.opts;
         let mut turn = o.turn.clone();
@@ -281,6 +384,7 @@ impl State<'_> {
             native_tools: o.native_tools,
             repair_backoff: o.repair_backoff,
             react_context: (!first && !o.turn.context.is_empty()).then(|| o.turn.context.clone()),
+            field_models: self.round_fields(),
             ..OperateOptions::default()
         }
     }
@@ -294,6 +398,7 @@ impl State<'_> {
         let added = self.branch.messages().len().saturating_sub(before);
         match result {
             Ok(r) => {
+                self.show(&r);
                 self.committed.messages += added;
                 self.committed.turns += 1;
                 Ok(Some(r))
@@ -470,6 +575,7 @@ pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReA
     use futures_util::StreamExt;
     let span = tracing::info_span!("ReAct", branch = %branch.id());
     let default_format = opts.response_format.is_none();
+    let return_analysis = opts.return_analysis;
     let fut = async {
         let mut rounds = Vec::new();
         let stream = react_stream(branch, opts);
@@ -486,5 +592,10 @@ pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReA
         Some(Parsed::Value(v)) => v.clone(),
         _ => Value::String(last.map(|r| r.text.clone()).unwrap_or_default()),
     };
-    Ok(ReActOutcome { answer, rounds })
+    let analyses = return_analysis.then(|| rounds.iter().map(ReActRound::result_value).collect());
+    Ok(ReActOutcome {
+        answer,
+        rounds,
+        analyses,
+    })
 }

@@ -26,6 +26,7 @@ use uuid::Uuid;
 
 use crate::act::{ActOptions, run_calls};
 use crate::error::{Committed, OperationError, Result};
+use crate::persist::Persist;
 use crate::turn::{
     SendOptions, TurnInput, commit, compile, connect_models, instruction_message, turn_setters,
     user_of,
@@ -61,6 +62,17 @@ pub struct RunOptions {
     /// Longest wait for the next chunk or line (none by default; the
     /// reference's CLI idle window is 600 s).
     pub idle_timeout: Option<Duration>,
+    /// Persist the run: a branch snapshot before and after the stream, and
+    /// each streamed message appended to a JSONL buffer meanwhile.
+    pub stream_persist: bool,
+    /// The buffer's (and by default the snapshot's) directory
+    /// (→ `$LIONAGI_HOME/logs/runs`, `~/.lionagi/logs/runs`).
+    pub persist_dir: Option<PathBuf>,
+    /// The snapshot's directory (→ `persist_dir`).
+    pub snapshot_dir: Option<PathBuf>,
+    /// A structure to ask for, rendered into the instruction (the reply
+    /// is not parsed here; `operate`'s run-and-collect middle parses it).
+    pub response_format: Option<branch_messages::ResponseFormat>,
 }
 
 turn_setters!(RunOptions);
@@ -92,6 +104,24 @@ impl RunOptions {
     /// Sets the longest wait between chunks.
     pub fn idle_timeout(mut self, d: Duration) -> Self {
         self.idle_timeout = Some(d);
+        self
+    }
+
+    /// Persists the run (snapshots and a message buffer).
+    pub fn stream_persist(mut self, on: bool) -> Self {
+        self.stream_persist = on;
+        self
+    }
+
+    /// Sets the buffer's (and by default the snapshot's) directory.
+    pub fn persist_dir(mut self, d: impl Into<PathBuf>) -> Self {
+        self.persist_dir = Some(d.into());
+        self
+    }
+
+    /// Sets the snapshot's directory.
+    pub fn snapshot_dir(mut self, d: impl Into<PathBuf>) -> Self {
+        self.snapshot_dir = Some(d.into());
         self
     }
 
@@ -137,6 +167,7 @@ struct RunState<'b> {
     deadline: Option<tokio::time::Instant>,
     obs: Option<crate::signals::RunObs>,
     span: tracing::Span,
+    persist: Option<Persist>,
 }
 
 /// Waits for `fut` within the idle window and the overall deadline.
@@ -184,7 +215,10 @@ impl RunState<'_> {
         }
         connect_models(self.branch)?;
         let model = self.branch.chat_model().clone();
-        let content = self.opts.turn.content(Vec::new(), None);
+        let content = self
+            .opts
+            .turn
+            .content(Vec::new(), self.opts.response_format.as_ref());
         let send_opts = SendOptions {
             progression: self.opts.turn.progression.as_deref(),
             ..SendOptions::default()
@@ -595,6 +629,57 @@ impl RunState<'_> {
         }
     }
 
+    /// With `stream_persist`: the snapshot before the stream. Failing here
+    /// stops the run before anything is sent.
+    async fn open_persist(&mut self) -> Result<()> {
+        if !self.opts.stream_persist {
+            return Ok(());
+        }
+        let p = Persist::new(
+            self.branch.id(),
+            self.opts.persist_dir.as_deref(),
+            self.opts.snapshot_dir.as_deref(),
+        );
+        p.snapshot(self.snapshot_dict()?).await?;
+        self.persist = Some(p);
+        Ok(())
+    }
+
+    fn snapshot_dict(&self) -> Result<Value> {
+        self.branch
+            .to_dict(&Default::default())
+            .map_err(|e| OperationError::Run {
+                message: format!("cannot snapshot the branch: {e}"),
+                committed: Committed::default(),
+            })
+    }
+
+    /// Appends a yielded message to the buffer. The turn goes on when this
+    /// fails: the stream is the primary record, the buffer a spare.
+    fn buffer(&self, m: &Message) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let p = self.persist.clone();
+        let line = m
+            .to_value()
+            .or_else(|_| serde_json::to_value(m))
+            .unwrap_or(Value::Null);
+        async move { buffer_line(p, line).await }
+    }
+    /// The snapshot after a completed turn; the buffer is then redundant.
+    async fn close_persist(&mut self) {
+        let Some(p) = self.persist.take() else { return };
+        let done = match self.snapshot_dict() {
+            Ok(d) => p.snapshot(d).await,
+            Err(e) => Err(e),
+        };
+        let done = match done {
+            Ok(()) => p.clear_buffer().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = done {
+            tracing::warn!(error = %e, "run persistence not completed");
+        }
+    }
+
     /// Reports a failure to the observer and passes it on.
     fn failed(&mut self, e: OperationError) -> OperationError {
         match self.obs.take() {
@@ -607,6 +692,13 @@ impl RunState<'_> {
             },
             None => e,
         }
+    }
+}
+
+async fn buffer_line(p: Option<Persist>, line: Value) {
+    let Some(p) = p else { return };
+    if let Err(e) = p.append(line).await {
+        tracing::warn!(error = %e, "run buffer not written");
     }
 }
 
@@ -626,11 +718,19 @@ pub(crate) fn run(
         source: None,
         done: false,
         deadline: None,
+        persist: None,
     };
     futures_util::stream::unfold((state, false), |(mut st, started)| async move {
         if !started {
+            if let Err(e) = st.open_persist().await {
+                st.done = true;
+                let e = st.failed(e);
+                return Some((Err(e), (st, true)));
+            }
             let span = st.span.clone();
             if let Err(e) = tracing::Instrument::instrument(st.start(), span).await {
+                // The buffer (if any) stays for inspection.
+                st.persist = None;
                 st.done = true;
                 let e = st.failed(e);
                 return Some((Err(e), (st, true)));
@@ -638,14 +738,17 @@ pub(crate) fn run(
         }
         loop {
             if let Some(m) = st.queue.pop_front() {
+                st.buffer(&m).await;
                 return Some((Ok(m), (st, true)));
             }
             if st.done {
+                st.close_persist().await;
                 return None;
             }
             let span = st.span.clone();
             if let Err(e) = tracing::Instrument::instrument(st.pump(), span).await {
                 st.done = true;
+                st.persist = None;
                 st.queue.clear();
                 let e = st.failed(e);
                 return Some((Err(e), (st, true)));

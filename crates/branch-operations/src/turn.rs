@@ -207,6 +207,8 @@ pub(crate) struct SendOptions<'a> {
     /// Native function calling: recorded calls go out as `tool_calls` and
     /// `tool` messages (every call answered, see `ToolMode::Native`).
     pub native_tools: bool,
+    /// A custom middle answering the request instead of the model.
+    pub caller: Option<&'a dyn crate::middle::CallModel>,
 }
 
 /// Compiles the request for the turn's `instruction` (not yet in the
@@ -337,12 +339,19 @@ pub(crate) async fn send(
     branch: &mut Branch,
     model: &Arc<dyn ChatModel>,
     request: ChatRequest,
+    caller: Option<&dyn crate::middle::CallModel>,
 ) -> Result<ChatResponse> {
     let payload = model.request_payload(&request, false);
     let started_at = branch_core::model::now_timestamp();
     let t0 = Instant::now();
     let span = tracing::debug_span!("api_call", model = ?model.config().model_name());
-    let result = tracing::Instrument::instrument(model.chat(request), span).await;
+    let call = async {
+        match caller {
+            Some(c) => c.call(model.clone(), request).await,
+            None => model.chat(request).await,
+        }
+    };
+    let result = tracing::Instrument::instrument(call, span).await;
     let duration = t0.elapsed().as_secs_f64();
     let mut metadata = Map::new();
     if let Ok(r) = &result {

@@ -677,3 +677,297 @@ async fn a_failed_react_round_reports_the_rounds_already_recorded() {
     );
     assert_eq!(b.messages().len(), 3);
 }
+
+/// Collects the messages of info-level events on this thread.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<String>>>);
+
+struct MessageOf<'a>(&'a mut String);
+
+impl tracing::field::Visit for MessageOf<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0.push_str(&format!("{value:?}"));
+        }
+    }
+}
+
+impl tracing::Subscriber for Captured {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, e: &tracing::Event<'_>) {
+        if *e.metadata().level() == tracing::Level::INFO {
+            let mut s = String::new();
+            e.record(&mut MessageOf(&mut s));
+            self.0.lock().unwrap().push(s);
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+#[tokio::test]
+async fn react_options_shape_rounds_and_return_every_analysis() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "planned", "extension_needed": false,
+            "intermediate_response_options": {"plan": [{"steps": ["a"]}]}, "mood": "calm"})),
+        MockReply::json(json!({"answer": "done"})),
+    ]);
+    let mut b = branch(&server);
+    let plan = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {"steps": {"items": {"type": "string"}, "type": "array"}},
+        "title": "Plan", "type": "object"}));
+    let captured = Captured::default();
+    let guard = tracing::subscriber::set_default(captured.clone());
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .include_token_usage_to_model(false)
+                .intermediate_response_option(plan)
+                .intermediate_listable(true)
+                .field_model("mood", json!({"type": "string"}))
+                .return_analysis(true)
+                .verbose(true, Some(40))
+                .display_as(branch_operations::DisplayAs::Yaml),
+        )
+        .await
+        .unwrap();
+    drop(guard);
+    assert_eq!(r.answer, json!("done"));
+    let analyses = r.analyses.expect("return_analysis asks for them");
+    assert_eq!(analyses.len(), 2);
+    assert_eq!(
+        analyses[0]["intermediate_response_options"]["plan"][0]["steps"],
+        json!(["a"])
+    );
+    assert_eq!(analyses[0]["mood"], "calm");
+    assert_eq!(analyses[1], json!({"answer": "done"}));
+    // The first round's request offers both fields; the answer round does not.
+    let bodies = server.bodies();
+    let first = bodies[0]["messages"].to_string();
+    assert!(first.contains("intermediate_response_options"), "{first}");
+    assert!(first.contains("mood"), "{first}");
+    let last = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .to_string();
+    assert!(!last.contains("intermediate_response_options"), "{last}");
+    // Each round is logged as YAML, cut to 40 characters.
+    let logged = captured.0.lock().unwrap().clone();
+    let rounds: Vec<_> = logged
+        .iter()
+        .filter(|m| m.starts_with("ReAct round"))
+        .collect();
+    assert_eq!(rounds.len(), 2, "{logged:?}");
+    assert!(rounds[0].contains("analysis: planned"), "{}", rounds[0]);
+    assert!(rounds[0].ends_with('…'), "{}", rounds[0]);
+    assert!(rounds[1].contains("answer: done"), "{}", rounds[1]);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn run_persists_snapshots_and_a_message_buffer() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-persist-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("fake-claude.sh");
+    std::fs::write(
+        &script,
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Working."},{"type":"tool_use","id":"tu1","name":"Read","input":{"path":"a"}}]}}'
+echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"tu1","content":"body"}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]}}'
+echo '{"type":"result","subtype":"success","result":"Done.","num_turns":1}'
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let id = b.id();
+    let persist = dir.join("runs");
+    let snaps = dir.join("snaps");
+    let buffer = persist.join(format!("{id}.buffer.jsonl"));
+    let snapshot = snaps.join(format!("{id}.json"));
+    let read_json = |p: &std::path::Path| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap()
+    };
+    {
+        let mut s = b.run(
+            RunOptions::new("go")
+                .cli_command(&script)
+                .stream_persist(true)
+                .persist_dir(&persist)
+                .snapshot_dir(&snaps),
+        );
+        let first = s.next().await.unwrap().unwrap();
+        // Before the stream: the snapshot holds the history as it was.
+        assert_eq!(
+            read_json(&snapshot)["messages"]["collections"]
+                .as_array()
+                .unwrap()
+                .len(),
+            1
+        );
+        let lines = std::fs::read_to_string(&buffer).unwrap();
+        assert_eq!(lines.lines().count(), 1);
+        let line: Value = serde_json::from_str(lines.lines().next().unwrap()).unwrap();
+        assert_eq!(line["id"], first.id().to_string());
+        let second = s.next().await.unwrap().unwrap();
+        assert_eq!(second.as_assistant_text(), Some("Working."));
+        assert_eq!(std::fs::read_to_string(&buffer).unwrap().lines().count(), 2);
+        while let Some(m) = s.next().await {
+            m.unwrap();
+        }
+    }
+    // After: the snapshot holds the whole turn and the buffer is gone.
+    assert_eq!(
+        read_json(&snapshot)["messages"]["collections"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+    assert!(!buffer.exists());
+    assert!(!persist.join(format!("{id}.json")).exists());
+    assert_eq!(b.messages().len(), 6);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn a_custom_middle_answers_the_compiled_request() {
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let seen = Arc::new(std::sync::Mutex::new(String::new()));
+    let s = seen.clone();
+    let middle = branch_operations::OperateMiddle::custom(
+        move |_model: Arc<dyn branch_core::model::ChatModel>,
+              req: branch_core::model::ChatRequest| {
+            *s.lock().unwrap() = req.messages.last().unwrap().content.to_string();
+            async move {
+                Ok(branch_core::model::ChatResponse::from_raw(json!({
+                    "choices": [{"message": {"role": "assistant", "content": "{\"v\": 3}"}}]
+                })))
+            }
+        },
+    );
+    let fmt = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {"v": {"type": "integer"}}, "required": ["v"], "title": "V", "type": "object"}));
+    let r = b
+        .operate(
+            OperateOptions::new("give v")
+                .response_format(fmt)
+                .middle(middle),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.structured, Some(json!({"v": 3})));
+    assert_eq!(server.request_count(), 0);
+    assert!(seen.lock().unwrap().contains("give v"));
+    assert_eq!(b.messages().len(), 3);
+    assert_eq!(
+        b.messages().iter().last().unwrap().as_assistant_text(),
+        Some("{\"v\": 3}")
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn run_and_collect_joins_the_cli_replies_and_parses_them() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-collect-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let prompt = dir.join("prompt.txt");
+    let script = dir.join("fake-claude.sh");
+    std::fs::write(
+        &script,
+        format!(
+            r#"#!/bin/sh
+cat > '{}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"Checking."}},{{"type":"tool_use","id":"tu1","name":"Read","input":{{}}}}]}}}}'
+echo '{{"type":"user","message":{{"content":[{{"type":"tool_result","tool_use_id":"tu1","content":"ok"}}]}}}}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"{{\"v\": 5}}"}}]}}}}'
+echo '{{"type":"result","subtype":"success","num_turns":1}}'
+"#,
+            prompt.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = MockServer::start().await;
+    // Prose before the JSON defeats the local parse (as in the reference),
+    // so one repair call goes to the parse model.
+    server.push(MockReply::json(json!({"v": 5})));
+    let mut b = branch(&server);
+    let fmt = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {"v": {"type": "integer"}}, "required": ["v"], "title": "V", "type": "object"}));
+    let r = b
+        .operate(
+            OperateOptions::new("give v")
+                .response_format(fmt)
+                .repair_backoff(Duration::ZERO, 1.0)
+                .middle(branch_operations::OperateMiddle::RunAndCollect)
+                .run_options(RunOptions::default().cli_command(&script)),
+        )
+        .await;
+    let r = r.unwrap();
+    assert_eq!(r.text, "Checking.\n\n{\"v\": 5}");
+    assert_eq!(r.structured, Some(json!({"v": 5})));
+    assert_eq!(server.request_count(), 1);
+    let sent = std::fs::read_to_string(&prompt).unwrap();
+    assert!(
+        sent.contains("give v") && sent.contains("integer"),
+        "{sent}"
+    );
+    // run recorded the turn: System, Instruction, AssistantResponse,
+    // ActionRequest, ActionResponse, AssistantResponse.
+    assert_eq!(b.messages().len(), 6);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn operate_on_a_cli_model_collects_a_run_by_default() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-auto-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("fake-claude.sh");
+    std::fs::write(
+        &script,
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"From the agent."}]}}'
+echo '{"type":"result","subtype":"success","num_turns":1}'
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let cli = branch_core::model::ModelConfig::builder()
+        .provider("claude_code")
+        .model("sonnet")
+        .build()
+        .unwrap();
+    assert!(cli.is_cli());
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(Arc::new(cli) as Arc<dyn branch_core::model::ChatModel>)
+        .build()
+        .unwrap();
+    let r = b
+        .operate(OperateOptions::new("hi").run_options(RunOptions::default().cli_command(&script)))
+        .await
+        .unwrap();
+    assert_eq!(r.text, "From the agent.");
+    assert_eq!(b.messages().len(), 3);
+    let _ = std::fs::remove_dir_all(&dir);
+}
