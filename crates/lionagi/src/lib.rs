@@ -17,6 +17,29 @@
 //! # Ok::<(), lionagi::core::BranchError>(())
 //! ```
 
+//! A turn with a model (this is the README's example, compiled here so it
+//! stays true):
+//!
+//! ```no_run
+//! use lionagi::prelude::*;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut branch = Branch::builder()
+//!     .system("You are terse.")
+//!     .user("alice")
+//!     .chat_model("openai/gpt-4.1-mini")
+//!     .build()?;
+//! let reply = branch
+//!     .communicate(CommunicateOptions::new("What is the capital of France?"))
+//!     .await?;
+//! println!("{reply:?}");
+//! let saved = branch.to_dict(&ToDictOptions::default())?;
+//! let restored = Branch::from_dict(&saved)?;
+//! let copy = branch.clone_branch();
+//! # let _ = (restored, copy);
+//! # Ok(()) }
+//! ```
+
 pub mod cli;
 
 pub use branch_actions as actions;
