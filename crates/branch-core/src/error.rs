@@ -38,15 +38,9 @@ pub enum BranchError {
     /// An operation name is registered already and `update` was not requested.
     #[error("operation `{0}` is already registered")]
     DuplicateOperation(String),
-    /// `add_message` was given more than one message kind.
-    #[error("only one message type can be added at a time")]
-    AmbiguousMessage,
     /// An action response was requested without the request it answers.
     #[error("an action response needs the action request it answers")]
     MissingActionRequest,
-    /// `clone_with_sender` was given something that is not an id.
-    #[error("cannot clone branch: `{0}` is not a valid sender id")]
-    InvalidSender(String),
     /// A log configuration field is out of range.
     #[error("invalid log configuration: field `{field}` {reason}")]
     InvalidLogConfig {
@@ -55,9 +49,6 @@ pub enum BranchError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A message id was referenced that is not in the branch.
-    #[error("message `{0}` is not in this branch")]
-    UnknownMessage(uuid::Uuid),
     /// Writing logs to disk failed.
     #[error("cannot write logs to `{path}`: {source}")]
     LogIo {

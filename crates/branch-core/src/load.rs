@@ -74,7 +74,17 @@ pub(crate) fn to_value<T: Serialize + ?Sized>(t: &T, what: &str) -> Result<Value
 
 /// Serializes into JSON bytes (no intermediate value).
 pub(crate) fn to_vec<T: Serialize + ?Sized>(t: &T, what: &str) -> Result<Vec<u8>> {
-    serde_json::to_vec(t).or_else(|_| to_value(t, what).map(|_| Vec::new()))
+    match serde_json::to_vec(t) {
+        Ok(bytes) => Ok(bytes),
+        // Re-run through the value serializer only to learn the path.
+        Err(first) => match to_value(t, what) {
+            Err(e) => Err(e),
+            Ok(_) => Err(BranchError::Serialize {
+                path: what.into(),
+                reason: first.to_string(),
+            }),
+        },
+    }
 }
 
 fn suffix(p: &serde_path_to_error::Path) -> String {
