@@ -146,10 +146,18 @@ fn readme_opens_with_the_two_commands() {
         .skip(1)
         .take(2)
         .collect();
-    assert!(
-        block[0].starts_with("cargo run --release -p lionagi --"),
-        "{block:?}"
-    );
+    assert!(block[0].starts_with("cargo xtask demo"), "{block:?}");
+    // The demo task builds the embedded model's example in release mode.
+    let xtask = std::fs::read_to_string(root().join("xtask/src/main.rs")).unwrap();
+    for needle in [
+        "Some(\"demo\")",
+        "\"--release\"",
+        "\"embedded\"",
+        "\"demo\", \"--\"",
+    ] {
+        assert!(xtask.contains(needle), "xtask demo lacks {needle}");
+    }
+    assert!(root().join("crates/lionagi/examples/demo.rs").is_file());
     assert!(block[1].starts_with("cargo test --workspace"), "{block:?}");
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     assert!(

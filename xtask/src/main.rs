@@ -6,6 +6,9 @@
 //!   `extensions`, `store`, `local`).
 //! - `cargo xtask fetch-model`: puts the default embedded model into the
 //!   model cache and prints its path.
+//! - `cargo xtask demo [STORE.db]`: the README's first command. Fetches the
+//!   embedded model when absent, builds in release mode and runs a short
+//!   conversation with it (`crates/lionagi/examples/demo.rs`).
 
 use std::process::{Command, ExitCode};
 
@@ -27,8 +30,10 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("bench") => bench(&args[1..]),
         Some("fetch-model") => fetch_model::fetch_model(),
+        Some("demo") => demo(&args[1..]),
         _ => Err(format!(
-            "usage: cargo xtask ci | cargo xtask fetch-model | cargo xtask bench <{}> [args]",
+            "usage: cargo xtask ci | cargo xtask demo [STORE.db] | cargo xtask fetch-model | \
+             cargo xtask bench <{}> [args]",
             BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join("|")
         )),
     };
@@ -68,6 +73,14 @@ fn ci() -> Result<(), String> {
         "warnings",
     ]))?;
     run(cargo().args(["test", "--workspace", "--no-fail-fast"]))
+}
+
+fn demo(args: &[String]) -> Result<(), String> {
+    fetch_model::fetch_model()?;
+    run(cargo()
+        .args(["run", "--release", "--quiet", "--package", "lionagi"])
+        .args(["--features", "embedded", "--example", "demo", "--"])
+        .args(args))
 }
 
 fn bench(args: &[String]) -> Result<(), String> {

@@ -25,6 +25,7 @@ pub mod guard;
 #[cfg(test)]
 mod http_tests;
 mod imodel;
+pub mod json_grammar;
 pub mod limiter;
 #[cfg(feature = "embedded")]
 pub mod local;

@@ -143,6 +143,76 @@ async fn greedy_answer_names_paris_and_stops_at_im_end() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn response_format_makes_the_reply_follow_the_schema() {
+    let Some(model) = model() else { return };
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "country": {"type": "string"},
+            "capital": {"type": "string"},
+            "population_millions": {"type": "integer"},
+            "coastal": {"type": "boolean"}
+        },
+        "required": ["country", "capital"]
+    });
+    let request = |format: Value, temperature: f64| {
+        ChatRequest::new(vec![
+            ChatMessage::system("You are a helpful assistant."),
+            ChatMessage::user("Describe France's capital as JSON."),
+        ])
+        .with_field("temperature", temperature)
+        .with_field("seed", 3)
+        .with_field("max_tokens", 80)
+        .with_field("response_format", format)
+    };
+    let format =
+        json!({"type": "json_schema", "json_schema": {"name": "Capital", "schema": schema}});
+    for temperature in [0.0, 0.9] {
+        let reply = model
+            .chat(request(format.clone(), temperature))
+            .await
+            .unwrap();
+        let v: Value = serde_json::from_str(&reply.text)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?}", reply.text));
+        let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            ["country", "capital", "population_millions", "coastal"]
+        );
+        assert!(v["country"].is_string() && v["capital"].is_string());
+        assert!(v["population_millions"].is_i64() && v["coastal"].is_boolean());
+        assert_eq!(
+            reply.finish_reason.as_deref(),
+            Some("stop"),
+            "{:?}",
+            reply.text
+        );
+    }
+    // Free-form: any object, within the token budget.
+    let any = model
+        .chat(request(json!({"type": "json_object"}), 0.0).with_field("max_tokens", 200))
+        .await
+        .unwrap();
+    match any.finish_reason.as_deref() {
+        Some("stop") => assert!(
+            serde_json::from_str::<Value>(&any.text).is_ok_and(|v| v.is_object()),
+            "{:?}",
+            any.text
+        ),
+        _ => assert!(any.text.starts_with('{'), "{:?}", any.text),
+    }
+    let err = model
+        .chat(request(
+            json!({"type": "json_schema", "json_schema": {"schema": {"type": "text"}}}),
+            0.0,
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, branch_core::model::ModelErrorKind::BadRequest);
+    assert!(err.to_string().contains("#/type"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_seed_same_text() {
     let Some(model) = model() else { return };
     let request = |seed: u64| {

@@ -78,6 +78,12 @@ pub enum LocalModelError {
         /// Why it was refused.
         reason: &'static str,
     },
+    /// `response_format` is not a format the model can follow.
+    #[error("request field `response_format`: {0}")]
+    ResponseFormat(String),
+    /// `response_format`'s JSON schema cannot be compiled into a grammar.
+    #[error(transparent)]
+    Schema(#[from] crate::json_grammar::SchemaError),
     /// The prompt does not fit the context window.
     #[error("the prompt has {prompt_tokens} tokens; the context window holds {context} tokens")]
     ContextLength {
@@ -107,7 +113,10 @@ impl LocalModelError {
     pub fn into_model_error(self, model: &str) -> branch_core::model::ModelError {
         use branch_core::model::{ModelError, ModelErrorKind};
         let kind = match &self {
-            Self::BadMessage { .. } | Self::BadParameter { .. } => ModelErrorKind::BadRequest,
+            Self::BadMessage { .. }
+            | Self::BadParameter { .. }
+            | Self::ResponseFormat(_)
+            | Self::Schema(_) => ModelErrorKind::BadRequest,
             Self::ContextLength { .. } => ModelErrorKind::ContextLength,
             Self::Compute(_) => ModelErrorKind::StreamFailed,
             _ => ModelErrorKind::Config,

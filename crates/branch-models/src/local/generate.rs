@@ -14,6 +14,7 @@ use super::engine::Engine;
 use super::error::LocalModelError;
 use super::sampler::{Sampler, Sampling};
 use super::tokenizer::StreamDecoder;
+use crate::json_grammar::Grammar;
 
 /// What one call generates from.
 #[derive(Debug)]
@@ -24,6 +25,8 @@ pub struct Job {
     pub sampling: Sampling,
     /// Keep going past stop tokens (llama.cpp's `ignore_eos`; benchmarks).
     pub ignore_eos: bool,
+    /// The JSON grammar the reply must follow (`response_format`).
+    pub grammar: Option<Grammar>,
     /// Completion id (`chatcmpl-...`).
     pub id: String,
     /// Model name reported in chunks.
@@ -99,18 +102,43 @@ fn generate(engine: &Engine, job: &Job, tx: &Sender) -> Result<(), LocalModelErr
         }
         tx.blocking_send(Ok(text_chunk(job, delta))).is_ok()
     };
+    let mut guide = job.grammar.as_ref().map(|g| (g, g.start()));
     let finish_reason = loop {
         if completion >= job.sampling.max_tokens {
             break "length";
         }
-        let token = sampler.sample(&logits);
-        if !job.ignore_eos && engine.stop_ids.contains(&token) {
+        let token = match &guide {
+            None => sampler.sample(&logits),
+            Some((g, state)) => {
+                let can_end = state.can_end();
+                let allowed = |t: u32| {
+                    if engine.stop_ids.contains(&t) {
+                        can_end
+                    } else if engine.tokenizer.is_control(t) {
+                        false
+                    } else {
+                        let bytes = engine.tokenizer.token_bytes(t);
+                        !bytes.is_empty() && state.accepts(g, bytes)
+                    }
+                };
+                match sampler.sample_allowed(&logits, allowed) {
+                    Some(t) => t,
+                    // No token continues the document: end it here.
+                    None => break "stop",
+                }
+            }
+        };
+        if engine.stop_ids.contains(&token) && (!job.ignore_eos || guide.is_some()) {
             break "stop";
         }
         completion += 1;
         engine.tokens_generated.fetch_add(1, Ordering::Relaxed);
         if !engine.tokenizer.is_control(token) {
-            text.push_str(&decoder.push(engine.tokenizer.token_bytes(token)));
+            let bytes = engine.tokenizer.token_bytes(token);
+            if let Some((g, state)) = &mut guide {
+                state.feed(g, bytes);
+            }
+            text.push_str(&decoder.push(bytes));
         }
         if let Some(at) = job
             .sampling
@@ -125,6 +153,10 @@ fn generate(engine: &Engine, job: &Job, tx: &Sender) -> Result<(), LocalModelErr
             }
             sent = text.len();
             cut_at_stop_string = true;
+            break "stop";
+        }
+        if guide.as_ref().is_some_and(|(_, state)| state.is_complete()) {
+            // The document is closed: nothing more may follow.
             break "stop";
         }
         let ready = text.len() - held_suffix(&text[sent..], &job.sampling.stop);

@@ -14,8 +14,11 @@
 //! Request fields honoured: `temperature` (0 = greedy; default 0.8),
 //! `top_p` (default 0.95), `seed` (default random), `max_tokens` /
 //! `max_completion_tokens` (default 512), `stop`, and llama.cpp's
-//! `ignore_eos`. Other fields (`tools`, `response_format` ...) are ignored:
-//! the model has no native tool calls or constrained decoding.
+//! `ignore_eos`, and `response_format`: `json_object`, or `json_schema`
+//! with a schema, makes the reply a JSON document that follows it
+//! (constrained decoding: only tokens that keep the text a valid prefix
+//! are sampled; see [`crate::json_grammar`]). Other fields (`tools` ...)
+//! are ignored: the model has no native tool calls.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,6 +52,7 @@ use serde_json::{Value, json};
 pub use engine::{DEFAULT_CONTEXT, tokenizer_from_file, tokenizer_from_gguf};
 pub use error::LocalModelError;
 
+use crate::json_grammar::Grammar;
 use engine::{Engine, shared_engine};
 use generate::Job;
 use sampler::Sampling;
@@ -232,6 +236,7 @@ impl LocalModel {
                 reason: "expected a boolean",
             })?,
         };
+        let grammar = response_grammar(fields.get("response_format"))?;
         let pieces = engine.template.render(&request.messages)?;
         let prompt = engine.prompt_tokens(&pieces)?;
         if prompt.len() >= engine.context {
@@ -247,11 +252,43 @@ impl LocalModel {
             prompt,
             sampling,
             ignore_eos,
+            grammar,
             id: format!("chatcmpl-local-{}", uuid::Uuid::new_v4().simple()),
             model: self.model_name(),
             created,
         };
         Ok((engine, job))
+    }
+}
+
+/// The grammar an OpenAI-style `response_format` asks for: none for text,
+/// any object for `json_object` (or its `schema`, as llama.cpp allows), the
+/// schema's for `json_schema`.
+fn response_grammar(format: Option<&Value>) -> Result<Option<Grammar>, LocalModelError> {
+    let bad = |why: &str| LocalModelError::ResponseFormat(why.to_owned());
+    let Some(format) = format.filter(|f| !f.is_null()) else {
+        return Ok(None);
+    };
+    let kind = format
+        .get("type")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("expected an object with a string `type`"))?;
+    match kind {
+        "text" => Ok(None),
+        "json_object" => match format.get("schema") {
+            Some(schema) => Ok(Some(Grammar::compile(schema)?)),
+            None => Ok(Some(Grammar::any_object())),
+        },
+        "json_schema" => {
+            let schema = format
+                .get("json_schema")
+                .and_then(|j| j.get("schema"))
+                .ok_or_else(|| bad("`json_schema` needs `json_schema.schema`"))?;
+            Ok(Some(Grammar::compile(schema)?))
+        }
+        other => Err(LocalModelError::ResponseFormat(format!(
+            "unknown type `{other}` (expected text, json_object or json_schema)"
+        ))),
     }
 }
 

@@ -28,6 +28,11 @@ pub const DEFAULT_TEMPERATURE: f32 = 0.8;
 pub const DEFAULT_TOP_P: f32 = 0.95;
 /// Default reply length cap.
 pub const DEFAULT_MAX_TOKENS: usize = 512;
+/// Constrained sampling draws among at most this many allowed tokens.
+pub const ALLOWED_TOP_K: usize = 40;
+/// Constrained sampling checks the likeliest tokens first, this many at a
+/// time before it looks at the whole vocabulary.
+const CANDIDATE_WINDOW: usize = 1024;
 
 fn number(fields: &Map<String, Value>, key: &'static str) -> Result<Option<f64>, LocalModelError> {
     match fields.get(key) {
@@ -132,16 +137,70 @@ impl Sampler {
         if self.temperature <= 0.0 || logits.is_empty() {
             return argmax(logits);
         }
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut probs: Vec<(u32, f32)> = logits
+        let candidates = (0..logits.len()).map(|i| u32::try_from(i).unwrap_or(0));
+        self.draw(logits, candidates).unwrap_or(0)
+    }
+
+    /// The next token among those `allowed` accepts (constrained
+    /// decoding); `None` when it accepts none. Tokens are tried in order
+    /// of decreasing logit, so usually only a handful are checked: the
+    /// best one when greedy, else the best [`ALLOWED_TOP_K`].
+    pub fn sample_allowed(
+        &mut self,
+        logits: &[f32],
+        mut allowed: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
+        let want = if self.temperature <= 0.0 {
+            1
+        } else {
+            ALLOWED_TOP_K
+        };
+        let by_logit = |a: &u32, b: &u32| {
+            logits[*b as usize]
+                .total_cmp(&logits[*a as usize])
+                .then(a.cmp(b))
+        };
+        let mut order: Vec<u32> = (0..logits.len())
+            .map(|i| u32::try_from(i).unwrap_or(0))
+            .collect();
+        let head = order.len().min(CANDIDATE_WINDOW);
+        if head == 0 {
+            return None;
+        }
+        if head < order.len() {
+            order.select_nth_unstable_by(head - 1, by_logit);
+        }
+        order[..head].sort_unstable_by(by_logit);
+        let mut pick = |slice: &[u32]| -> Vec<u32> {
+            slice
+                .iter()
+                .copied()
+                .filter(|&t| allowed(t))
+                .take(want)
+                .collect()
+        };
+        let mut kept = pick(&order[..head]);
+        if kept.is_empty() && head < order.len() {
+            // Nothing allowed among the likeliest: look at the rest.
+            order[head..].sort_unstable_by(by_logit);
+            kept = pick(&order[head..]);
+        }
+        if self.temperature <= 0.0 {
+            return kept.first().copied();
+        }
+        self.draw(logits, kept.into_iter())
+    }
+
+    /// Temperature and nucleus sampling among `candidates`.
+    fn draw(&mut self, logits: &[f32], candidates: impl Iterator<Item = u32>) -> Option<u32> {
+        let candidates: Vec<u32> = candidates.collect();
+        let max = candidates
             .iter()
-            .enumerate()
-            .map(|(i, &l)| {
-                (
-                    u32::try_from(i).unwrap_or(0),
-                    ((l - max) / self.temperature).exp(),
-                )
-            })
+            .map(|&t| logits[t as usize])
+            .fold(f32::NEG_INFINITY, f32::max);
+        let mut probs: Vec<(u32, f32)> = candidates
+            .into_iter()
+            .map(|t| (t, ((logits[t as usize] - max) / self.temperature).exp()))
             .collect();
         let total: f32 = probs.iter().map(|p| p.1).sum();
         // Descending probability, then ascending id: a total order, so the
@@ -161,10 +220,10 @@ impl Sampler {
         let mut target = self.rng.f32() * mass;
         for &(id, p) in &probs {
             if target < p {
-                return id;
+                return Some(id);
             }
             target -= p;
         }
-        probs.last().map_or(0, |p| p.0)
+        probs.last().map(|p| p.0)
     }
 }

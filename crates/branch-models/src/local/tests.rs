@@ -138,3 +138,31 @@ fn sampling_reads_fields_and_is_seeded() {
     let bad = json!({"stop": 3});
     assert!(Sampling::from_fields(bad.as_object().unwrap()).is_err());
 }
+
+#[test]
+fn constrained_sampling_takes_only_allowed_tokens() {
+    // Token 6 is the likeliest; only even tokens below 6 are allowed.
+    let logits: Vec<f32> = (0..2000)
+        .map(|i| if i == 6 { 9.0 } else { (i % 7) as f32 })
+        .collect();
+    let allowed = |t: u32| t % 2 == 0 && t < 6;
+    let greedy = Sampling::from_fields(json!({"temperature": 0}).as_object().unwrap()).unwrap();
+    let mut s = Sampler::new(&greedy);
+    // Among 0, 2, 4 the logits are 0, 2, 4: greedy takes 4.
+    assert_eq!(s.sample_allowed(&logits, allowed), Some(4));
+    assert_eq!(s.sample_allowed(&logits, |_| false), None);
+    // Allowed tokens outside the likeliest window are still found.
+    assert_eq!(s.sample_allowed(&logits, |t| t == 1999), Some(1999));
+
+    let warm =
+        Sampling::from_fields(json!({"temperature": 1.0, "seed": 7}).as_object().unwrap()).unwrap();
+    let draw = || {
+        let mut s = Sampler::new(&warm);
+        (0..50)
+            .map(|_| s.sample_allowed(&logits, allowed).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let a = draw();
+    assert!(a.iter().all(|&t| allowed(t)), "{a:?}");
+    assert_eq!(a, draw(), "same seed, same draws");
+}
