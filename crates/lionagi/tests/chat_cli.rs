@@ -277,6 +277,18 @@ async fn a_stored_conversation_resumes_with_its_history() {
         ])
     );
     assert_eq!(stored_messages(&db).await, vec![5], "the turn was appended");
+
+    // A name names one conversation.
+    let again = sb
+        .run(&["--base-url", &url, "--store", &db, "--name", "intro", "Hi"])
+        .await;
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again.stderr).contains("continue it with --resume intro"),
+        "{}",
+        text(&again.stderr)
+    );
+    assert_eq!(server.request_count(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -71,7 +71,8 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
     let mut conv = rt.block_on(Conversation::open(args, model))?;
     let display = Display {
         stream: !args.json,
-        spinner: !args.json && std::io::stdout().is_terminal(),
+        // Only for a person watching: never into a file or a pipe.
+        spinner: !args.json && std::io::stdout().is_terminal() && std::io::stderr().is_terminal(),
     };
     if let Some(question) = &args.question {
         let result = one_turn(rt, &mut conv, question, &info, display, args);

@@ -62,6 +62,21 @@ impl Conversation {
             store,
             stored: false,
         };
+        if let (Some(name), Some(store)) = (&args.name, &conv.store) {
+            let taken = store
+                .db
+                .list()
+                .await
+                .map_err(|e| store_error(&store.path, e))?
+                .iter()
+                .any(|b| b.name.as_deref() == Some(name.as_str()));
+            if taken {
+                return Err(ChatError::Usage(format!(
+                    "a conversation named `{name}` is already in {}; continue it with --resume {name}",
+                    store.path
+                )));
+            }
+        }
         if let (Some(key), Some(store)) = (&args.resume, &conv.store) {
             let id = super::branch::resolve(&store.db, &store.path, key)
                 .await

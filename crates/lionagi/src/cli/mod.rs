@@ -1,7 +1,7 @@
 //! The `lionagi` command: argument parsing, the `branch` subcommands and
 //! `lionagi chat`.
 //!
-//! One file per idea: [`branch`] (files and the store), [`chat`] (the
+//! One file per idea: `branch` (files and the store), [`chat`] (the
 //! conversation loop) and the pieces it is built from.
 
 use std::io::Write;
