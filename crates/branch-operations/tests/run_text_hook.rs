@@ -95,7 +95,7 @@ async fn a_stream_failing_midway_records_nothing_though_the_hook_saw_text() {
 }
 
 #[tokio::test]
-async fn dropping_the_stream_after_the_first_delta_records_nothing() {
+async fn dropping_the_stream_while_the_reply_is_awaited_records_nothing() {
     let server = MockServer::start().await;
     // The first reply is slow: the stream is dropped while it waits.
     server.push(MockReply::text("never seen").delayed(Duration::from_secs(30)));
@@ -133,4 +133,36 @@ async fn wait_for_request(server: &MockServer) {
     while server.request_count() == 0 {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_cli_agent_text_blocks_reach_the_hook_as_they_are_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = std::env::temp_dir().join(format!("lionagi-hook-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("fake-claude.sh");
+    std::fs::write(
+        &script,
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"system","subtype":"init","session_id":"s"}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Hel"}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"hmm"},{"type":"text","text":"lo!"}]}}'
+echo '{"type":"result","subtype":"success","result":"Hello!"}'
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let (seen, opts) = collector();
+    let mut stream = b.run(opts.cli_command(&script));
+    while let Some(m) = stream.next().await {
+        m.expect("message");
+    }
+    drop(stream);
+    assert_eq!(*seen.lock().unwrap(), ["Hel", "lo!"], "text only, in order");
+    assert_eq!(server.request_count(), 0);
+    let _ = std::fs::remove_dir_all(&dir);
 }
