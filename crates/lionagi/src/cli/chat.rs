@@ -181,7 +181,7 @@ fn one_turn(
             "served_model": answer.served_model,
             "usage": answer.usage,
         });
-        println!("{line}");
+        turn::say(&format!("{line}\n"));
     }
     Ok(())
 }

@@ -55,9 +55,7 @@ pub(crate) async fn ask(
                 s.stop();
             }
             printed.store(true, Ordering::Relaxed);
-            let mut out = std::io::stdout().lock();
-            let _ = out.write_all(text.as_bytes());
-            let _ = out.flush();
+            say(text);
         });
     }
     // Listening for Ctrl-C before the request goes out: a signal between
@@ -96,7 +94,7 @@ pub(crate) async fn ask(
     drop(spinner);
     let printed = printed.load(Ordering::Relaxed);
     if printed {
-        println!();
+        say("\n");
     }
     if cancelled {
         return Err(ChatError::Interrupted);
@@ -111,7 +109,7 @@ pub(crate) async fn ask(
     };
     if display.stream && !printed && !text.is_empty() {
         // A model that does not stream text deltas: show the reply whole.
-        println!("{text}");
+        say(&format!("{text}\n"));
     }
     let response = reply.element.metadata.get("model_response");
     let served = response
@@ -127,4 +125,12 @@ pub(crate) async fn ask(
         served_model: served,
         usage,
     })
+}
+
+/// Writes `text` to stdout now. A closed stdout (`| head`) is not an error
+/// worth a panic: the turn goes on and is recorded.
+pub(crate) fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
 }
