@@ -496,3 +496,30 @@ async fn ctrl_c_mid_turn_keeps_the_conversation_as_it_was() {
     assert_eq!(stored_messages(&db).await, vec![2]);
     assert!(Path::new(&db).is_file());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_starts_a_new_conversation_and_json_lines_say_which() {
+    let server = MockServer::start().await;
+    server.script([MockReply::text("A."), MockReply::text("B.")]);
+    let sb = Sandbox::new();
+    let url = server.base_url();
+    let out = sb
+        .run_with_stdin(&["--json", "--base-url", &url], "One?\n/clear\nTwo?\n")
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(
+        (lines[0]["reply"].clone(), lines[1]["reply"].clone()),
+        (json!("A."), json!("B."))
+    );
+    assert_ne!(lines[0]["branch_id"], lines[1]["branch_id"]);
+    assert_eq!(
+        conversation(&server.bodies()[1]),
+        pairs(&[("user", "Instruction: Two?")]),
+        "no history after /clear"
+    );
+}
