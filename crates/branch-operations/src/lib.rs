@@ -70,7 +70,7 @@ pub use persist::default_persist_dir;
 pub use react::{
     BetweenRounds, BetweenRoundsFn, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound,
 };
-pub use run::RunOptions;
+pub use run::{RunOptions, TextHook};
 pub use turn::{TurnInput, request_token_estimate};
 
 /// The verbs, on `Branch`.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use branch_core::log::Log;
 use branch_core::message::{ActionResponseContent, Message, MessageContent};
 use branch_core::model::{
-    ChatModel, ChatStream, StreamAccumulator, api_call_execution, now_timestamp,
+    ChatModel, ChatStream, ChunkKind, StreamAccumulator, api_call_execution, now_timestamp,
 };
 use branch_core::{Branch, Participant};
 use futures_core::Stream;
@@ -41,6 +41,32 @@ const RESULT_META_KEYS: &[&str] = &[
     "duration_api_ms",
     "session_id",
 ];
+
+/// A callback given each piece of reply text as it arrives (see
+/// the `on_text` field of [`RunOptions`]). Cheap to clone: clones share
+/// the callback.
+#[derive(Clone)]
+pub struct TextHook(Arc<dyn Fn(&str) + Send + Sync>);
+
+impl TextHook {
+    /// Wraps `f`.
+    pub fn new(f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        Self(Arc::new(f))
+    }
+
+    /// Calls the callback with `text` (never with an empty string).
+    pub fn call(&self, text: &str) {
+        if !text.is_empty() {
+            (self.0)(text);
+        }
+    }
+}
+
+impl std::fmt::Debug for TextHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TextHook(..)")
+    }
+}
 
 /// Options of `run` (defaults: branch.md §9.8).
 #[derive(Debug, Clone, Default)]
@@ -73,6 +99,12 @@ pub struct RunOptions {
     /// A structure to ask for, rendered into the instruction (the reply
     /// is not parsed here; `operate`'s run-and-collect middle parses it).
     pub response_format: Option<branch_messages::ResponseFormat>,
+    /// Called with each piece of reply text as it arrives: every text
+    /// delta of a streaming chat model, every text block of a CLI agent.
+    /// It only observes: the turn is still recorded at the stream's end,
+    /// or not at all, so text seen here may belong to a turn that is then
+    /// cancelled or fails.
+    pub on_text: Option<TextHook>,
 }
 
 turn_setters!(RunOptions);
@@ -122,6 +154,13 @@ impl RunOptions {
     /// Sets the snapshot's directory.
     pub fn snapshot_dir(mut self, d: impl Into<PathBuf>) -> Self {
         self.snapshot_dir = Some(d.into());
+        self
+    }
+
+    /// Calls `f` with each piece of reply text as it arrives (see the
+    /// `on_text` field).
+    pub fn on_text(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_text = Some(TextHook::new(f));
         self
     }
 
@@ -376,7 +415,16 @@ impl RunState<'_> {
                         };
                     let Some(chunk) = next else { break };
                     match chunk {
-                        Ok(c) => acc.push(&c),
+                        Ok(c) => {
+                            if c.kind == ChunkKind::Text {
+                                if let (Some(hook), Some(text)) =
+                                    (&self.opts.on_text, c.content.as_deref())
+                                {
+                                    hook.call(text);
+                                }
+                            }
+                            acc.push(&c);
+                        }
                         Err(e) => {
                             self.log_call(&payload, started_at, started, Err(&e), None);
                             self.done = true;
@@ -461,9 +509,16 @@ impl RunState<'_> {
                                 .unwrap_or_default();
                             for b in blocks {
                                 match b.get("type").and_then(Value::as_str) {
-                                    Some("text") => text.push_str(
-                                        b.get("text").and_then(Value::as_str).unwrap_or_default(),
-                                    ),
+                                    Some("text") => {
+                                        let piece = b
+                                            .get("text")
+                                            .and_then(Value::as_str)
+                                            .unwrap_or_default();
+                                        if let Some(hook) = &self.opts.on_text {
+                                            hook.call(piece);
+                                        }
+                                        text.push_str(piece);
+                                    }
                                     Some("thinking") => thinking.push_str(
                                         b.get("thinking")
                                             .and_then(Value::as_str)

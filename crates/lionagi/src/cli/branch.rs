@@ -1,4 +1,5 @@
-//! The `lionagi` command: argument parsing and the `branch` subcommands.
+//! The `branch` subcommands: inspect, round-trip and move conversations
+//! between files and a conversation store.
 //!
 //! Every failure is one line on stderr naming the file and the JSON path
 //! at fault, with exit status 2; nothing panics on bad input.
@@ -7,106 +8,11 @@ use std::io::{Read, Write};
 use std::path::Path;
 
 use branch_core::{Branch, BranchError, Message, MessageContent, SerializationMode, ToDictOptions};
+
+use super::CliError;
 use serde_json::Value;
 
-/// A failure of the command: the message printed, the exit status.
-#[derive(Debug, thiserror::Error)]
-pub enum CliError {
-    /// The command line is wrong.
-    #[error("{0}\n\n{USAGE}")]
-    Usage(String),
-    /// The input could not be read.
-    #[error("{path}: {source}")]
-    Io {
-        /// The file.
-        path: String,
-        /// Why it could not be read or written.
-        source: std::io::Error,
-    },
-    /// The input is not JSON.
-    #[error("{path}: not JSON at line {line}, column {column}: {reason}")]
-    Syntax {
-        /// The file.
-        path: String,
-        /// Where.
-        line: usize,
-        /// Where.
-        column: usize,
-        /// What.
-        reason: String,
-    },
-    /// The conversation store failed.
-    #[error("{path}: {source}")]
-    Store {
-        /// The store file.
-        path: String,
-        /// What failed.
-        source: Box<branch_session::store::StoreError>,
-    },
-    /// No stored branch has this id or name, or several share the name.
-    #[error("{path}: {reason}")]
-    NotFound {
-        /// The store file.
-        path: String,
-        /// What was looked for.
-        reason: String,
-    },
-    /// The JSON does not describe a branch.
-    #[error("{path}: {source}")]
-    Branch {
-        /// The file.
-        path: String,
-        /// What is wrong and where.
-        source: BranchError,
-    },
-}
-
-impl CliError {
-    /// The process exit status: 2 for every usage or data error.
-    pub fn exit_code(&self) -> i32 {
-        2
-    }
-}
-
-/// The help text.
-pub const USAGE: &str = "usage:
-  lionagi branch show FILE
-  lionagi branch roundtrip FILE [--mode python|json|db] [--db-meta-key KEY]
-  lionagi branch list --store DB
-  lionagi branch show ID|NAME --store DB
-  lionagi branch import FILE --store DB
-  lionagi branch export ID|NAME [FILE] --store DB
-  lionagi branch delete ID|NAME --store DB
-
-FILE is a branch saved with to_dict (by Python lionagi or lionagi-rs); - is stdin/stdout.
-DB is a SQLite conversation store (created when missing).";
-
-/// Runs the command line `args` (without the program name), writing to `out`.
-pub fn run(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
-    let mut words: Vec<&str> = args.iter().map(String::as_str).collect();
-    if let Some(i) = words.iter().position(|w| *w == "--store") {
-        let path = words
-            .get(i + 1)
-            .copied()
-            .ok_or_else(|| CliError::Usage("`--store` needs a path".into()))?;
-        words.drain(i..i + 2);
-        return store_command(path, &words, out);
-    }
-    match words.as_slice() {
-        [] | ["help"] | ["--help"] | ["-h"] => {
-            writeln!(out, "{USAGE}").ok();
-            Ok(())
-        }
-        ["branch", "show", file] => show(file, out),
-        ["branch", "roundtrip", file, rest @ ..] => roundtrip(file, rest, out),
-        ["branch", ..] => Err(CliError::Usage(
-            "unknown or incomplete `branch` command".into(),
-        )),
-        [other, ..] => Err(CliError::Usage(format!("unknown command `{other}`"))),
-    }
-}
-
-fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Result<(), CliError> {
+pub(crate) fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Result<(), CliError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -186,7 +92,7 @@ fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Result<(), Cl
 }
 
 /// A stored branch by full id or by its (unique) name.
-async fn resolve(
+pub(crate) async fn resolve(
     store: &branch_session::store::SqliteStore,
     db: &str,
     key: &str,
@@ -256,7 +162,7 @@ fn syntax_reason(e: &serde_json::Error) -> String {
     }
 }
 
-fn roundtrip(path: &str, rest: &[&str], out: &mut dyn Write) -> Result<(), CliError> {
+pub(crate) fn roundtrip(path: &str, rest: &[&str], out: &mut dyn Write) -> Result<(), CliError> {
     let mut opts = ToDictOptions::default();
     let mut it = rest.iter();
     while let Some(flag) = it.next() {
@@ -291,7 +197,7 @@ fn roundtrip(path: &str, rest: &[&str], out: &mut dyn Write) -> Result<(), CliEr
     })
 }
 
-fn show(path: &str, out: &mut dyn Write) -> Result<(), CliError> {
+pub(crate) fn show(path: &str, out: &mut dyn Write) -> Result<(), CliError> {
     let branch = load_branch(path)?;
     let text = listing(&branch);
     out.write_all(text.as_bytes())
@@ -348,7 +254,7 @@ fn short(s: &str) -> String {
     }
 }
 
-fn timestamp(t: f64) -> String {
+pub(crate) fn timestamp(t: f64) -> String {
     match time::OffsetDateTime::from_unix_timestamp(t.floor() as i64) {
         Ok(dt) => format!(
             "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",

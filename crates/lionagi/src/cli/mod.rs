@@ -1,0 +1,125 @@
+//! The `lionagi` command: argument parsing, the `branch` subcommands and
+//! `lionagi chat`.
+//!
+//! One file per idea: `branch` (files and the store), [`chat`] (the
+//! conversation loop) and the pieces it is built from.
+
+use std::io::Write;
+
+use branch_core::BranchError;
+
+mod branch;
+pub mod chat;
+mod chat_args;
+mod chat_error;
+mod conversation;
+mod input;
+mod model_choice;
+mod spinner;
+mod turn;
+
+pub use branch::{listing, load_branch};
+use branch::{roundtrip, show, store_command};
+
+/// A failure of the command: the message printed, the exit status.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line is wrong.
+    #[error("{0}\n\n{USAGE}")]
+    Usage(String),
+    /// The input could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: String,
+        /// Why it could not be read or written.
+        source: std::io::Error,
+    },
+    /// The input is not JSON.
+    #[error("{path}: not JSON at line {line}, column {column}: {reason}")]
+    Syntax {
+        /// The file.
+        path: String,
+        /// Where.
+        line: usize,
+        /// Where.
+        column: usize,
+        /// What.
+        reason: String,
+    },
+    /// The conversation store failed.
+    #[error("{path}: {source}")]
+    Store {
+        /// The store file.
+        path: String,
+        /// What failed.
+        source: Box<branch_session::store::StoreError>,
+    },
+    /// No stored branch has this id or name, or several share the name.
+    #[error("{path}: {reason}")]
+    NotFound {
+        /// The store file.
+        path: String,
+        /// What was looked for.
+        reason: String,
+    },
+    /// The JSON does not describe a branch.
+    #[error("{path}: {source}")]
+    Branch {
+        /// The file.
+        path: String,
+        /// What is wrong and where.
+        source: BranchError,
+    },
+}
+
+impl CliError {
+    /// The process exit status: 2 for every usage or data error.
+    pub fn exit_code(&self) -> i32 {
+        2
+    }
+}
+
+/// The help text.
+pub const USAGE: &str = "usage:
+  lionagi chat [QUESTION] [OPTIONS]      (lionagi chat --help for the options)
+  lionagi branch show FILE
+  lionagi branch roundtrip FILE [--mode python|json|db] [--db-meta-key KEY]
+  lionagi branch list --store DB
+  lionagi branch show ID|NAME --store DB
+  lionagi branch import FILE --store DB
+  lionagi branch export ID|NAME [FILE] --store DB
+  lionagi branch delete ID|NAME --store DB
+
+FILE is a branch saved with to_dict (by Python lionagi or lionagi-rs); - is stdin/stdout.
+DB is a SQLite conversation store (created when missing).";
+
+/// Runs the command line `args` (without the program name), writing to `out`.
+pub fn run(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
+    let mut words: Vec<&str> = args.iter().map(String::as_str).collect();
+    if let Some(i) = words.iter().position(|w| *w == "--store") {
+        let path = words
+            .get(i + 1)
+            .copied()
+            .ok_or_else(|| CliError::Usage("`--store` needs a path".into()))?;
+        words.drain(i..i + 2);
+        return store_command(path, &words, out);
+    }
+    if words.first() == Some(&"chat") {
+        return Err(CliError::Usage(
+            "`chat` runs through lionagi::cli::chat::main".into(),
+        ));
+    }
+    match words.as_slice() {
+        [] | ["help"] | ["--help"] | ["-h"] => {
+            writeln!(out, "{USAGE}").ok();
+            Ok(())
+        }
+        ["branch", "show", file] => show(file, out),
+        ["branch", "roundtrip", file, rest @ ..] => roundtrip(file, rest, out),
+        ["branch", ..] => Err(CliError::Usage(
+            "unknown or incomplete `branch` command".into(),
+        )),
+        [other, ..] => Err(CliError::Usage(format!("unknown command `{other}`"))),
+    }
+}

@@ -1,0 +1,243 @@
+//! Which model `lionagi chat` talks to: the flags, then the
+//! `LIONAGI_CHAT_PROVIDER` / `LIONAGI_CHAT_MODEL` settings, then the
+//! embedded local model (when built in and fetched), then OpenAI when its
+//! key is set; otherwise a message saying how to get a model.
+
+use std::sync::Arc;
+
+use branch_core::model::settings::setting;
+use branch_core::model::{AuthType, ChatModel, DEFAULT_CHAT_MODEL, ModelConfig};
+use branch_models::{ApiKey, IModel};
+use serde_json::Value;
+
+use super::chat_args::ChatArgs;
+use super::chat_error::{ChatError, ModelInfo};
+
+/// How to get a model, for the error when none is available.
+const HOW_TO_GET_A_MODEL: &str = "no model configured. Either
+  - pass --base-url URL of an OpenAI-compatible server (llama.cpp, vLLM, Ollama ...), or
+  - pass --provider NAME [--model NAME] with the provider's key variable set
+    (OPENAI_API_KEY, ANTHROPIC_API_KEY ...), or set LIONAGI_CHAT_PROVIDER / LIONAGI_CHAT_MODEL, or
+  - use the embedded model, offline: `cargo xtask fetch-model`, then build lionagi with
+    `--features embedded` (cargo run --release -p lionagi --features embedded -- chat)";
+
+/// A connected model and what error messages say about it.
+type Chosen = (Arc<dyn ChatModel>, ModelInfo);
+
+/// The model for this run and what error messages say about it.
+pub(crate) fn choose(args: &ChatArgs) -> Result<Chosen, ChatError> {
+    let provider = args
+        .provider
+        .clone()
+        .or_else(|| setting("LIONAGI_CHAT_PROVIDER"));
+    let model = args.model.clone().or_else(|| setting("LIONAGI_CHAT_MODEL"));
+    let configured = provider.is_some() || model.is_some() || args.base_url.is_some();
+    if configured {
+        let is_local = provider.as_deref().is_some_and(|p| {
+            matches!(p.trim().to_ascii_lowercase().as_str(), "local" | "embedded")
+        });
+        if is_local {
+            return local(args, model.as_deref());
+        }
+        return remote(args, provider.as_deref(), model.as_deref());
+    }
+    if let Some(found) = embedded_if_present(args)? {
+        return Ok(found);
+    }
+    if setting("OPENAI_API_KEY").is_some() {
+        return remote(args, Some("openai"), Some(DEFAULT_CHAT_MODEL));
+    }
+    Err(ChatError::NoModel(HOW_TO_GET_A_MODEL.into()))
+}
+
+fn config_error(e: impl std::fmt::Display) -> ChatError {
+    ChatError::Usage(format!("model: {e}"))
+}
+
+/// Sets `--max-tokens` / `--temperature` as default request fields.
+fn sampling(config: &mut ModelConfig, args: &ChatArgs) -> Result<(), ChatError> {
+    if let Some(n) = args.max_tokens {
+        config
+            .set_kwarg("max_tokens", n.into())
+            .map_err(config_error)?;
+    }
+    if let Some(t) = args.temperature {
+        config
+            .set_kwarg("temperature", t.into())
+            .map_err(config_error)?;
+    }
+    Ok(())
+}
+
+fn is_loopback(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match host.rsplit_once(':') {
+        Some((h, port)) if !h.is_empty() && port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => host,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    matches!(
+        host.to_ascii_lowercase().as_str(),
+        "localhost" | "127.0.0.1" | "::1"
+    )
+}
+
+fn remote(
+    args: &ChatArgs,
+    provider: Option<&str>,
+    model: Option<&str>,
+) -> Result<Chosen, ChatError> {
+    let mut b = ModelConfig::builder();
+    if let Some(p) = provider {
+        b = b.provider(p);
+    }
+    let model_given = model.is_some();
+    b = b.model(model.unwrap_or(DEFAULT_CHAT_MODEL));
+    if let Some(url) = &args.base_url {
+        // The user typed this address: a server on this machine is meant.
+        b = b.base_url(url).allow_local_network(is_loopback(url));
+    }
+    let mut config = b.build().map_err(config_error)?;
+    if !model_given && provider.is_some_and(|p| !p.eq_ignore_ascii_case("openai")) {
+        return Err(ChatError::Usage(format!(
+            "--provider {} needs --model NAME (or LIONAGI_CHAT_MODEL)",
+            config.provider()
+        )));
+    }
+    sampling(&mut config, args)?;
+    if config.endpoint().endpoint == "chat/completions" {
+        // OpenAI-style streams report usage only when asked.
+        config
+            .set_kwarg("stream_options", serde_json::json!({"include_usage": true}))
+            .map_err(config_error)?;
+    }
+    let key_var = config.key_env().map(str::to_owned);
+    let needs_key = config.endpoint().auth_type != AuthType::None;
+    let info = ModelInfo {
+        label: label(&config),
+        provider: config.provider().to_owned(),
+        base_url: config.base_url().map(str::to_owned),
+        key_var: key_var.clone(),
+    };
+    let key = key_var.as_deref().and_then(ApiKey::from_env);
+    let model = match (&args.base_url, key) {
+        // A chosen server gets the provider's key when one is set (the
+        // user pointed it there), and no Authorization header otherwise:
+        // local servers need none.
+        (Some(_), Some(key)) => IModel::with_api_key(config, key),
+        (Some(_), None) if needs_key => IModel::new(without_auth(&config)?),
+        (None, None) if needs_key => {
+            return Err(match key_var {
+                Some(var) => ChatError::MissingKey {
+                    provider: info.provider.clone(),
+                    var,
+                },
+                None => ChatError::Usage(format!(
+                    "provider {} needs a key and has no key variable; use --base-url",
+                    info.provider
+                )),
+            });
+        }
+        _ => IModel::new(config),
+    }
+    .map_err(|e| ChatError::from_model(e, &info))?;
+    Ok((Arc::new(model), info))
+}
+
+/// The same configuration, sending no credentials.
+fn without_auth(config: &ModelConfig) -> Result<ModelConfig, ChatError> {
+    let mut dict = config.to_dict(true, true);
+    if let Some(cfg) = dict
+        .pointer_mut("/endpoint/config")
+        .and_then(Value::as_object_mut)
+    {
+        cfg.insert("auth_type".into(), "none".into());
+    }
+    let mut plain = ModelConfig::from_dict(&dict).map_err(config_error)?;
+    // Restoring never grants local access by itself; the flag did.
+    plain.set_allow_local_network(config.allow_local_network());
+    Ok(plain)
+}
+
+fn label(config: &ModelConfig) -> String {
+    format!(
+        "{}/{}",
+        config.provider(),
+        config.model_name().unwrap_or("?")
+    )
+}
+
+#[cfg(feature = "embedded")]
+fn local(args: &ChatArgs, model: Option<&str>) -> Result<Chosen, ChatError> {
+    use branch_models::local;
+    let name = model.unwrap_or(local::DEFAULT_MODEL);
+    let info = ModelInfo {
+        label: format!("local/{name}"),
+        provider: local::PROVIDER.into(),
+        base_url: None,
+        key_var: None,
+    };
+    let mut config = local::local_config(name).map_err(|e| ChatError::from_model(e, &info))?;
+    sampling(&mut config, args)?;
+    let config: Arc<dyn ChatModel> = Arc::new(config);
+    let model = branch_models::connect(&config).map_err(|e| match e.kind {
+        branch_models::ModelErrorKind::Config => {
+            ChatError::NoModel(format!("{}\n\n{HOW_TO_GET_A_MODEL}", e.message))
+        }
+        _ => ChatError::from_model(e, &info),
+    })?;
+    Ok((model, info))
+}
+
+#[cfg(not(feature = "embedded"))]
+fn local(_args: &ChatArgs, _model: Option<&str>) -> Result<Chosen, ChatError> {
+    Err(ChatError::NoModel(format!(
+        "this lionagi was built without the embedded model.\n\n{HOW_TO_GET_A_MODEL}"
+    )))
+}
+
+/// The embedded default model, when built in and its file is present.
+#[cfg(feature = "embedded")]
+fn embedded_if_present(args: &ChatArgs) -> Result<Option<Chosen>, ChatError> {
+    let present = branch_models::local::default_model_path().is_ok_and(|p| p.is_file());
+    if !present {
+        return Ok(None);
+    }
+    local(args, None).map(Some)
+}
+
+#[cfg(not(feature = "embedded"))]
+fn embedded_if_present(_args: &ChatArgs) -> Result<Option<Chosen>, ChatError> {
+    Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_addresses_are_recognised() {
+        assert!(is_loopback("http://127.0.0.1:8080/v1"));
+        assert!(is_loopback("http://localhost/v1"));
+        assert!(is_loopback("http://[::1]:9000/v1"));
+        assert!(!is_loopback("https://api.openai.com/v1"));
+        assert!(!is_loopback("http://127.0.0.1.example.com/v1"));
+    }
+
+    #[test]
+    fn a_chosen_server_without_a_key_gets_no_credentials() {
+        let config = ModelConfig::builder()
+            .provider("openai")
+            .model("m")
+            .base_url("http://127.0.0.1:1/v1")
+            .allow_local_network(true)
+            .build()
+            .unwrap();
+        let plain = without_auth(&config).unwrap();
+        assert_eq!(plain.endpoint().auth_type, AuthType::None);
+        assert!(plain.allow_local_network());
+        assert_eq!(plain.base_url(), Some("http://127.0.0.1:1/v1"));
+        assert_eq!(plain.model_name(), Some("m"));
+    }
+}

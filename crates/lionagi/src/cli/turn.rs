@@ -1,0 +1,136 @@
+//! One turn of `lionagi chat`: the question goes out through `run`, the
+//! reply's text is printed as it arrives, Ctrl-C drops the stream (the
+//! branch keeps nothing of the turn).
+
+use std::io::Write;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use branch_core::{Branch, Message, MessageContent};
+use branch_operations::{BranchOperations, RunOptions};
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::chat_error::{ChatError, ModelInfo};
+use super::spinner::Spinner;
+
+/// How the reply is shown.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Display {
+    /// Print text as it arrives (off for `--json`).
+    pub stream: bool,
+    /// Show a spinner until the first token (stdout is a terminal).
+    pub spinner: bool,
+}
+
+/// A turn that went through.
+#[derive(Debug, Clone)]
+pub(crate) struct Answer {
+    /// The reply text.
+    pub text: String,
+    /// The model that answered as the server names it, when it does.
+    pub served_model: Option<String>,
+    /// Token usage, when the provider reported it.
+    pub usage: Option<Value>,
+}
+
+/// Asks `question` on `branch`. `Err(ChatError::Interrupted)` when Ctrl-C
+/// cancelled it; the branch is then as it was before.
+pub(crate) async fn ask(
+    branch: &mut Branch,
+    question: &str,
+    info: &ModelInfo,
+    display: Display,
+) -> Result<Answer, ChatError> {
+    let spinner = display.spinner.then(|| Spinner::start("thinking"));
+    let stopper = spinner.as_ref().map(Spinner::stopper);
+    let printed = Arc::new(AtomicBool::new(false));
+    // Rendered as the library renders every instruction (the system prompt
+    // folds into the first one as guidance, as the reference does).
+    let mut opts = RunOptions::new(question);
+    if display.stream {
+        let printed = Arc::clone(&printed);
+        opts = opts.on_text(move |text| {
+            if let Some(s) = &stopper {
+                s.stop();
+            }
+            printed.store(true, Ordering::Relaxed);
+            say(text);
+        });
+    }
+    // Listening for Ctrl-C before the request goes out: a signal between
+    // the two would otherwise end the process the default way.
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let mut reply: Option<Message> = None;
+    let mut failure = None;
+    let mut cancelled = false;
+    {
+        let mut stream = branch.run(opts);
+        loop {
+            tokio::select! {
+                biased;
+                _ = &mut ctrl_c => {
+                    cancelled = true;
+                    break;
+                }
+                next = stream.next() => match next {
+                    None => break,
+                    Some(Ok(m)) => {
+                        if matches!(m.content, MessageContent::AssistantResponse(_)) {
+                            reply = Some(m);
+                        }
+                    }
+                    Some(Err(e)) => {
+                        failure = Some(e);
+                        break;
+                    }
+                },
+            }
+        }
+        // Dropping the stream here, mid-turn when cancelled, discards the
+        // turn: `run` records only at its end.
+    }
+    drop(spinner);
+    let printed = printed.load(Ordering::Relaxed);
+    if printed {
+        say("\n");
+    }
+    if cancelled {
+        return Err(ChatError::Interrupted);
+    }
+    if let Some(e) = failure {
+        return Err(ChatError::from_operation(e, info));
+    }
+    let reply = reply.ok_or_else(|| ChatError::Turn("the model sent no reply".into()))?;
+    let text = match &reply.content {
+        MessageContent::AssistantResponse(c) => c.assistant_response.clone(),
+        _ => String::new(),
+    };
+    if display.stream && !printed && !text.is_empty() {
+        // A model that does not stream text deltas: show the reply whole.
+        say(&format!("{text}\n"));
+    }
+    let response = reply.element.metadata.get("model_response");
+    let served = response
+        .and_then(|r| r.get("model"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let usage = response
+        .and_then(|r| r.get("usage"))
+        .filter(|u| !u.is_null())
+        .cloned();
+    Ok(Answer {
+        text,
+        served_model: served,
+        usage,
+    })
+}
+
+/// Writes `text` to stdout now. A closed stdout (`| head`) is not an error
+/// worth a panic: the turn goes on and is recorded.
+pub(crate) fn say(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}

@@ -1,0 +1,525 @@
+//! `lionagi chat` end to end: the built binary against the loopback mock
+//! server (one-shot, streaming, `--json`, store and resume, piped
+//! conversations, error messages, Ctrl-C).
+
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+use std::time::Duration;
+
+use branch_models::mock::{MockReply, MockServer};
+use lionagi::session::store::{BranchStore, SqliteStore};
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+use tokio::process::Command;
+
+/// A private directory: home, working directory and model directory of
+/// the command, so no local setting or history leaks in.
+struct Sandbox {
+    dir: PathBuf,
+}
+
+impl Sandbox {
+    fn new() -> Self {
+        let dir = std::env::temp_dir().join(format!("lionagi-chat-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(dir.join("models")).unwrap();
+        Self { dir }
+    }
+
+    fn path(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_lionagi"));
+        c.arg("chat")
+            .args(args)
+            .current_dir(&self.dir)
+            .env("HOME", &self.dir)
+            .env("LIONAGI_HOME", self.dir.join("home"))
+            .env("LIONAGI_MODEL_DIR", self.dir.join("models"))
+            .env("RUST_BACKTRACE", "0")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        for var in [
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "LIONAGI_CHAT_PROVIDER",
+            "LIONAGI_CHAT_MODEL",
+        ] {
+            c.env_remove(var);
+        }
+        c
+    }
+
+    async fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().await.expect("run lionagi")
+    }
+
+    async fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let mut child = self
+            .command(args)
+            .stdin(Stdio::piped())
+            .spawn()
+            .expect("spawn lionagi");
+        let mut pipe = child.stdin.take().unwrap();
+        pipe.write_all(stdin.as_bytes()).await.unwrap();
+        drop(pipe);
+        child.wait_with_output().await.unwrap()
+    }
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The role/content pairs of a request.
+fn conversation(body: &Value) -> Vec<(String, String)> {
+    body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap_or_default().to_owned(),
+                m["content"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(items: &[(&str, &str)]) -> Vec<(String, String)> {
+    items
+        .iter()
+        .map(|(r, c)| ((*r).to_owned(), (*c).to_owned()))
+        .collect()
+}
+
+async fn stored_messages(db: &str) -> Vec<usize> {
+    let store = SqliteStore::open(db).await.expect("open store");
+    let mut counts = Vec::new();
+    for b in store.list().await.unwrap() {
+        counts.push(store.load(b.id).await.unwrap().messages().len());
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_shot_prints_the_reply_and_sends_system_and_question() {
+    let server = MockServer::start().await;
+    server.push(MockReply::text("Four.").chunk_size(2));
+    let sb = Sandbox::new();
+    let url = server.base_url();
+    let out = sb
+        .run(&[
+            "--base-url",
+            &url,
+            "--model",
+            "test-model",
+            "--system",
+            "Be brief.",
+            "--max-tokens",
+            "20",
+            "What is 2+2?",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Four.\n");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    assert_eq!(
+        requests[0].header("authorization"),
+        None,
+        "no key is set, so none is sent"
+    );
+    assert_eq!(
+        requests[0].body,
+        json!({
+            // The system prompt folds into the first instruction, as
+            // the reference sends it.
+            "messages": [
+                {"role": "user", "content": "Guidance: Be brief.\nInstruction: What is 2+2?"}
+            ],
+            "model": "test-model",
+            "max_tokens": 20,
+            "stream_options": {"include_usage": true},
+            "stream": true
+        })
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn text_is_printed_as_it_arrives_even_when_the_stream_then_fails() {
+    let server = MockServer::start().await;
+    // Four events of three characters, then the connection closes.
+    server.push(
+        MockReply::text("The answer is forty-two.")
+            .chunk_size(3)
+            .truncated_after(5),
+    );
+    let sb = Sandbox::new();
+    let db = sb.path("chat.db");
+    let url = server.base_url();
+    let out = sb
+        .run(&["--base-url", &url, "--store", &db, "Tell me."])
+        .await;
+    assert_eq!(out.status.code(), Some(1));
+    let shown = text(&out.stdout);
+    assert!(
+        !shown.trim().is_empty() && "The answer is forty-two.".starts_with(shown.trim_end()),
+        "the deltas that arrived were printed: {shown:?}"
+    );
+    assert_ne!(shown.trim_end(), "The answer is forty-two.");
+    assert!(
+        text(&out.stderr).starts_with("lionagi: "),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(
+        stored_messages(&db).await,
+        Vec::<usize>::new(),
+        "nothing stored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_mode_prints_one_object_per_turn_and_no_streamed_text() {
+    let server = MockServer::start().await;
+    server.push(MockReply::text("Paris.").chunk_size(2));
+    let sb = Sandbox::new();
+    let url = server.base_url();
+    let out = sb
+        .run(&[
+            "--json",
+            "--base-url",
+            &url,
+            "--model",
+            "m1",
+            "Capital of France?",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout:?}");
+    let v: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(v["reply"], "Paris.");
+    assert_eq!(v["model"], "openai/m1");
+    assert!(uuid::Uuid::parse_str(v["branch_id"].as_str().unwrap()).is_ok());
+    assert!(v["usage"]["total_tokens"].as_u64().is_some(), "{v}");
+    assert_eq!(text(&out.stderr), "");
+
+    // Errors are JSON too, on stderr.
+    let out = sb.run(&["--json", "--temperature", "warm", "x"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let e: Value = serde_json::from_str(text(&out.stderr).trim()).expect("JSON error");
+    assert_eq!(e["error"]["kind"], "usage");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--temperature")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_conversation_resumes_with_its_history() {
+    let server = MockServer::start().await;
+    server.script([MockReply::text("Hello, Ada."), MockReply::text("Ada.")]);
+    let sb = Sandbox::new();
+    let db = sb.path("chat.db");
+    let url = server.base_url();
+    let first = sb
+        .run(&[
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--name",
+            "intro",
+            "--system",
+            "Be kind.",
+            "I am Ada.",
+        ])
+        .await;
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let hint = text(&first.stderr);
+    assert!(hint.contains("--resume intro"), "{hint}");
+    assert!(hint.contains(&format!("--base-url {url}")), "{hint}");
+    assert_eq!(stored_messages(&db).await, vec![3]);
+
+    let second = sb
+        .run(&[
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--resume",
+            "intro",
+            "Who am I?",
+        ])
+        .await;
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "Ada.\n");
+    assert_eq!(
+        conversation(&server.bodies()[1]),
+        pairs(&[
+            ("user", "Guidance: Be kind.\nInstruction: I am Ada."),
+            ("assistant", "Hello, Ada."),
+            ("user", "Instruction: Who am I?"),
+        ])
+    );
+    assert_eq!(stored_messages(&db).await, vec![5], "the turn was appended");
+
+    // A name names one conversation.
+    let again = sb
+        .run(&["--base-url", &url, "--store", &db, "--name", "intro", "Hi"])
+        .await;
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        text(&again.stderr).contains("continue it with --resume intro"),
+        "{}",
+        text(&again.stderr)
+    );
+    assert_eq!(server.request_count(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn piped_lines_are_turns_of_one_conversation() {
+    let server = MockServer::start().await;
+    server.script([MockReply::text("One."), MockReply::text("Two.")]);
+    let sb = Sandbox::new();
+    let url = server.base_url();
+    let out = sb
+        .run_with_stdin(&["--base-url", &url], "First?\n\n/id\nSecond?\n")
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "One.\nTwo.\n");
+    assert!(text(&out.stderr).contains("(not stored)"), "/id answered");
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(
+        conversation(&bodies[1]),
+        pairs(&[
+            ("user", "Instruction: First?"),
+            ("assistant", "One."),
+            ("user", "Instruction: Second?"),
+        ])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_key_names_its_variable_and_no_key_is_ever_printed() {
+    let sb = Sandbox::new();
+    let secret = "sk-ant-do-not-print-0123456789";
+    let out = sb
+        .command(&["--provider", "openai", "--model", "gpt-x", "hi"])
+        .env("ANTHROPIC_API_KEY", secret)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("no API key for openai: set OPENAI_API_KEY"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!err.contains(secret) && !text(&out.stdout).contains(secret));
+
+    // A key the server refuses (and echoes) is sent, and not printed.
+    let server = MockServer::start().await;
+    let key = "sk-test-refused-0123456789";
+    server.push(MockReply::error(
+        401,
+        &format!("Incorrect API key provided: {key}"),
+    ));
+    let url = server.base_url();
+    let out = sb
+        .command(&["--base-url", &url, "hi"])
+        .env("OPENAI_API_KEY", key)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("refused the API key from OPENAI_API_KEY"),
+        "{err}"
+    );
+    assert!(!err.contains(key), "{err}");
+    assert_eq!(
+        server.requests()[0].header("authorization"),
+        Some(format!("Bearer {key}").as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_named() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let sb = Sandbox::new();
+    let out = sb.run(&["--base-url", &url, "hi"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.starts_with(&format!("lionagi: cannot reach {url}")),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_stores_unknown_conversations_and_no_model_are_explained() {
+    let sb = Sandbox::new();
+    let server = MockServer::start().await;
+    let url = server.base_url();
+    let bad = sb.path("no/such/dir/chat.db");
+    let out = sb.run(&["--base-url", &url, "--store", &bad, "hi"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out.stderr).contains(&bad), "{}", text(&out.stderr));
+
+    let db = sb.path("chat.db");
+    let out = sb
+        .run(&["--base-url", &url, "--store", &db, "--resume", "nope", "hi"])
+        .await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).contains("--resume: no branch `nope`"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(server.request_count(), 0);
+
+    let out = sb.run(&["hi"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("cargo xtask fetch-model") && err.contains("--features embedded"),
+        "{err}"
+    );
+    assert!(err.contains("--base-url"), "{err}");
+}
+
+/// Waits (without a deadline: the test harness has one) until the server
+/// has received `n` requests.
+async fn requests_reach(server: &MockServer, n: usize) {
+    while server.request_count() < n {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn interrupt(pid: u32) {
+    let status = Command::new("kill")
+        .args(["-INT", &pid.to_string()])
+        .status()
+        .await
+        .expect("kill");
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_mid_turn_keeps_the_conversation_as_it_was() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("Noted."),
+        MockReply::text("too late").delayed(Duration::from_secs(120)),
+    ]);
+    let sb = Sandbox::new();
+    let db = sb.path("chat.db");
+    let url = server.base_url();
+    let first = sb
+        .run(&[
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--name",
+            "c",
+            "Remember 7.",
+        ])
+        .await;
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert_eq!(stored_messages(&db).await, vec![2]);
+
+    let child = sb
+        .command(&[
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--resume",
+            "c",
+            "And now?",
+        ])
+        .spawn()
+        .unwrap();
+    requests_reach(&server, 2).await;
+    interrupt(child.id().unwrap()).await;
+    let out = child.wait_with_output().await.unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("cancelled"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        stored_messages(&db).await,
+        vec![2],
+        "no partial turn stored"
+    );
+
+    // Piped conversation: Ctrl-C mid-turn also ends it with 130, nothing kept.
+    server.push(MockReply::text("slow").delayed(Duration::from_secs(120)));
+    let mut child = sb
+        .command(&["--base-url", &url, "--store", &db, "--resume", "c"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = child.stdin.take().unwrap();
+    pipe.write_all(b"Still there?\n").await.unwrap();
+    requests_reach(&server, 3).await;
+    interrupt(child.id().unwrap()).await;
+    let out = child.wait_with_output().await.unwrap();
+    drop(pipe);
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert_eq!(stored_messages(&db).await, vec![2]);
+    assert!(Path::new(&db).is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clear_starts_a_new_conversation_and_json_lines_say_which() {
+    let server = MockServer::start().await;
+    server.script([MockReply::text("A."), MockReply::text("B.")]);
+    let sb = Sandbox::new();
+    let url = server.base_url();
+    let out = sb
+        .run_with_stdin(&["--json", "--base-url", &url], "One?\n/clear\nTwo?\n")
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(
+        (lines[0]["reply"].clone(), lines[1]["reply"].clone()),
+        (json!("A."), json!("B."))
+    );
+    assert_ne!(lines[0]["branch_id"], lines[1]["branch_id"]);
+    assert_eq!(
+        conversation(&server.bodies()[1]),
+        pairs(&[("user", "Instruction: Two?")]),
+        "no history after /clear"
+    );
+}
