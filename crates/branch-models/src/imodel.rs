@@ -358,7 +358,9 @@ impl IModel {
         let resp = req.send().await.map_err(|e| self.map_transport(&e))?;
         let status = resp.status().as_u16();
         let retry_after = retry_after(resp.headers());
-        let text = resp.text().await.map_err(|e| self.map_transport(&e))?;
+        let bytes = resp.bytes().await.map_err(|e| self.map_transport(&e))?;
+        // What `Response::text` gives, without copying a valid UTF-8 body.
+        let text = String::from_utf8_lossy(&bytes);
         if !(200..300).contains(&status) {
             let (kind, message) = dialect::classify(status, &text);
             let mut e = self

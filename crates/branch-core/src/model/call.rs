@@ -46,7 +46,7 @@ impl ChatMessage {
 
     /// The JSON object sent to the provider.
     pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
+        let mut m = Map::with_capacity(2 + self.extra.len());
         m.insert("role".into(), self.role.clone().into());
         m.insert("content".into(), self.content.clone());
         for (k, v) in &self.extra {
@@ -255,7 +255,7 @@ impl ChatResponse {
 /// (serialization.md §6.1): `{"status", "duration", "response", "error",
 /// "retryable"}`.
 pub fn api_call_execution(result: Result<&ChatResponse, &ModelError>, duration_secs: f64) -> Value {
-    let mut m = Map::new();
+    let mut m = Map::with_capacity(5);
     match result {
         Ok(r) => {
             m.insert("status".into(), "completed".into());
