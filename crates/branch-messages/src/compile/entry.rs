@@ -1,6 +1,6 @@
 //! Compiled entries before rendering, the merge pass, and rendering.
 
-use std::borrow::Cow;
+use std::ops::Deref;
 
 use branch_core::message::InstructionContent;
 use serde_json::{Map, Value, json};
@@ -12,6 +12,38 @@ use crate::render::{RenderedContent, render_instruction_as};
 /// The result text sent for a native call whose result was never recorded
 /// (a turn cut short between the call and its result).
 pub(crate) const MISSING_RESULT: &str = r#"{"error":"no result was recorded for this call"}"#;
+
+/// An instruction's content as compiled: the stored one, or a copy the
+/// compilation changed (boxed, so an entry stays small).
+pub(crate) enum Content<'a> {
+    Borrowed(&'a InstructionContent),
+    Owned(Box<InstructionContent>),
+}
+
+impl Content<'_> {
+    /// The content to change, copied first if it is borrowed.
+    pub(crate) fn to_mut(&mut self) -> &mut InstructionContent {
+        match self {
+            Content::Owned(c) => c,
+            Content::Borrowed(c) => {
+                let copy = Box::new((*c).clone());
+                *self = Content::Owned(copy);
+                self.to_mut()
+            }
+        }
+    }
+}
+
+impl Deref for Content<'_> {
+    type Target = InstructionContent;
+
+    fn deref(&self) -> &InstructionContent {
+        match self {
+            Content::Borrowed(c) => c,
+            Content::Owned(c) => c,
+        }
+    }
+}
 
 /// A native tool call attached to a model reply.
 pub(crate) struct NativeCall {
@@ -28,7 +60,7 @@ pub(crate) struct NativeCall {
 /// instruction (rendered without its tool schemas and response format).
 pub(crate) enum Entry<'a> {
     Instruction {
-        content: Cow<'a, InstructionContent>,
+        content: Content<'a>,
         owner: ImageOwner,
         history: bool,
     },

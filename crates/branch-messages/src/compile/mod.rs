@@ -28,7 +28,6 @@ mod dedup;
 mod entry;
 mod message;
 
-use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use branch_core::message::{InstructionContent, Message, MessageContent, MessageManager};
@@ -40,7 +39,7 @@ pub use message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::RenderedContent;
 use crate::yaml::minimal_yaml_stripped;
-use entry::{Entry, NativeCall};
+use entry::{Content, Entry, NativeCall};
 
 /// How tool calls and results travel.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -106,7 +105,7 @@ pub fn compile_request(
         .react_context
         .and_then(|ctx| dedup::plan(ctx, &history, current));
     // The current turn is copied only when the compilation changes it.
-    let mut current = Cow::Borrowed(current);
+    let mut current = Content::Borrowed(current);
     if let Some(ctx) = plan.as_ref().and_then(|p| p.current_context.clone()) {
         current.to_mut().prompt_context = ctx;
     }
@@ -177,7 +176,7 @@ pub fn compile_request(
             MessageContent::Instruction(c) => {
                 // Rendered as history: without tool schemas and response
                 // format (see `Entry`).
-                let mut c = Cow::Borrowed(&**c);
+                let mut c = Content::Borrowed(c);
                 if let Some(p) = plan.as_ref().filter(|p| p.leave_out.contains(&i)) {
                     c.to_mut().prompt_context = p.shown.remove_from(&c);
                 }
@@ -198,7 +197,7 @@ pub fn compile_request(
 
     if let Some(system) = msgs.system().and_then(Message::as_system) {
         let prefix = format!("{}{}", system.rendered(), opts.context_blocks.join("\n"));
-        let fold = |c: &mut Cow<'_, InstructionContent>| {
+        let fold = |c: &mut Content<'_>| {
             let folded = format!("{prefix}{}", guidance_text(c.guidance.as_ref()));
             c.to_mut().guidance = Some(Value::String(folded));
         };
@@ -242,7 +241,7 @@ pub fn compile_request(
 
 /// Folds the pending action results into an instruction's context (see
 /// [`fold_actions`]), copying the instruction only when there are some.
-fn fold_pending(c: &mut Cow<'_, InstructionContent>, pending: &mut Vec<Value>) {
+fn fold_pending(c: &mut Content<'_>, pending: &mut Vec<Value>) {
     if !pending.is_empty() {
         fold_actions(&mut c.to_mut().prompt_context, pending);
     }
