@@ -4,7 +4,7 @@ use branch_core::message::{
     ActionRequestContent, ActionResponseContent, ImageDetail, InstructionContent, Message,
     MessageContent,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::error::{CompileError, ImageOwner};
 use crate::response_format::ResponseFormat;
@@ -46,6 +46,14 @@ impl RenderedContent {
         }
     }
 
+    /// The provider's `content` value, without copying.
+    pub fn into_value(self) -> Value {
+        match self {
+            Self::Text(t) => Value::String(t),
+            Self::Parts(p) => Value::Array(p),
+        }
+    }
+
     /// Appends text to the body (to the last text part when there are
     /// parts).
     pub fn push_text(&mut self, extra: &str) {
@@ -73,30 +81,41 @@ impl RenderedContent {
 /// An instruction with nothing to show renders `""` (the reference sends
 /// `"{}"`; see NOTES-compat.md).
 pub fn instruction_text(c: &InstructionContent) -> String {
+    instruction_text_as(c, false)
+}
+
+/// [`instruction_text`]; `history` leaves out the tool schemas and the
+/// response format, as a past instruction is compiled.
+pub(crate) fn instruction_text_as(c: &InstructionContent, history: bool) -> String {
+    use crate::yaml::Entry;
     if let Some(p) = c.plain_content.as_deref().filter(|p| !p.is_empty()) {
         return p.to_owned();
     }
     let format = c
         .response_format
         .as_ref()
+        .filter(|_| !history)
         .and_then(ResponseFormat::from_value);
-    let mut doc = Map::new();
-    let mut put = |k: &str, v: Value| {
-        doc.insert(k.to_owned(), v);
-    };
-    put("Guidance", c.guidance.clone().unwrap_or(Value::Null));
-    put("Instruction", c.instruction.clone().unwrap_or(Value::Null));
-    put("Context", Value::Array(c.prompt_context.clone()));
-    put("Tools", Value::Array(c.tool_schemas.clone()));
+    let null = Value::Null;
+    let tools: &[Value] = if history { &[] } else { &c.tool_schemas };
+    let banner;
+    let mut doc: Vec<(&str, Entry<'_>)> = Vec::with_capacity(6);
+    doc.push((
+        "Guidance",
+        Entry::Value(c.guidance.as_ref().unwrap_or(&null)),
+    ));
+    doc.push((
+        "Instruction",
+        Entry::Value(c.instruction.as_ref().unwrap_or(&null)),
+    ));
+    doc.push(("Context", Entry::List(&c.prompt_context)));
+    doc.push(("Tools", Entry::List(tools)));
     if let Some(f) = &format {
-        put("ResponseSchema", f.schema().cloned().unwrap_or(Value::Null));
-        put("ResponseFormat", Value::String(f.banner()));
+        doc.push(("ResponseSchema", Entry::Value(f.schema().unwrap_or(&null))));
+        banner = Value::String(f.banner());
+        doc.push(("ResponseFormat", Entry::Value(&banner)));
     }
-    let doc = crate::yaml::prune(&Value::Object(doc));
-    if doc.as_object().is_some_and(Map::is_empty) {
-        return String::new();
-    }
-    minimal_yaml_stripped(&doc)
+    crate::yaml::mapping_stripped(&doc)
 }
 
 /// An instruction as sent: its text, plus image parts when images are
@@ -105,7 +124,16 @@ pub fn render_instruction(
     c: &InstructionContent,
     owner: ImageOwner,
 ) -> Result<RenderedContent, CompileError> {
-    let text = instruction_text(c);
+    render_instruction_as(c, owner, false)
+}
+
+/// [`render_instruction`]; `history` as in [`instruction_text_as`].
+pub(crate) fn render_instruction_as(
+    c: &InstructionContent,
+    owner: ImageOwner,
+    history: bool,
+) -> Result<RenderedContent, CompileError> {
+    let text = instruction_text_as(c, history);
     if c.images.is_empty() {
         return Ok(RenderedContent::Text(text));
     }

@@ -159,6 +159,48 @@ pub fn build_body(config: &ModelConfig, request: &ChatRequest, stream: bool) -> 
     Value::Object(payload)
 }
 
+/// Payload parts counted by the input-token estimate (providers.md §9).
+const COUNTED_PARTS: &[&str] = &[
+    "system",
+    "instructions",
+    "messages",
+    "input",
+    "prompt",
+    "tools",
+    "response_format",
+];
+
+/// The JSON bytes of `body` (exactly `serde_json::to_vec`) and its rough
+/// input-token estimate, unscaled: the characters of the counted parts
+/// (a string part's own text, any other part's JSON text), 4 a token.
+/// One pass: the estimate is read off the bytes as they are written.
+pub fn serialize_counting(body: &Value) -> serde_json::Result<(Vec<u8>, u64)> {
+    let Value::Object(map) = body else {
+        return Ok((serde_json::to_vec(body)?, 0));
+    };
+    let mut out = Vec::with_capacity(512);
+    let mut chars = 0usize;
+    out.push(b'{');
+    for (i, (k, v)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, k)?;
+        out.push(b':');
+        let start = out.len();
+        serde_json::to_writer(&mut out, v)?;
+        if COUNTED_PARTS.contains(&k.as_str()) {
+            chars += match v {
+                Value::String(s) => s.chars().count(),
+                // UTF-8: every byte but a continuation byte starts a char.
+                _ => out[start..].iter().filter(|&&b| b & 0xC0 != 0x80).count(),
+            };
+        }
+    }
+    out.push(b'}');
+    Ok((out, (chars as u64).div_ceil(4)))
+}
+
 /// The auth header for `auth_type`, if any.
 pub fn auth_header(auth_type: AuthType, key: &str) -> Option<(&'static str, String)> {
     match auth_type {
@@ -269,6 +311,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn one_pass_serialization_matches_to_vec_and_the_estimate() {
+        let body = serde_json::json!({
+            "model": "gpt-4.1-mini",
+            "temperature": 0.5,
+            "messages": [{"role": "user", "content": "héllo \"quoted\" ✓\n"}],
+            "system": "ünïcode",
+            "tools": [],
+        });
+        let (bytes, tokens) = serialize_counting(&body).unwrap();
+        assert_eq!(bytes, serde_json::to_vec(&body).unwrap());
+        let chars: usize = ["messages", "tools"]
+            .iter()
+            .map(|k| body[*k].to_string().chars().count())
+            .sum::<usize>()
+            + "ünïcode".chars().count();
+        assert_eq!(tokens, (chars as u64).div_ceil(4));
+        let (bytes, tokens) = serialize_counting(&serde_json::json!([1])).unwrap();
+        assert_eq!((bytes, tokens), (b"[1]".to_vec(), 0));
+    }
 
     #[test]
     fn anthropic_body_matches_reference() {

@@ -3,7 +3,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use branch_core::model::registry::ProviderKind;
 use branch_core::model::{
     AuthType, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError,
     ModelErrorKind,
@@ -14,22 +13,12 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::breaker::Breaker;
-use crate::dialect::{self, Dialect};
+use crate::dialect::{self, Dialect, serialize_counting};
 use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
 use crate::secret::ApiKey;
 use crate::sse;
-
-/// Payload parts counted by the input-token estimate (providers.md §9).
-const COUNTED_PARTS: &[&str] = &[
-    "system",
-    "instructions",
-    "messages",
-    "input",
-    "prompt",
-    "tools",
-    "response_format",
-];
+use crate::target::{Target, put_header};
 
 /// Counted estimates at or above this calibrate the input-token scale.
 const CALIBRATION_MIN_TOKENS: u64 = 4000;
@@ -44,6 +33,9 @@ struct State {
 struct Inner {
     config: ModelConfig,
     key: Option<ApiKey>,
+    /// The URL and fixed headers every call uses, or the configuration
+    /// error every call reports (the configuration never changes).
+    target: Result<Target, (ModelErrorKind, String)>,
     client: reqwest::Client,
     limiter: Limiter,
     dialect: Dialect,
@@ -132,9 +124,11 @@ impl IModelBuilder {
             input_token_scale: config.input_token_scale(),
             cap_refusal: None,
         };
+        let target = Target::of(&config, key.as_ref());
         Ok(IModel {
             inner: Arc::new(Inner {
                 dialect: Dialect::of(&config),
+                target,
                 config,
                 key,
                 client,
@@ -245,86 +239,50 @@ impl IModel {
         serde_json::from_str(&text).unwrap_or(Value::String(text))
     }
 
-    /// Rough input-token estimate of `body` (JSON text of the counted parts,
-    /// 4 characters a token), unscaled.
-    fn estimate_tokens(body: &Value) -> u64 {
-        let chars: usize = COUNTED_PARTS
-            .iter()
-            .filter_map(|k| body.get(*k))
-            .map(|v| match v {
-                Value::String(s) => s.chars().count(),
-                other => other.to_string().chars().count(),
-            })
-            .sum();
-        (chars as u64).div_ceil(4)
-    }
-
     /// Everything before the first byte: URL, key, body, cap, guard.
-    fn prepare(&self, request: &ChatRequest, stream: bool) -> Result<Prepared, ModelError> {
+    /// `payload` is the body when the caller already built it (with
+    /// [`ChatModel::request_payload`]); otherwise it is built here.
+    fn prepare(
+        &self,
+        request: &ChatRequest,
+        payload: Option<&Value>,
+        stream: bool,
+    ) -> Result<Prepared, ModelError> {
         let config = &self.inner.config;
-        if config
-            .provider_spec()
-            .is_some_and(|s| s.kind != ProviderKind::Api)
-        {
-            return Err(self.err(
-                ModelErrorKind::Config,
-                "CLI and agentic providers are not served over HTTP by branch-models",
-            ));
-        }
-        let url = config
-            .url()
-            .ok_or_else(|| self.err(ModelErrorKind::Config, "the endpoint has no base_url"))?;
-        let parsed = reqwest::Url::parse(&url)
-            .map_err(|_| self.err(ModelErrorKind::Config, "the base_url is not a valid URL"))?;
-        if !matches!(parsed.scheme(), "http" | "https") {
-            return Err(self.err(ModelErrorKind::Config, "the base_url must be http or https"));
-        }
-        let host = parsed.host_str().unwrap_or_default().to_owned();
-        guard::check_host(&host, config.allow_local_network())
-            .map_err(|b| self.err(ModelErrorKind::NetworkGuard, b.to_string()))?;
-
-        let mut headers = reqwest::header::HeaderMap::new();
-        let mut put = |name: &str, value: &str| -> Result<(), ModelError> {
-            let n = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-                .map_err(|_| self.err(ModelErrorKind::Config, "a header name is invalid"))?;
-            let mut v = reqwest::header::HeaderValue::from_str(value)
-                .map_err(|_| self.err(ModelErrorKind::Config, "a header value is invalid"))?;
-            v.set_sensitive(n == reqwest::header::AUTHORIZATION || n.as_str() == "x-api-key");
-            headers.insert(n, v);
-            Ok(())
-        };
-        put("content-type", "application/json")?;
-        let auth = config.endpoint().auth_type;
-        if auth != AuthType::None {
-            let key = self.inner.key.as_ref().ok_or_else(|| {
-                let mut e = self.err(
-                    ModelErrorKind::Auth,
-                    "API key is required for authentication",
-                );
-                if let Some(var) = config.key_env() {
-                    e.message
-                        .push_str(&format!(" (set {var} or give the key explicitly)"));
-                }
-                e
-            })?;
-            if let Some((name, value)) = dialect::auth_header(auth, key.expose()) {
-                put(name, &value)?;
-            }
-        }
-        for (name, value) in &config.endpoint().default_headers {
-            if let Some(v) = value.as_str() {
-                put(name, v)?;
-            }
-        }
+        let target = self
+            .inner
+            .target
+            .as_ref()
+            .map_err(|(kind, msg)| self.err(*kind, msg.clone()))?;
+        let mut headers = target.headers.clone();
         for (name, value) in &request.extra_headers {
-            put(name, value)?;
+            put_header(&mut headers, name, value)
+                .map_err(|m| self.err(ModelErrorKind::Config, m))?;
         }
         if config.endpoint().idempotent_retries {
-            put("idempotency-key", &uuid::Uuid::new_v4().to_string())?;
+            put_header(
+                &mut headers,
+                "idempotency-key",
+                &uuid::Uuid::new_v4().to_string(),
+            )
+            .map_err(|m| self.err(ModelErrorKind::Config, m))?;
         }
 
-        let body = dialect::build_body(config, request, stream);
-        let counted = Self::estimate_tokens(&body);
+        let built;
+        let body = match payload {
+            Some(b) => b,
+            None => {
+                built = dialect::build_body(config, request, stream);
+                &built
+            }
+        };
+        // One serialization gives both the bytes sent and the estimate.
+        let (body_bytes, counted) = serialize_counting(body).map_err(|_| {
+            self.err(
+                ModelErrorKind::Config,
+                "the request body is not serializable",
+            )
+        })?;
         let scale = self.lock_state().input_token_scale.max(1.0);
         #[allow(
             clippy::cast_possible_truncation,
@@ -350,14 +308,8 @@ impl IModel {
                 return Err(e);
             }
         }
-        let body_bytes = serde_json::to_vec(&body).map_err(|_| {
-            self.err(
-                ModelErrorKind::Config,
-                "the request body is not serializable",
-            )
-        })?;
         Ok(Prepared {
-            url,
+            url: target.url.clone(),
             headers,
             body_bytes,
             counted,
@@ -397,7 +349,7 @@ impl IModel {
         let mut req = self
             .inner
             .client
-            .post(&p.url)
+            .post(p.url.clone())
             .headers(p.headers.clone())
             .body(p.body_bytes.clone());
         if let Some(t) = self.inner.config.endpoint().timeout.as_duration() {
@@ -406,7 +358,9 @@ impl IModel {
         let resp = req.send().await.map_err(|e| self.map_transport(&e))?;
         let status = resp.status().as_u16();
         let retry_after = retry_after(resp.headers());
-        let text = resp.text().await.map_err(|e| self.map_transport(&e))?;
+        let bytes = resp.bytes().await.map_err(|e| self.map_transport(&e))?;
+        // What `Response::text` gives, without copying a valid UTF-8 body.
+        let text = String::from_utf8_lossy(&bytes);
         if !(200..300).contains(&status) {
             let (kind, message) = dialect::classify(status, &text);
             let mut e = self
@@ -514,7 +468,11 @@ impl IModel {
         }
     }
 
-    async fn chat_inner(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+    async fn chat_inner(
+        &self,
+        request: ChatRequest,
+        payload: Option<&Value>,
+    ) -> Result<ChatResponse, ModelError> {
         if let Some(b) = &self.inner.breaker {
             b.admit().map_err(|_| {
                 self.err(
@@ -523,7 +481,7 @@ impl IModel {
                 )
             })?;
         }
-        let result = self.chat_attempts(request).await;
+        let result = self.chat_attempts(&request, payload).await;
         if let Some(b) = &self.inner.breaker {
             let failed = result.as_ref().err().is_some_and(|e| {
                 e.attempts > 0 && (e.is_retryable() || e.kind == ModelErrorKind::MalformedResponse)
@@ -533,9 +491,13 @@ impl IModel {
         result
     }
 
-    async fn chat_attempts(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+    async fn chat_attempts(
+        &self,
+        request: &ChatRequest,
+        payload: Option<&Value>,
+    ) -> Result<ChatResponse, ModelError> {
         let span = tracing::Span::current();
-        let p = self.prepare(&request, false)?;
+        let p = self.prepare(request, payload, false)?;
         self.ensure_ollama_model().await;
         let _permit = self
             .inner
@@ -580,7 +542,9 @@ impl IModel {
         {
             let mut st = self.lock_state();
             if let Some(m) = &response.served_model {
-                st.served_model = Some(m.clone());
+                if st.served_model.as_ref() != Some(m) {
+                    st.served_model = Some(m.clone());
+                }
             }
             if let Some(u) = &response.usage {
                 if p.counted >= CALIBRATION_MIN_TOKENS && u.input_tokens() > 0 {
@@ -597,7 +561,7 @@ impl IModel {
 
     async fn stream_inner(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let span = tracing::Span::current();
-        let p = self.prepare(&request, true)?;
+        let p = self.prepare(&request, None, true)?;
         self.ensure_ollama_model().await;
         let permit = self
             .inner
@@ -609,7 +573,7 @@ impl IModel {
         let resp = self
             .inner
             .client
-            .post(&p.url)
+            .post(p.url.clone())
             .headers(p.headers.clone())
             .body(p.body_bytes.clone())
             .send()
@@ -720,7 +684,22 @@ impl IModel {
 
     /// One complete call (see [`ChatModel::chat`]).
     pub async fn invoke(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        self.chat_inner(request).instrument(self.span(false)).await
+        self.chat_inner(request, None)
+            .instrument(self.span(false))
+            .await
+    }
+
+    /// One complete call sending `payload`, the body
+    /// [`ChatModel::request_payload`] built for `request` (see
+    /// [`ChatModel::chat_with_payload`]).
+    pub async fn invoke_with_payload(
+        &self,
+        request: ChatRequest,
+        payload: &Value,
+    ) -> Result<ChatResponse, ModelError> {
+        self.chat_inner(request, Some(payload))
+            .instrument(self.span(false))
+            .await
     }
 
     /// A streaming call (see [`ChatModel::stream`]).
@@ -750,7 +729,7 @@ struct StreamState {
 }
 
 struct Prepared {
-    url: String,
+    url: reqwest::Url,
     headers: reqwest::header::HeaderMap,
     body_bytes: Vec<u8>,
     counted: u64,
@@ -831,6 +810,14 @@ impl ChatModel for IModel {
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         self.invoke(request).await
+    }
+
+    async fn chat_with_payload(
+        &self,
+        request: ChatRequest,
+        payload: &Value,
+    ) -> Result<ChatResponse, ModelError> {
+        self.invoke_with_payload(request, payload).await
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {

@@ -33,6 +33,7 @@ pub mod local;
 pub mod mock;
 mod secret;
 pub mod sse;
+mod target;
 
 pub use branch_core::model::{
     ChatChunk, ChatMessage, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig,

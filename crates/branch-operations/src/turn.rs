@@ -14,7 +14,7 @@ use branch_core::{Branch, Participant, Role};
 use branch_messages::{
     CompileOptions, ResponseFormat, ToolMode, compile_request, token_usage_note,
 };
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::error::{OperationError, Result};
@@ -348,7 +348,8 @@ pub(crate) async fn send(
     let call = async {
         match caller {
             Some(c) => c.call(model.clone(), request).await,
-            None => model.chat(request).await,
+            // The body built for the log is the body sent.
+            None => model.chat_with_payload(request, &payload).await,
         }
     };
     let result = tracing::Instrument::instrument(call, span).await;
@@ -360,14 +361,18 @@ pub(crate) async fn send(
         }
     }
     metadata.insert("lion_class".into(), API_CALLING.into());
-    let record = json!({
-        "id": Uuid::new_v4().to_string(),
-        "created_at": started_at,
-        "metadata": metadata,
-        "execution": api_call_execution(result.as_ref(), duration),
-        "payload": payload,
-    });
-    branch.log(Log::from_json(record));
+    // Built by moving the parts in: `json!` would copy each of them
+    // through the serializer, the payload included.
+    let mut record = Map::with_capacity(5);
+    record.insert("id".into(), Uuid::new_v4().to_string().into());
+    record.insert("created_at".into(), started_at.into());
+    record.insert("metadata".into(), Value::Object(metadata));
+    record.insert(
+        "execution".into(),
+        api_call_execution(result.as_ref(), duration),
+    );
+    record.insert("payload".into(), payload);
+    branch.log(Log::new(record));
     result.map_err(OperationError::api)
 }
 

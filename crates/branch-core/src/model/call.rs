@@ -46,7 +46,7 @@ impl ChatMessage {
 
     /// The JSON object sent to the provider.
     pub fn to_value(&self) -> Value {
-        let mut m = Map::new();
+        let mut m = Map::with_capacity(2 + self.extra.len());
         m.insert("role".into(), self.role.clone().into());
         m.insert("content".into(), self.content.clone());
         for (k, v) in &self.extra {
@@ -234,8 +234,8 @@ impl ChatResponse {
         let tool_calls = extract_tool_calls(&raw);
         let usage = raw.get("usage").and_then(Usage::from_provider);
         let served_model = raw.get("model").and_then(Value::as_str).map(str::to_owned);
-        let finish_reason = raw
-            .pointer("/choices/0/finish_reason")
+        let finish_reason = first_choice(&raw)
+            .and_then(|c| c.get("finish_reason"))
             .or_else(|| raw.get("stop_reason"))
             .and_then(Value::as_str)
             .map(str::to_owned);
@@ -255,7 +255,7 @@ impl ChatResponse {
 /// (serialization.md §6.1): `{"status", "duration", "response", "error",
 /// "retryable"}`.
 pub fn api_call_execution(result: Result<&ChatResponse, &ModelError>, duration_secs: f64) -> Value {
-    let mut m = Map::new();
+    let mut m = Map::with_capacity(5);
     match result {
         Ok(r) => {
             m.insert("status".into(), "completed".into());
@@ -275,6 +275,17 @@ pub fn api_call_execution(result: Result<&ChatResponse, &ModelError>, duration_s
     }
     m.insert("retryable".into(), Value::Null);
     Value::Object(m)
+}
+
+/// `choices[0]` of a reply (looked up directly: a JSON pointer would parse
+/// and allocate on every reply).
+fn first_choice(raw: &Value) -> Option<&Value> {
+    match raw.get("choices")? {
+        Value::Array(a) => a.first(),
+        // What the pointer `/choices/0` also reaches.
+        Value::Object(o) => o.get("0"),
+        _ => None,
+    }
 }
 
 /// The text of a provider reply (or list of replies, concatenated without
@@ -311,8 +322,9 @@ fn extract_one(raw: &Value) -> String {
         return choices
             .iter()
             .map(|c| {
-                c.pointer("/message/content")
-                    .or_else(|| c.pointer("/delta/content"))
+                c.get("message")
+                    .and_then(|m| m.get("content"))
+                    .or_else(|| c.get("delta").and_then(|d| d.get("content")))
                     .and_then(Value::as_str)
                     .unwrap_or_default()
             })
@@ -338,18 +350,17 @@ fn extract_one(raw: &Value) -> String {
 
 fn extract_tool_calls(raw: &Value) -> Vec<ToolCall> {
     let mut calls = Vec::new();
-    if let Some(Value::Array(tcs)) = raw.pointer("/choices/0/message/tool_calls") {
+    let tcs = first_choice(raw)
+        .and_then(|c| c.get("message"))
+        .and_then(|m| m.get("tool_calls"));
+    if let Some(Value::Array(tcs)) = tcs {
         for tc in tcs {
-            let s = |p: &str| {
-                tc.pointer(p)
-                    .and_then(Value::as_str)
-                    .unwrap_or_default()
-                    .to_owned()
-            };
+            let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
+            let function = tc.get("function");
             calls.push(ToolCall {
-                id: s("/id"),
-                name: s("/function/name"),
-                arguments: match tc.pointer("/function/arguments") {
+                id: text(tc.get("id")),
+                name: text(function.and_then(|f| f.get("name"))),
+                arguments: match function.and_then(|f| f.get("arguments")) {
                     Some(Value::String(a)) => a.clone(),
                     Some(other) => other.to_string(),
                     None => String::new(),

@@ -73,6 +73,20 @@ pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
     /// One complete (non-streaming) call, retried per the model's policy.
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError>;
 
+    /// One complete call whose body the caller already built with
+    /// [`ChatModel::request_payload`]`(&request, false)` (the Branch logs
+    /// that body): a model that sends JSON sends `payload` instead of
+    /// building it a second time. It must be that body; the default
+    /// ignores it and calls [`ChatModel::chat`].
+    async fn chat_with_payload(
+        &self,
+        request: ChatRequest,
+        payload: &serde_json::Value,
+    ) -> Result<ChatResponse, ModelError> {
+        let _ = payload;
+        self.chat(request).await
+    }
+
     /// A streaming call (`"stream": true`). Errors before the first byte
     /// (status, guard, limits) are returned here; later ones as stream items.
     /// Dropping the stream cancels the request. Streams are not retried.

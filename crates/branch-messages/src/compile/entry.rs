@@ -1,15 +1,49 @@
 //! Compiled entries before rendering, the merge pass, and rendering.
 
+use std::ops::Deref;
+
 use branch_core::message::InstructionContent;
 use serde_json::{Map, Value, json};
 
 use super::message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
-use crate::render::{RenderedContent, render_instruction};
+use crate::render::{RenderedContent, render_instruction_as};
 
 /// The result text sent for a native call whose result was never recorded
 /// (a turn cut short between the call and its result).
 pub(crate) const MISSING_RESULT: &str = r#"{"error":"no result was recorded for this call"}"#;
+
+/// An instruction's content as compiled: the stored one, or a copy the
+/// compilation changed (boxed, so an entry stays small).
+pub(crate) enum Content<'a> {
+    Borrowed(&'a InstructionContent),
+    Owned(Box<InstructionContent>),
+}
+
+impl Content<'_> {
+    /// The content to change, copied first if it is borrowed.
+    pub(crate) fn to_mut(&mut self) -> &mut InstructionContent {
+        match self {
+            Content::Owned(c) => c,
+            Content::Borrowed(c) => {
+                let copy = Box::new((*c).clone());
+                *self = Content::Owned(copy);
+                self.to_mut()
+            }
+        }
+    }
+}
+
+impl Deref for Content<'_> {
+    type Target = InstructionContent;
+
+    fn deref(&self) -> &InstructionContent {
+        match self {
+            Content::Borrowed(c) => c,
+            Content::Owned(c) => c,
+        }
+    }
+}
 
 /// A native tool call attached to a model reply.
 pub(crate) struct NativeCall {
@@ -21,9 +55,15 @@ pub(crate) struct NativeCall {
 }
 
 /// One future request message (or, for a reply with native calls, the
-/// reply plus its tool results).
-pub(crate) enum Entry {
-    Instruction(Box<InstructionContent>, ImageOwner),
+/// reply plus its tool results). An instruction is borrowed from the
+/// history unless the compilation changes it; `history` marks a past
+/// instruction (rendered without its tool schemas and response format).
+pub(crate) enum Entry<'a> {
+    Instruction {
+        content: Content<'a>,
+        owner: ImageOwner,
+        history: bool,
+    },
     Assistant {
         text: String,
         calls: Vec<NativeCall>,
@@ -33,8 +73,8 @@ pub(crate) enum Entry {
 /// The merge pass: consecutive model replies join with a blank line
 /// unless the earlier one called tools (its results must follow it).
 /// Every instruction is kept.
-pub(crate) fn merge(entries: Vec<Entry>) -> Vec<Entry> {
-    let mut out: Vec<Entry> = Vec::with_capacity(entries.len());
+pub(crate) fn merge(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
+    let mut out: Vec<Entry<'_>> = Vec::with_capacity(entries.len());
     for e in entries {
         match (out.last_mut(), e) {
             (
@@ -56,14 +96,18 @@ pub(crate) fn merge(entries: Vec<Entry>) -> Vec<Entry> {
 
 /// Renders the entries; empty renderings are skipped. Returns the
 /// messages and whether the last entry rendered empty.
-pub(crate) fn render(entries: Vec<Entry>) -> Result<(Vec<RequestMessage>, bool), CompileError> {
+pub(crate) fn render(entries: Vec<Entry<'_>>) -> Result<(Vec<RequestMessage>, bool), CompileError> {
     let last = entries.len().saturating_sub(1);
     let mut out = Vec::with_capacity(entries.len());
     let mut last_empty = false;
     for (i, e) in entries.into_iter().enumerate() {
         match e {
-            Entry::Instruction(c, owner) => {
-                let content = render_instruction(&c, owner)?;
+            Entry::Instruction {
+                content: c,
+                owner,
+                history,
+            } => {
+                let content = render_instruction_as(&c, owner, history)?;
                 if content.is_empty() {
                     last_empty = i == last;
                     continue;

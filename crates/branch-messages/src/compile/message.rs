@@ -97,7 +97,24 @@ impl RequestMessage {
 }
 
 impl From<RequestMessage> for ChatMessage {
+    /// Moves the content over (no copy of the rendered text).
     fn from(m: RequestMessage) -> Self {
-        m.to_chat_message()
+        let content = if !m.tool_calls.is_empty() && m.content.is_empty() {
+            Value::Null
+        } else {
+            m.content.into_value()
+        };
+        let mut extra = Map::new();
+        if !m.tool_calls.is_empty() {
+            extra.insert("tool_calls".into(), Value::Array(m.tool_calls));
+        }
+        if let Some(id) = m.tool_call_id {
+            extra.insert("tool_call_id".into(), Value::String(id));
+        }
+        ChatMessage {
+            role: m.role.as_str().to_owned(),
+            content,
+            extra,
+        }
     }
 }

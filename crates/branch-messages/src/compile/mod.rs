@@ -39,7 +39,7 @@ pub use message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::RenderedContent;
 use crate::yaml::minimal_yaml_stripped;
-use entry::{Entry, NativeCall};
+use entry::{Content, Entry, NativeCall};
 
 /// How tool calls and results travel.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -104,15 +104,16 @@ pub fn compile_request(
     let plan = opts
         .react_context
         .and_then(|ctx| dedup::plan(ctx, &history, current));
-    let mut current = current.clone();
+    // The current turn is copied only when the compilation changes it.
+    let mut current = Content::Borrowed(current);
     if let Some(ctx) = plan.as_ref().and_then(|p| p.current_context.clone()) {
-        current.prompt_context = ctx;
+        current.to_mut().prompt_context = ctx;
     }
 
     let native = opts.tool_mode == ToolMode::Native;
-    if native {
+    if native && !current.tool_schemas.is_empty() {
         // The schemas travel as the request's `tools`.
-        current.tool_schemas.clear();
+        current.to_mut().tool_schemas.clear();
     }
     // Native mode answers each call where it is made, from the results
     // recorded anywhere in the compiled history.
@@ -173,32 +174,36 @@ pub fn compile_request(
                 }
             }
             MessageContent::Instruction(c) => {
-                let mut c = c.clone();
-                c.tool_schemas.clear();
-                c.response_format = None;
+                // Rendered as history: without tool schemas and response
+                // format (see `Entry`).
+                let mut c = Content::Borrowed(c);
                 if let Some(p) = plan.as_ref().filter(|p| p.leave_out.contains(&i)) {
-                    c.prompt_context = p.shown.remove_from(&c);
+                    c.to_mut().prompt_context = p.shown.remove_from(&c);
                 }
-                fold_actions(&mut c.prompt_context, &mut pending);
-                entries.push(Entry::Instruction(c, ImageOwner::Stored(m.id())));
+                fold_pending(&mut c, &mut pending);
+                entries.push(Entry::Instruction {
+                    content: c,
+                    owner: ImageOwner::Stored(m.id()),
+                    history: true,
+                });
             }
             MessageContent::System(_) | MessageContent::ActionRequest(_) => {}
         }
     }
-    fold_actions(&mut current.prompt_context, &mut pending);
+    fold_pending(&mut current, &mut pending);
 
     let mut entries = entry::merge(entries);
     let mut lead = Vec::new();
 
     if let Some(system) = msgs.system().and_then(Message::as_system) {
         let prefix = format!("{}{}", system.rendered(), opts.context_blocks.join("\n"));
-        let fold = |c: &mut InstructionContent| {
+        let fold = |c: &mut Content<'_>| {
             let folded = format!("{prefix}{}", guidance_text(c.guidance.as_ref()));
-            c.guidance = Some(Value::String(folded));
+            c.to_mut().guidance = Some(Value::String(folded));
         };
         match entries.first_mut() {
             None => fold(&mut current),
-            Some(Entry::Instruction(c, _)) => fold(c),
+            Some(Entry::Instruction { content, .. }) => fold(content),
             Some(Entry::Assistant { .. }) if native => {
                 lead.push(RequestMessage::new(
                     RequestRole::System,
@@ -215,21 +220,31 @@ pub fn compile_request(
             }
         }
     }
-    entries.push(Entry::Instruction(
-        Box::new(current.clone()),
-        ImageOwner::CurrentTurn,
-    ));
+    let empty_error = has_real_content(&current).then(|| CompileError::EmptyOutgoingContent {
+        instruction_len: current.instruction.as_ref().map_or(0, text_len),
+        plain_content_len: current.plain_content.as_deref().map_or(0, str::len),
+        has_images: !current.images.is_empty(),
+    });
+    entries.push(Entry::Instruction {
+        content: current,
+        owner: ImageOwner::CurrentTurn,
+        history: false,
+    });
 
     let (messages, last_empty) = entry::render(entries)?;
-    if last_empty && has_real_content(&current) {
-        return Err(CompileError::EmptyOutgoingContent {
-            instruction_len: current.instruction.as_ref().map_or(0, text_len),
-            plain_content_len: current.plain_content.as_deref().map_or(0, str::len),
-            has_images: !current.images.is_empty(),
-        });
+    if let Some(e) = empty_error.filter(|_| last_empty) {
+        return Err(e);
     }
     lead.extend(messages);
     Ok(lead)
+}
+
+/// Folds the pending action results into an instruction's context (see
+/// [`fold_actions`]), copying the instruction only when there are some.
+fn fold_pending(c: &mut Content<'_>, pending: &mut Vec<Value>) {
+    if !pending.is_empty() {
+        fold_actions(&mut c.to_mut().prompt_context, pending);
+    }
 }
 
 /// Appends the pending action results to a context, skipping any equal to

@@ -1,4 +1,5 @@
 use branch_core::message::{InstructionContent, Message, MessageManager, SystemContent};
+use branch_core::model::ChatMessage;
 use serde_json::{Map, Value, json};
 
 use super::*;
@@ -416,5 +417,44 @@ fn plain_content_never_carries_react_context() {
     assert_eq!(
         contents(&mm, &current, &opts)[2]["content"],
         "Instruction: next\nContext:\n- data"
+    );
+}
+
+#[test]
+fn the_seam_message_moved_out_equals_the_copied_one() {
+    let mut m = RequestMessage::new(RequestRole::Assistant, RenderedContent::Text(String::new()));
+    m.tool_calls = vec![json!({"id": "c1", "type": "function"})];
+    let mut t = RequestMessage::new(RequestRole::Tool, RenderedContent::Text("out".into()));
+    t.tool_call_id = Some("c1".into());
+    let u = RequestMessage::new(
+        RequestRole::User,
+        RenderedContent::Parts(vec![json!({"type": "text", "text": "hi"})]),
+    );
+    for r in [m, t, u] {
+        assert_eq!(ChatMessage::from(r.clone()), r.to_chat_message());
+    }
+}
+
+#[test]
+fn a_past_instruction_renders_without_its_schemas_and_format() {
+    let c = InstructionContent {
+        guidance: Some("g".into()),
+        tool_schemas: vec![json!({"type": "function", "function": {"name": "f"}})],
+        response_format: Some(json!({"x": "int"})),
+        prompt_context: vec![json!("ctx")],
+        ..ins("do it")
+    };
+    let stripped = InstructionContent {
+        tool_schemas: Vec::new(),
+        response_format: None,
+        ..c.clone()
+    };
+    assert_eq!(
+        crate::render::instruction_text_as(&c, true),
+        crate::render::instruction_text(&stripped)
+    );
+    assert_ne!(
+        crate::render::instruction_text_as(&c, false),
+        crate::render::instruction_text(&stripped)
     );
 }

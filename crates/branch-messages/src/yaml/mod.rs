@@ -8,6 +8,8 @@ mod number;
 mod resolve;
 mod scalar;
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use scalar::Style;
@@ -47,25 +49,98 @@ pub fn prune(v: &Value) -> Value {
     }
 }
 
+/// Whether [`prune`] would change `v` (an empty value somewhere inside).
+fn needs_prune(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => o.values().any(|v| is_empty(v) || needs_prune(v)),
+        Value::Array(a) => a.iter().any(|v| is_empty(v) || needs_prune(v)),
+        _ => false,
+    }
+}
+
+/// `v` pruned, copied only when pruning changes it.
+fn pruned(v: &Value) -> Cow<'_, Value> {
+    if needs_prune(v) {
+        Cow::Owned(prune(v))
+    } else {
+        Cow::Borrowed(v)
+    }
+}
+
 /// Serializes `value` as minimal YAML after pruning empty values. The text
 /// ends with a newline, as PyYAML's does; callers strip it where the
 /// reference strips.
 pub fn minimal_yaml(value: &Value) -> String {
-    let mut e = Emitter {
-        out: String::new(),
-        open_ended: false,
-    };
-    e.document(&prune(value));
-    if e.open_ended {
-        e.out.push_str("...\n");
-    }
-    e.out
+    let mut e = Emitter::new();
+    e.document(&pruned(value));
+    e.finish()
 }
 
 /// Minimal YAML with surrounding whitespace removed: the form every
 /// rendering uses.
 pub fn minimal_yaml_stripped(value: &Value) -> String {
-    minimal_yaml(value).trim().to_owned()
+    strip(minimal_yaml(value))
+}
+
+/// `text` without surrounding whitespace, reusing its buffer.
+fn strip(mut text: String) -> String {
+    let end = text.trim_end().len();
+    text.truncate(end);
+    let start = text.len() - text.trim_start().len();
+    text.drain(..start);
+    text
+}
+
+/// One entry of a top-level mapping written by [`mapping_stripped`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Entry<'a> {
+    /// A value.
+    Value(&'a Value),
+    /// A list, given as its items.
+    List(&'a [Value]),
+}
+
+/// The stripped minimal YAML of the mapping of `entries` (in order),
+/// exactly as [`minimal_yaml_stripped`] renders the same mapping built as
+/// a value, without building it: empty entries are pruned and an empty
+/// mapping renders `""` (not `{}`).
+pub(crate) fn mapping_stripped(entries: &[(&str, Entry<'_>)]) -> String {
+    let mut e = Emitter::new();
+    let mut written = 0;
+    for (k, v) in entries {
+        match *v {
+            Entry::Value(v) => {
+                if is_empty(v) {
+                    continue;
+                }
+                let v = pruned(v);
+                if is_empty(&v) {
+                    continue;
+                }
+                e.entry(written, k, &v, 0);
+            }
+            Entry::List(items) => {
+                let items: Cow<'_, [Value]> = if items.iter().any(|v| is_empty(v) || needs_prune(v))
+                {
+                    match prune(&Value::Array(items.to_vec())) {
+                        Value::Array(a) => Cow::Owned(a),
+                        _ => Cow::Owned(Vec::new()),
+                    }
+                } else {
+                    Cow::Borrowed(items)
+                };
+                if items.is_empty() {
+                    continue;
+                }
+                e.list_entry(written, k, &items, 0);
+            }
+        }
+        written += 1;
+    }
+    if written == 0 {
+        return String::new();
+    }
+    strip(e.finish())
 }
 
 struct Emitter {
@@ -76,6 +151,21 @@ struct Emitter {
 }
 
 impl Emitter {
+    fn new() -> Self {
+        Self {
+            out: String::with_capacity(128),
+            open_ended: false,
+        }
+    }
+
+    /// The text, with the end marker of an open-ended document.
+    fn finish(mut self) -> String {
+        if self.open_ended {
+            self.out.push_str("...\n");
+        }
+        self.out
+    }
+
     fn document(&mut self, v: &Value) {
         match v {
             Value::Object(o) if !o.is_empty() => self.mapping(o, 0),
@@ -99,25 +189,55 @@ impl Emitter {
     /// line with the indentation written by us).
     fn mapping(&mut self, o: &Map<String, Value>, indent: usize) {
         for (i, (k, v)) in o.iter().enumerate() {
-            if i > 0 || !self.inline_start() {
-                self.pad(indent);
+            self.entry(i, k, v, indent);
+        }
+    }
+
+    /// Entry number `i` of a block mapping at `indent`.
+    fn entry(&mut self, i: usize, k: &str, v: &Value, indent: usize) {
+        let simple = self.entry_key(i, k, indent);
+        self.value_after_indicator(v, indent, simple);
+    }
+
+    /// [`Emitter::entry`] for a list given as its (non-empty) items.
+    fn list_entry(&mut self, i: usize, k: &str, items: &[Value], indent: usize) {
+        let simple = self.entry_key(i, k, indent);
+        self.list_after_indicator(items, indent, simple);
+    }
+
+    /// Writes an entry's key up to its `:`; returns whether it is a simple
+    /// key (else the value starts inline like a sequence item's).
+    fn entry_key(&mut self, i: usize, k: &str, indent: usize) -> bool {
+        if i > 0 || !self.inline_start() {
+            self.pad(indent);
+        }
+        if is_simple_key(k) {
+            self.key(k);
+            self.out.push(':');
+            true
+        } else {
+            // PyYAML's explicit entry: `? key` then `: value`.
+            self.out.push_str("? ");
+            self.scalar(&Value::String(k.to_owned()), indent + 2);
+            if !self.out.ends_with('\n') {
+                self.out.push('\n');
             }
-            if is_simple_key(k) {
-                self.key(k);
-                self.out.push(':');
-                self.value_after_indicator(v, indent, true);
-            } else {
-                // PyYAML's explicit entry: `? key` then `: value`, the
-                // value starting inline like a sequence item's.
-                self.out.push_str("? ");
-                self.scalar(&Value::String(k.clone()), indent + 2);
-                if !self.out.ends_with('\n') {
-                    self.out.push('\n');
-                }
-                self.pad(indent);
-                self.out.push(':');
-                self.value_after_indicator(v, indent, false);
-            }
+            self.pad(indent);
+            self.out.push(':');
+            false
+        }
+    }
+
+    /// A non-empty list after `key:` or `-`.
+    fn list_after_indicator(&mut self, a: &[Value], indent: usize, in_mapping: bool) {
+        if in_mapping {
+            // Sequences inside mappings are not indented (PyYAML's
+            // indentless sequences).
+            self.out.push('\n');
+            self.sequence(a, indent);
+        } else {
+            self.out.push(' ');
+            self.sequence(a, indent + 2);
         }
     }
 
@@ -144,17 +264,7 @@ impl Emitter {
                 }
                 self.mapping(o, indent + 2);
             }
-            Value::Array(a) if !a.is_empty() => {
-                if in_mapping {
-                    // Sequences inside mappings are not indented (PyYAML's
-                    // indentless sequences).
-                    self.out.push('\n');
-                    self.sequence(a, indent);
-                } else {
-                    self.out.push(' ');
-                    self.sequence(a, indent + 2);
-                }
-            }
+            Value::Array(a) if !a.is_empty() => self.list_after_indicator(a, indent, in_mapping),
             Value::Object(_) => {
                 self.out.push_str(" {}\n");
                 self.open_ended = false;
@@ -188,12 +298,11 @@ impl Emitter {
 
     fn key(&mut self, k: &str) {
         self.open_ended = false;
-        let text = match scalar::choose_style(k, true) {
-            Style::Plain => k.to_owned(),
-            Style::Single => scalar::single_quoted(k),
-            Style::Double | Style::Literal => scalar::double_quoted(k),
-        };
-        self.out.push_str(&text);
+        match scalar::choose_style(k, true) {
+            Style::Plain => self.out.push_str(k),
+            Style::Single => self.out.push_str(&scalar::single_quoted(k)),
+            Style::Double | Style::Literal => self.out.push_str(&scalar::double_quoted(k)),
+        }
     }
 
     /// Writes a scalar; a literal block's body is indented to `indent`.
@@ -210,12 +319,12 @@ impl Emitter {
                 true
             }
             Value::Number(n) => {
-                let text = if n.is_i64() || n.is_u64() {
-                    n.to_string()
+                if n.is_i64() || n.is_u64() {
+                    use std::fmt::Write as _;
+                    let _ = write!(self.out, "{n}");
                 } else {
-                    yaml_float(n.as_f64().unwrap_or(0.0))
-                };
-                self.out.push_str(&text);
+                    self.out.push_str(&yaml_float(n.as_f64().unwrap_or(0.0)));
+                }
                 true
             }
             Value::String(s) => match scalar::choose_style(s, false) {

@@ -46,8 +46,12 @@ fn analyze(s: &str) -> Analysis {
             allow_block: false,
         };
     }
-    let chars: Vec<char> = s.chars().collect();
-    let n = chars.len();
+    let n = s.chars().count();
+    // `ahead` runs two characters in front of the loop: it yields the
+    // character after the next one (no collected copy of the text).
+    let mut ahead = s.chars();
+    ahead.next();
+    let second = ahead.next();
     let mut block_indicators = s.starts_with("---") || s.starts_with("...");
     let mut line_breaks = false;
     let mut special = false;
@@ -55,9 +59,9 @@ fn analyze(s: &str) -> Analysis {
     let (mut trailing_space, mut trailing_break) = (false, false);
     let (mut break_space, mut space_break) = (false, false);
     let mut preceded_by_ws = true;
-    let mut followed_by_ws = n == 1 || is_space_or_break(chars[1]);
+    let mut followed_by_ws = second.is_none_or(is_space_or_break);
     let (mut prev_space, mut prev_break) = (false, false);
-    for (i, &c) in chars.iter().enumerate() {
+    for (i, c) in s.chars().enumerate() {
         if i == 0 {
             if "#,[]{}&*!|>'\"%@`".contains(c) {
                 block_indicators = true;
@@ -111,7 +115,7 @@ fn analyze(s: &str) -> Analysis {
             prev_break = false;
         }
         preceded_by_ws = is_space_or_break(c);
-        followed_by_ws = i + 2 >= n || is_space_or_break(chars[i + 2]);
+        followed_by_ws = ahead.next().is_none_or(is_space_or_break);
     }
     let mut a = Analysis {
         empty: false,
@@ -151,6 +155,32 @@ fn analyze(s: &str) -> Analysis {
 /// Chooses the style of a string scalar in block context. `simple_key` is
 /// true when the string is a mapping key.
 pub(crate) fn choose_style(s: &str, simple_key: bool) -> Style {
+    if is_plain_text(s) && !resolves_to_non_string(s) {
+        return Style::Plain;
+    }
+    choose_style_analyzed(s, simple_key)
+}
+
+/// Text that [`analyze`] would find free of indicators, breaks, special
+/// characters and leading or trailing spaces (so only the implicit
+/// resolvers can stop it from being plain), recognised without the full
+/// analysis: it starts with an ASCII letter, does not end with a space,
+/// and holds only ASCII letters, digits, spaces and `_.,!?-()'/`.
+fn is_plain_text(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.first().is_some_and(u8::is_ascii_alphabetic)
+        && b.last() != Some(&b' ')
+        && b.iter().all(|&c| {
+            c.is_ascii_alphanumeric()
+                || matches!(
+                    c,
+                    b' ' | b'_' | b'.' | b',' | b'!' | b'?' | b'-' | b'(' | b')' | b'\'' | b'/'
+                )
+        })
+}
+
+/// [`choose_style`] by the full analysis.
+fn choose_style_analyzed(s: &str, simple_key: bool) -> Style {
     let a = analyze(s);
     let wants_literal = s.contains('\n');
     if !wants_literal
@@ -296,6 +326,45 @@ mod tests {
         assert_eq!(choose_style("a#b", false), Style::Plain);
         assert_eq!(choose_style("ends:", false), Style::Single);
         assert_eq!(choose_style("http://x", false), Style::Plain);
+    }
+
+    #[test]
+    fn the_plain_text_shortcut_agrees_with_the_analysis() {
+        let samples = [
+            "Guidance",
+            "Instruction",
+            "You are a benchmark.",
+            "Question 0",
+            "a - b",
+            "x'y",
+            "ends.",
+            "yes",
+            "No",
+            "null",
+            "true",
+            "e1",
+            "a (b) c/d",
+            "Wait, what?",
+            "tail ",
+            "a  b",
+            "a_b",
+            "x-",
+            "a.b.c",
+            "It's fine!",
+        ];
+        for s in samples {
+            for key in [false, true] {
+                if is_plain_text(s) {
+                    assert_eq!(
+                        choose_style(s, key),
+                        choose_style_analyzed(s, key),
+                        "{s:?} key={key}"
+                    );
+                }
+            }
+        }
+        assert!(is_plain_text("Question 0") && !is_plain_text("tail "));
+        assert!(!is_plain_text("a: b") && !is_plain_text("#x") && !is_plain_text("-x"));
     }
 
     #[test]
