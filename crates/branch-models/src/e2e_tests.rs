@@ -1,8 +1,9 @@
 //! End-to-end tests against a real OpenAI-compatible server (llama.cpp's
 //! server with a small chat model). Skipped unless `LIONAGI_E2E_BASE_URL`
 //! (e.g. `http://127.0.0.1:8080/v1`) is set; `LIONAGI_E2E_MODEL` names the
-//! served model (default `smollm2`). Only protocol and shapes are asserted,
-//! never what a tiny model chooses to say.
+//! served model (default `smollm2`). With `LIONAGI_E2E_REQUIRED=1` (as in
+//! CI) an unset URL is a failure instead of a skip. Only protocol and
+//! shapes are asserted, never what a tiny model chooses to say.
 
 use branch_core::model::{
     ChatMessage, ChatModel, ChatRequest, ChunkKind, ModelConfig, StreamAccumulator,
@@ -15,7 +16,16 @@ use crate::{ApiKey, IModel};
 fn server() -> Option<(String, String)> {
     let url = std::env::var("LIONAGI_E2E_BASE_URL")
         .ok()
-        .filter(|u| !u.is_empty())?;
+        .filter(|u| !u.is_empty());
+    let Some(url) = url else {
+        let required = std::env::var("LIONAGI_E2E_REQUIRED").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "LIONAGI_E2E_REQUIRED=1 but LIONAGI_E2E_BASE_URL is unset"
+        );
+        eprintln!("LIONAGI_E2E_BASE_URL unset: skipped");
+        return None;
+    };
     let model = std::env::var("LIONAGI_E2E_MODEL").unwrap_or_else(|_| "smollm2".into());
     Some((url, model))
 }
@@ -38,10 +48,7 @@ fn ask(q: &str) -> ChatRequest {
 
 #[tokio::test]
 async fn e2e_openai_chat_and_stream() {
-    let Some((url, name)) = server() else {
-        eprintln!("LIONAGI_E2E_BASE_URL unset: skipped");
-        return;
-    };
+    let Some((url, name)) = server() else { return };
     let m = model("openai", &url, &name);
     let r = m.chat(ask("What is the capital of France?")).await.unwrap();
     assert!(!r.text.is_empty());
