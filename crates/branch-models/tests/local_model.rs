@@ -162,7 +162,9 @@ async fn greedy_answer_names_paris_and_stops_at_im_end() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn response_format_makes_the_reply_follow_the_schema() {
-    let Some((_turn, model)) = model().await else { return };
+    let Some((_turn, model)) = model().await else {
+        return;
+    };
     let schema = json!({
         "type": "object",
         "properties": {
