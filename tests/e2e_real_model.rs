@@ -28,23 +28,7 @@ use serde_json::{Value, json};
 /// The server's base URL and model name, or `None` (with the reason
 /// printed) when the suite is not configured.
 fn server() -> Option<(String, String)> {
-    let url = std::env::var("LIONAGI_E2E_BASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    let Some(url) = url else {
-        let required = std::env::var("LIONAGI_E2E_REQUIRED").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "LIONAGI_E2E_REQUIRED=1 but LIONAGI_E2E_BASE_URL is unset"
-        );
-        eprintln!("skipped: set LIONAGI_E2E_BASE_URL (e.g. http://127.0.0.1:8089/v1) to run");
-        return None;
-    };
-    let model = std::env::var("LIONAGI_E2E_MODEL")
-        .ok()
-        .filter(|m| !m.is_empty())
-        .unwrap_or_else(|| "smollm2".into());
-    Some((url, model))
+    lionagi::models::mock::e2e_server()
 }
 
 /// A connected model of `provider` at the test server: greedy, short

@@ -14,20 +14,7 @@ use serde_json::{Value, json};
 use crate::{ApiKey, IModel};
 
 fn server() -> Option<(String, String)> {
-    let url = std::env::var("LIONAGI_E2E_BASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    let Some(url) = url else {
-        let required = std::env::var("LIONAGI_E2E_REQUIRED").is_ok_and(|v| v == "1");
-        assert!(
-            !required,
-            "LIONAGI_E2E_REQUIRED=1 but LIONAGI_E2E_BASE_URL is unset"
-        );
-        eprintln!("LIONAGI_E2E_BASE_URL unset: skipped");
-        return None;
-    };
-    let model = std::env::var("LIONAGI_E2E_MODEL").unwrap_or_else(|_| "smollm2".into());
-    Some((url, model))
+    crate::mock::e2e_server()
 }
 
 fn model(provider: &str, url: &str, name: &str) -> IModel {

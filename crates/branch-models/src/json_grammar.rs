@@ -516,21 +516,18 @@ fn step(g: &Grammar, mut stack: Vec<Frame>, b: u8, out: &mut Vec<Vec<Frame>>, fu
             let Node::Array(item) = g.nodes[node as usize] else {
                 return;
             };
+            let next_item = |stack| {
+                let mut s = replace(stack, Frame::Arr { node, first: false });
+                s.push(Frame::Value(item));
+                s
+            };
             match b {
                 b']' => {
                     stack.pop();
                     out.push(stack);
                 }
-                b',' if !first => {
-                    let mut s = replace(stack, Frame::Arr { node, first: false });
-                    s.push(Frame::Value(item));
-                    out.push(s);
-                }
-                _ if first => {
-                    let mut s = replace(stack, Frame::Arr { node, first: false });
-                    s.push(Frame::Value(item));
-                    step(s, b, out);
-                }
+                b',' if !first => out.push(next_item(stack)),
+                _ if first => step(next_item(stack), b, out),
                 _ => {}
             }
         }
@@ -555,12 +552,8 @@ fn step(g: &Grammar, mut stack: Vec<Frame>, b: u8, out: &mut Vec<Vec<Frame>>, fu
                 _ => {}
             }
         }
-        Frame::AnyArr { depth, first } => match b {
-            b']' => {
-                stack.pop();
-                out.push(stack);
-            }
-            b',' if !first => {
+        Frame::AnyArr { depth, first } => {
+            let next_item = |stack| {
                 let mut s = replace(
                     stack,
                     Frame::AnyArr {
@@ -569,21 +562,18 @@ fn step(g: &Grammar, mut stack: Vec<Frame>, b: u8, out: &mut Vec<Vec<Frame>>, fu
                     },
                 );
                 s.push(Frame::AnyValue(depth));
-                out.push(s);
+                s
+            };
+            match b {
+                b']' => {
+                    stack.pop();
+                    out.push(stack);
+                }
+                b',' if !first => out.push(next_item(stack)),
+                _ if first => step(next_item(stack), b, out),
+                _ => {}
             }
-            _ if first => {
-                let mut s = replace(
-                    stack,
-                    Frame::AnyArr {
-                        depth,
-                        first: false,
-                    },
-                );
-                s.push(Frame::AnyValue(depth));
-                step(s, b, out);
-            }
-            _ => {}
-        },
+        }
     }
 }
 

@@ -647,3 +647,31 @@ mod tests {
         );
     }
 }
+
+/// The real model server of the end-to-end suites: `(base_url, model)`
+/// from `LIONAGI_E2E_BASE_URL` and `LIONAGI_E2E_MODEL` (default
+/// `smollm2`), or `None`, printed as a skip, when the URL is unset.
+///
+/// # Panics
+///
+/// When `LIONAGI_E2E_REQUIRED=1` and the URL is unset: CI sets it so that
+/// a missing server fails the suites instead of skipping them.
+pub fn e2e_server() -> Option<(String, String)> {
+    let url = std::env::var("LIONAGI_E2E_BASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty());
+    let Some(url) = url else {
+        let required = std::env::var("LIONAGI_E2E_REQUIRED").is_ok_and(|v| v == "1");
+        assert!(
+            !required,
+            "LIONAGI_E2E_REQUIRED=1 but LIONAGI_E2E_BASE_URL is unset"
+        );
+        eprintln!("skipped: set LIONAGI_E2E_BASE_URL (e.g. http://127.0.0.1:8089/v1) to run");
+        return None;
+    };
+    let model = std::env::var("LIONAGI_E2E_MODEL")
+        .ok()
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "smollm2".into());
+    Some((url, model))
+}
