@@ -634,20 +634,6 @@ fn dump_str(s: &str, out: &mut String) {
     out.push('"');
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn python_dumps_matches_python() {
-        let v = json!({"answer": "4", "confidence": 0.99, "l": [1, true, null], "u": "é\n"});
-        assert_eq!(
-            python_dumps(&v),
-            r#"{"answer": "4", "confidence": 0.99, "l": [1, true, null], "u": "\u00e9\n"}"#
-        );
-    }
-}
-
 /// The real model server of the end-to-end suites: `(base_url, model)`
 /// from `LIONAGI_E2E_BASE_URL` and `LIONAGI_E2E_MODEL` (default
 /// `smollm2`), or `None`, printed as a skip, when the URL is unset.
@@ -674,4 +660,18 @@ pub fn e2e_server() -> Option<(String, String)> {
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| "smollm2".into());
     Some((url, model))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_dumps_matches_python() {
+        let v = json!({"answer": "4", "confidence": 0.99, "l": [1, true, null], "u": "é\n"});
+        assert_eq!(
+            python_dumps(&v),
+            r#"{"answer": "4", "confidence": 0.99, "l": [1, true, null], "u": "\u00e9\n"}"#
+        );
+    }
 }
