@@ -77,8 +77,10 @@ fn ci() -> Result<(), String> {
 
 fn demo(args: &[String]) -> Result<(), String> {
     fetch_model::fetch_model()?;
+    // Not quiet: a first release build takes minutes, and its progress is
+    // what a newcomer watches meanwhile.
     run(cargo()
-        .args(["run", "--release", "--quiet", "--package", "lionagi"])
+        .args(["run", "--release", "--package", "lionagi"])
         .args(["--features", "embedded", "--example", "demo", "--"])
         .args(args))
 }
