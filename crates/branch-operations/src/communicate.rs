@@ -13,7 +13,7 @@ use crate::chat::{ChatOptions, chat_turn};
 use branch_core::message::Message;
 
 use crate::error::{Committed, ParseFailure, Result};
-use crate::format::retitled;
+use crate::format::{native_response_format, retitled};
 use crate::fuzzy::Unmatched;
 use crate::parse::{OnParseFailure, ParseOptions, Parsed, decode, outcome, parse_with_repairs};
 use crate::turn::{SendOptions, TurnInput, commit, turn_setters};
@@ -44,6 +44,12 @@ pub struct CommunicateOptions {
     pub include_token_usage_to_model: bool,
     /// Waits between repairs (first, factor).
     pub repair_backoff: (std::time::Duration, f64),
+    /// Native structured output: the requested structure also goes to the
+    /// provider as `response_format` (`json_schema`), which OpenAI, llama.cpp
+    /// and the embedded model follow; the reply is still parsed (and
+    /// repaired) as usual. Off by default: the reference sends no such field.
+    /// A `response_format` set as a payload field wins.
+    pub native_format: bool,
 }
 
 impl Default for CommunicateOptions {
@@ -60,6 +66,7 @@ impl Default for CommunicateOptions {
             on_parse_failure: OnParseFailure::Raise,
             include_token_usage_to_model: false,
             repair_backoff: (std::time::Duration::from_secs(1), 1.85),
+            native_format: false,
         }
     }
 }
@@ -67,6 +74,12 @@ impl Default for CommunicateOptions {
 turn_setters!(CommunicateOptions);
 
 impl CommunicateOptions {
+    /// Switches native structured output on (see the `native_format` field).
+    pub fn native_format(mut self, on: bool) -> Self {
+        self.native_format = on;
+        self
+    }
+
     /// Options for this instruction.
     pub fn new(instruction: impl Into<Value>) -> Self {
         Self::default().instruction(instruction)
@@ -217,6 +230,12 @@ pub(crate) async fn communicate_inner(
     }
     if let Some(tools) = &middle.native_tools {
         turn_input.fields.insert("tools".into(), tools.clone());
+    }
+    if let (true, Some(format)) = (opts.native_format, &middle.rendered_format) {
+        turn_input
+            .fields
+            .entry("response_format")
+            .or_insert_with(|| native_response_format(format));
     }
     let chat = ChatOptions {
         turn: turn_input,

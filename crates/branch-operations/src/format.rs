@@ -52,6 +52,28 @@ pub fn analysis_schema() -> Value {
     field("analysis")
 }
 
+/// The provider's structured-output field for `format`: OpenAI's
+/// `response_format` of type `json_schema` (also read by llama.cpp's server
+/// and the embedded model). The name is the format's title reduced to the
+/// characters OpenAI accepts.
+pub fn native_response_format(format: &ResponseFormat) -> Value {
+    let schema = match format {
+        ResponseFormat::Schema(s) => s.clone(),
+        ResponseFormat::Fields(m) => fields_schema(m),
+    };
+    let name: String = format_title(format)
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
+        .take(64)
+        .collect();
+    let name = if name.is_empty() {
+        "response".to_owned()
+    } else {
+        name
+    };
+    serde_json::json!({"type": "json_schema", "json_schema": {"name": name, "schema": schema}})
+}
+
 /// The format's title (`title` of a schema; `dict` for a field map).
 pub fn format_title(format: &ResponseFormat) -> String {
     match format {

@@ -61,7 +61,10 @@ pub use communicate::{CommunicateOptions, Reply};
 pub use display::DisplayAs;
 pub use error::{Committed, OperationError, ParseFailure, Result};
 pub use field_models::INTERMEDIATE_FIELD;
-pub use format::{analysis_schema, format_of, operative_schema, react_analysis_schema, schema_of};
+pub use format::{
+    analysis_schema, format_of, native_response_format, operative_schema, react_analysis_schema,
+    schema_of,
+};
 pub use interpret::InterpretOptions;
 pub use middle::{CallModel, ModelCallFuture, OperateMiddle};
 pub use operate::{OperateOptions, Operated};

@@ -63,6 +63,12 @@ pub struct OperateOptions {
     /// and the reply's `tool_calls` are run, instead of the prompt-embedded
     /// `Tools` section and `action_requests` JSON.
     pub native_tools: bool,
+    /// Native structured output: the requested structure also goes to the
+    /// provider as `response_format` (`json_schema`), which OpenAI, llama.cpp
+    /// and the embedded model follow; the reply is still parsed (and
+    /// repaired) as usual. Off by default: the reference sends no such field.
+    /// A `response_format` set as a payload field wins.
+    pub native_format: bool,
     /// Extra fields of the requested structure (name → property schema);
     /// any makes `operate` ask for and parse a structure.
     pub field_models: Option<Map<String, Value>>,
@@ -94,6 +100,7 @@ impl Default for OperateOptions {
             num_parse_retries: 3,
             repair_backoff: (std::time::Duration::from_secs(1), 1.85),
             native_tools: false,
+            native_format: false,
             field_models: None,
             middle: OperateMiddle::default(),
             run: RunOptions::default(),
@@ -178,6 +185,12 @@ impl OperateOptions {
     /// Switches native function calling on.
     pub fn native_tools(mut self, on: bool) -> Self {
         self.native_tools = on;
+        self
+    }
+
+    /// Switches native structured output on (see the `native_format` field).
+    pub fn native_format(mut self, on: bool) -> Self {
+        self.native_format = on;
         self
     }
 
@@ -302,6 +315,7 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
         on_parse_failure: opts.on_parse_failure,
         include_token_usage_to_model: opts.include_token_usage_to_model,
         repair_backoff: opts.repair_backoff,
+        native_format: opts.native_format,
     };
     let model_is_cli = opts
         .chat_model

@@ -86,6 +86,12 @@ pub struct ReActOptions {
     pub act: ActOptions,
     /// Native function calling.
     pub native_tools: bool,
+    /// Native structured output: the requested structure also goes to the
+    /// provider as `response_format` (`json_schema`), which OpenAI, llama.cpp
+    /// and the embedded model follow; the reply is still parsed (and
+    /// repaired) as usual. Off by default: the reference sends no such field.
+    /// A `response_format` set as a payload field wins.
+    pub native_format: bool,
     /// Waits between parse repairs (first, factor).
     pub repair_backoff: (std::time::Duration, f64),
     /// Run before each extension round; its text replaces the prompt.
@@ -123,6 +129,7 @@ impl Default for ReActOptions {
             continue_after_failed_response: false,
             act: ActOptions::default(),
             native_tools: false,
+            native_format: false,
             repair_backoff: (std::time::Duration::from_secs(1), 1.85),
             between_rounds: None,
             return_analysis: false,
@@ -207,6 +214,12 @@ impl ReActOptions {
     /// Switches native function calling on.
     pub fn native_tools(mut self, on: bool) -> Self {
         self.native_tools = on;
+        self
+    }
+
+    /// Switches native structured output on (see the `native_format` field).
+    pub fn native_format(mut self, on: bool) -> Self {
+        self.native_format = on;
         self
     }
 
@@ -382,6 +395,7 @@ impl State<'_> {
             act: o.act,
             include_token_usage_to_model: o.include_token_usage_to_model,
             native_tools: o.native_tools,
+            native_format: o.native_format,
             repair_backoff: o.repair_backoff,
             react_context: (!first && !o.turn.context.is_empty()).then(|| o.turn.context.clone()),
             field_models: self.round_fields(),
@@ -493,6 +507,7 @@ impl State<'_> {
             parse_model: o.analysis_model.clone(),
             include_token_usage_to_model: o.include_token_usage_to_model,
             repair_backoff: o.repair_backoff,
+            native_format: o.native_format,
             ..OperateOptions::default()
         };
         let out = operate(self.branch, opts).await?;

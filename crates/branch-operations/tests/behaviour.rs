@@ -971,3 +971,68 @@ echo '{"type":"result","subtype":"success","num_turns":1}'
     assert_eq!(b.messages().len(), 3);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+struct Capital {
+    city: String,
+}
+
+#[tokio::test]
+async fn native_format_sends_the_structure_as_response_format() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text(r#"{"city": "Paris"}"#),
+        MockReply::text(r#"{"city": "Rome"}"#),
+        MockReply::text(r#"{"city": "Bern"}"#),
+        MockReply::text(r#"{"city": "Oslo"}"#),
+    ]);
+    let mut b = branch(&server);
+    let r = b
+        .operate_as::<Capital>(OperateOptions::new("France?").native_format(true))
+        .await
+        .unwrap();
+    assert_eq!(r.parsed.value().unwrap().city, "Paris");
+    let body = &server.bodies()[0];
+    let format = &body["response_format"];
+    assert_eq!(format["type"], "json_schema");
+    // The operative schema — what the prompt shows — goes natively too.
+    let schema = &format["json_schema"]["schema"];
+    assert_eq!(format["json_schema"]["name"], schema["title"]);
+    assert_eq!(schema["properties"]["city"]["type"], "string");
+    let prompt = body["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        prompt.contains("city"),
+        "the prompt still renders the format"
+    );
+
+    // communicate: the request model's schema, titled as the reference titles it.
+    let reply = b
+        .communicate(
+            CommunicateOptions::new("Italy?")
+                .response_type::<Capital>()
+                .native_format(true),
+        )
+        .await
+        .unwrap();
+    assert_eq!(reply.structured().unwrap()["city"], "Rome");
+    let body = &server.bodies()[1];
+    assert_eq!(
+        body["response_format"]["json_schema"]["name"],
+        "CapitalRequest"
+    );
+
+    // A caller's own payload field wins; off by default (the reference's wire).
+    let own = json!({"type": "json_object"});
+    b.operate_as::<Capital>(
+        OperateOptions::new("Switzerland?")
+            .native_format(true)
+            .field("response_format", own.clone()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(server.bodies()[2]["response_format"], own);
+    b.operate_as::<Capital>(OperateOptions::new("Norway?"))
+        .await
+        .unwrap();
+    assert!(server.bodies()[3].get("response_format").is_none());
+}

@@ -16,12 +16,11 @@ use std::time::Instant;
 
 use lionagi::core::model::ModelConfig;
 use lionagi::models::local::{self, LocalModel};
-use lionagi::operations::{Parsed, schema_of};
+use lionagi::operations::Parsed;
 use lionagi::prelude::*;
 use lionagi::session::{BranchStore, SqliteStore};
 use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::json;
 
 /// The structure `operate` asks for.
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -85,16 +84,14 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
         secs(started)
     );
 
-    // 2. A structured turn: the reply is parsed into `CountryFact`. The
-    //    provider field `response_format` makes the embedded model (as it
-    //    makes OpenAI or llama.cpp) emit JSON that follows the schema.
+    // 2. A structured turn: the reply is parsed into `CountryFact`.
+    //    `native_format` also sends the schema as the provider's
+    //    `response_format`, which the embedded model (like OpenAI or
+    //    llama.cpp) follows, so even a 135M model answers in valid JSON.
     let started = Instant::now();
-    let format = json!({"type": "json_schema", "json_schema": {
-        "name": "CountryFact", "schema": schema_of::<CountryFact>()}});
     let fact = branch
         .operate_as::<CountryFact>(
-            OperateOptions::new("Name that country and its capital city.")
-                .field("response_format", format),
+            OperateOptions::new("Name that country and its capital city.").native_format(true),
         )
         .await?;
     match fact.parsed {
