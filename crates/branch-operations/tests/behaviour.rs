@@ -363,11 +363,9 @@ async fn a_configuration_only_model_is_upgraded_on_first_use() {
 #[cfg(unix)]
 #[tokio::test]
 async fn run_drives_a_cli_agent_speaking_stream_json() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("lionagi-run-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("run");
     let script = dir.join("fake-claude.sh");
-    std::fs::write(
+    common::executable(
         &script,
         r#"#!/bin/sh
 cat > /dev/null
@@ -378,9 +376,7 @@ echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Hel"}]}}'
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"lo!"}]}}'
 echo '{"type":"result","subtype":"success","result":"Hello!","total_cost_usd":0.01,"num_turns":2}'
 "#,
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let server = MockServer::start().await;
     let mut b = branch(&server);
     let added = counter(&mut b);
@@ -467,12 +463,9 @@ async fn native_history_answers_every_tool_call_under_its_provider_id() {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_silent_cli_agent_hits_the_idle_window_and_records_nothing() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("lionagi-idle-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("idle");
     let script = dir.join("silent.sh");
-    std::fs::write(&script, "#!/bin/sh\ncat > /dev/null\nexec sleep 60\n").unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    common::executable(&script, "#!/bin/sh\ncat > /dev/null\nexec sleep 60\n");
     let server = MockServer::start().await;
     let mut b = branch(&server);
     let items: Vec<_> = b
@@ -776,11 +769,9 @@ async fn react_options_shape_rounds_and_return_every_analysis() {
 #[cfg(unix)]
 #[tokio::test]
 async fn run_persists_snapshots_and_a_message_buffer() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("lionagi-persist-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("persist");
     let script = dir.join("fake-claude.sh");
-    std::fs::write(
+    common::executable(
         &script,
         r#"#!/bin/sh
 cat > /dev/null
@@ -789,9 +780,7 @@ echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Done."}]}}'
 echo '{"type":"result","subtype":"success","result":"Done.","num_turns":1}'
 "#,
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let server = MockServer::start().await;
     let mut b = branch(&server);
     let id = b.id();
@@ -884,14 +873,12 @@ async fn a_custom_middle_answers_the_compiled_request() {
 #[cfg(unix)]
 #[tokio::test]
 async fn run_and_collect_joins_the_cli_replies_and_parses_them() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("lionagi-collect-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("collect");
     let prompt = dir.join("prompt.txt");
     let script = dir.join("fake-claude.sh");
-    std::fs::write(
+    common::executable(
         &script,
-        format!(
+        &format!(
             r#"#!/bin/sh
 cat > '{}'
 echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"Checking."}},{{"type":"tool_use","id":"tu1","name":"Read","input":{{}}}}]}}}}'
@@ -901,9 +888,7 @@ echo '{{"type":"result","subtype":"success","num_turns":1}}'
 "#,
             prompt.display()
         ),
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let server = MockServer::start().await;
     // Prose before the JSON defeats the local parse (as in the reference),
     // so one repair call goes to the parse model.
@@ -938,20 +923,16 @@ echo '{{"type":"result","subtype":"success","num_turns":1}}'
 #[cfg(unix)]
 #[tokio::test]
 async fn operate_on_a_cli_model_collects_a_run_by_default() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("lionagi-auto-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("auto");
     let script = dir.join("fake-claude.sh");
-    std::fs::write(
+    common::executable(
         &script,
         r#"#!/bin/sh
 cat > /dev/null
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"From the agent."}]}}'
 echo '{"type":"result","subtype":"success","num_turns":1}'
 "#,
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let cli = branch_core::model::ModelConfig::builder()
         .provider("claude_code")
         .model("sonnet")

@@ -462,21 +462,17 @@ async fn run_with_api_model_streams_and_installs_chat_model() {
 #[cfg(unix)]
 #[tokio::test]
 async fn run_scripted_cli_stream() {
-    use std::os::unix::fs::PermissionsExt;
     let name = "operations/run_scripted_cli_stream";
     let fx = fixture(name);
-    let dir = std::env::temp_dir().join(format!("lionagi-run-fx-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("run-fx");
     let script = dir.join("scripted.sh");
-    std::fs::write(
+    common::executable(
         &script,
         "#!/bin/sh\ncat > /dev/null\n\
          echo '{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"Hel\"}]}}'\n\
          echo '{\"type\":\"assistant\",\"message\":{\"content\":[{\"type\":\"text\",\"text\":\"lo!\"}]}}'\n\
          echo '{\"type\":\"result\",\"result\":\"Hello!\"}'\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let server = MockServer::start().await;
     let mut b = Branch::builder()
         .system("Streamer.")

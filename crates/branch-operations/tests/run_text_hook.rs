@@ -2,6 +2,8 @@
 //! to the hook as it arrives, and the turn stays atomic (a failed or
 //! dropped stream records nothing, whatever the hook saw).
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -138,11 +140,9 @@ async fn wait_for_request(server: &MockServer) {
 #[cfg(unix)]
 #[tokio::test]
 async fn a_cli_agent_text_blocks_reach_the_hook_as_they_are_read() {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = std::env::temp_dir().join(format!("lionagi-hook-{}", uuid::Uuid::new_v4()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::temp_dir("hook");
     let script = dir.join("fake-claude.sh");
-    std::fs::write(
+    common::executable(
         &script,
         r#"#!/bin/sh
 cat > /dev/null
@@ -151,9 +151,7 @@ echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Hel"}]}}'
 echo '{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"hmm"},{"type":"text","text":"lo!"}]}}'
 echo '{"type":"result","subtype":"success","result":"Hello!"}'
 "#,
-    )
-    .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let server = MockServer::start().await;
     let mut b = branch(&server);
     let (seen, opts) = collector();

@@ -11,6 +11,22 @@ use branch_models::IModel;
 use branch_models::mock::{MockReply, MockServer};
 use serde_json::{Value, json};
 
+/// A fresh directory under the system's temp dir, named after `label`.
+pub fn temp_dir(label: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("lionagi-{label}-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Writes `body` as an executable shell script at `path`: a scripted CLI
+/// agent for `run`.
+#[cfg(unix)]
+pub fn executable(path: &std::path::Path, body: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, body).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
+
 /// The fixtures' mock URL.
 pub const REFERENCE_URL: &str = "http://127.0.0.1:47611/v1";
 
