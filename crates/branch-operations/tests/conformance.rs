@@ -14,21 +14,29 @@ use branch_operations::{
 };
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use support::{Comparer, fixture};
+use support::{Comparer, Fixture, fixture};
 
 use common::{answer_format, assert_requests, model, msg_summary, scripted, to_dict};
+
+/// Scenario `name`: its fixture (output normalised), its scripted mock
+/// server, and a branch with this system message talking to `model_name`
+/// there.
+async fn scenario(name: &str, system: &str, model_name: &str) -> (Fixture, MockServer, Branch) {
+    let mut fx = fixture(name);
+    common::normalise_all(&mut fx.output);
+    let server = scripted(name).await;
+    let b = Branch::builder()
+        .system(system)
+        .chat_model(model(&server, model_name))
+        .build()
+        .unwrap();
+    (fx, server, b)
+}
 
 #[tokio::test]
 async fn chat_not_recorded() {
     let name = "operations/chat_not_recorded";
-    let mut fx = fixture(name);
-    common::normalise_all(&mut fx.output);
-    let server = scripted(name).await;
-    let mut b = Branch::builder()
-        .system("You are terse.")
-        .chat_model(model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
+    let (fx, server, mut b) = scenario(name, "You are terse.", "gpt-4.1-mini").await;
     let r = b
         .chat(
             ChatOptions::new("Say hello")
@@ -56,14 +64,7 @@ async fn chat_not_recorded() {
 #[tokio::test]
 async fn chat_and_record() {
     let name = "operations/chat_and_record";
-    let mut fx = fixture(name);
-    common::normalise_all(&mut fx.output);
-    let server = scripted(name).await;
-    let mut b = Branch::builder()
-        .system("S")
-        .chat_model(model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
+    let (fx, server, mut b) = scenario(name, "S", "gpt-4.1-mini").await;
     let r = b
         .chat_and_record(ChatOptions::new("Please record this").guidance("short"))
         .await
@@ -80,14 +81,7 @@ async fn chat_and_record() {
 async fn chat_with_history() {
     use branch_core::message::{InstructionContent, Message};
     let name = "operations/chat_with_history";
-    let mut fx = fixture(name);
-    common::normalise_all(&mut fx.output);
-    let server = scripted(name).await;
-    let mut b = Branch::builder()
-        .system("History test.")
-        .chat_model(model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
+    let (fx, server, mut b) = scenario(name, "History test.", "gpt-4.1-mini").await;
     let id = b.id();
     let ins = |text: &str, guidance: Option<&str>, ctx: Vec<Value>, rf: Option<Value>| {
         Message::instruction(InstructionContent {
@@ -155,14 +149,7 @@ async fn communicate_recorded() {
 #[tokio::test]
 async fn communicate_provider_error() {
     let name = "operations/communicate_provider_error";
-    let mut fx = fixture(name);
-    common::normalise_all(&mut fx.output);
-    let server = scripted(name).await;
-    let mut b = Branch::builder()
-        .system("S")
-        .chat_model(model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
+    let (fx, server, mut b) = scenario(name, "S", "gpt-4.1-mini").await;
     let err = b
         .communicate(CommunicateOptions::new("Hello?"))
         .await
@@ -182,14 +169,7 @@ async fn communicate_provider_error() {
 #[tokio::test]
 async fn communicate_request_fields() {
     let name = "operations/communicate_request_fields";
-    let mut fx = fixture(name);
-    common::normalise_all(&mut fx.output);
-    let server = scripted(name).await;
-    let mut b = Branch::builder()
-        .system("Librarian.")
-        .chat_model(model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
+    let (fx, server, mut b) = scenario(name, "Librarian.", "gpt-4.1-mini").await;
     let r = b
         .communicate(
             CommunicateOptions::new("Name a classic novel")
@@ -239,14 +219,7 @@ async fn communicate_response_format_with_repair() {
 #[tokio::test]
 async fn interpret() {
     let name = "operations/interpret";
-    let mut fx = fixture(name);
-    common::normalise_all(&mut fx.output);
-    let server = scripted(name).await;
-    let mut b = Branch::builder()
-        .system("S")
-        .chat_model(model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
+    let (fx, server, mut b) = scenario(name, "S", "gpt-4.1-mini").await;
     let r = b
         .interpret(
             "gimme some primes >10",
@@ -262,14 +235,7 @@ async fn interpret() {
 #[tokio::test]
 async fn operate_pydantic_response_format() {
     let name = "operations/operate_pydantic_response_format";
-    let mut fx = fixture(name);
-    common::normalise_all(&mut fx.output);
-    let server = scripted(name).await;
-    let mut b = Branch::builder()
-        .system("You are precise.")
-        .chat_model(model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
+    let (fx, server, mut b) = scenario(name, "You are precise.", "gpt-4.1-mini").await;
     let r = b
         .operate(OperateOptions::new("What is 2+2?").response_format(answer_format()))
         .await
