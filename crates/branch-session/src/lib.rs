@@ -4,16 +4,20 @@
 //! and detaching coordination references (observer, owning-session id, the
 //! shared operation registry, a default memory store) without ever owning
 //! a conversation; and [`BranchStore`], durable storage of branches with an
-//! embedded SQLite default ([`SqliteStore`]). It must not know the verbs'
+//! embedded SQLite default ([`SqliteStore`]) and a PostgreSQL store shared
+//! by many workers (`PgStore`, feature `postgres`). It must not know the verbs'
 //! algorithms.
 
+pub mod limits;
 pub mod session;
 pub mod store;
 pub mod transfer;
 
 pub use session::{BranchRun, Session, SessionBuilder, SessionError, SharedBranch, share};
+#[cfg(feature = "postgres")]
+pub use store::{PgMemoryStore, PgOptions, PgStore, Watch, WatchEvent};
 pub use store::{
-    BranchStore, BranchSummary, Durability, SqliteMemoryStore, SqliteOptions, SqliteStore,
-    StoreError,
+    BranchStore, BranchSummary, Durability, Since, SqliteMemoryStore, SqliteOptions, SqliteStore,
+    StoreError, StoredMessage,
 };
 pub use transfer::{export_file, import_file, read_branch_file, write_branch_file};

@@ -24,24 +24,37 @@ pub enum StoreError {
         #[source]
         source: rusqlite::Error,
     },
-    /// The file was written by a newer lionagi-rs whose schema this build
-    /// does not know; it is left untouched.
-    #[error(
-        "sqlite store `{path}` has schema version {found}; this build supports up to {supported}"
-    )]
+    /// PostgreSQL refused an operation, or the server could not be reached.
+    #[error("postgres store `{store}`: {op} failed: {source}")]
+    Postgres {
+        /// The server and database, as a URL without its password.
+        store: String,
+        /// What was being done.
+        op: String,
+        /// The driver's or pool's error.
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The database was written by a newer lionagi-rs whose schema this
+    /// build does not know; it is left untouched.
+    #[error("store `{path}` has schema version {found}; this build supports up to {supported}")]
     NewerSchema {
-        /// The database file.
+        /// The database file, or the server URL without its password.
         path: PathBuf,
         /// The version found in the file (`PRAGMA user_version`).
         found: i64,
         /// The newest version this build knows.
         supported: i64,
     },
-    /// Stored data does not describe a valid branch or memory item.
-    #[error("store `{path}`: stored data of `{what}` is corrupt: {reason}")]
+    /// Stored data does not describe a valid branch or memory item, or the
+    /// file is not an intact store.
+    #[error("store `{path}`: table `{table}`: {what} is corrupt: {reason}")]
     Corrupt {
-        /// The database file.
+        /// The database file, or the server URL without its password.
         path: PathBuf,
+        /// The table holding the bad data (`branches`, `messages`, ...;
+        /// `file` for the database file itself).
+        table: &'static str,
         /// The branch or item at fault.
         what: String,
         /// What is wrong with it.
@@ -86,6 +99,37 @@ pub enum StoreError {
         /// Why the branch could not be read from it.
         #[source]
         source: BranchError,
+    },
+    /// Another writer changed the branch since the version this write was
+    /// based on; nothing was written. Catch up with `load_since` (or
+    /// `load_versioned`) and try again, or report it.
+    #[error(
+        "branch `{branch}`: written by someone else meanwhile (expected version {expected}, found {found}); nothing was written"
+    )]
+    Conflict {
+        /// The branch.
+        branch: Uuid,
+        /// The version the write was based on.
+        expected: u64,
+        /// The version stored now.
+        found: u64,
+    },
+    /// The file given as a store exists but is not a SQLite database; it
+    /// is left untouched.
+    #[error("`{path}` is not a SQLite conversation store ({reason}); refusing to open it")]
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// What was found instead.
+        reason: String,
+    },
+    /// A connection URL or option is invalid.
+    #[error("store `{store}`: {reason}")]
+    Config {
+        /// The store as given, without any password.
+        store: String,
+        /// What is wrong.
+        reason: String,
     },
     /// A blocking database task panicked or was cancelled by the runtime.
     #[error("store `{path}`: the database task did not complete: {reason}")]

@@ -317,6 +317,52 @@ fn write_pile(
     Ok(())
 }
 
+/// Appends new message ids to the stored curated view, as the live branch
+/// does when a message is added.
+pub(crate) fn extend_view(skeleton: &str, added: &[String]) -> Result<String, String> {
+    let mut v: Value = serde_json::from_str(skeleton).map_err(|e| e.to_string())?;
+    let view = v
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("current_progression"))
+        .ok_or("the stored view is missing")?;
+    let order = match view {
+        Value::Array(a) => a,
+        Value::Object(o) => match o.get_mut("order") {
+            Some(Value::Array(a)) => a,
+            _ => return Err("the stored view has no order".into()),
+        },
+        _ => return Err("the stored view is not a progression".into()),
+    };
+    order.extend(added.iter().cloned().map(Value::String));
+    serde_json::to_string(&v).map_err(|e| e.to_string())
+}
+
+/// A turn's messages as `(id, body)` rows; a System message is refused
+/// (a new system prompt moves to the front, which only `save` writes).
+pub(crate) fn turn_rows(
+    branch_id: Uuid,
+    messages: &[branch_core::Message],
+) -> Result<Vec<(String, String)>, super::StoreError> {
+    let mut rows = Vec::with_capacity(messages.len());
+    for m in messages {
+        if m.kind() == branch_core::MessageKind::System {
+            return Err(super::StoreError::SystemInTurn {
+                branch_id,
+                message_id: m.id(),
+            });
+        }
+        let body = m
+            .to_value()
+            .map_err(|source| super::StoreError::Branch {
+                id: branch_id,
+                source,
+            })?
+            .to_string();
+        rows.push((m.id().to_string(), body));
+    }
+    Ok(rows)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

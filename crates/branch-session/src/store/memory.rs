@@ -58,6 +58,7 @@ fn decode(
 ) -> Result<MemoryItem, StoreError> {
     let corrupt = |reason: String| StoreError::Corrupt {
         path: path.to_owned(),
+        table: "memory_items",
         what: format!("memory item {id}"),
         reason,
     };

@@ -1,5 +1,7 @@
-//! Durable storage of branches: the [`BranchStore`] seam and its embedded
-//! SQLite default ([`SqliteStore`]), plus a SQLite-backed memory store.
+//! Durable storage of branches: the [`BranchStore`] seam, its embedded
+//! SQLite default ([`SqliteStore`]) and, with the `postgres` feature, a
+//! PostgreSQL store shared by many workers ([`PgStore`]); each with a
+//! durable memory store.
 
 mod error;
 mod layout;
@@ -8,8 +10,13 @@ mod pool;
 mod schema;
 mod sqlite;
 
+#[cfg(feature = "postgres")]
+pub mod postgres;
+
 pub use error::StoreError;
 pub use memory::SqliteMemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PgMemoryStore, PgOptions, PgStore, Watch, WatchEvent};
 pub use sqlite::{Durability, SqliteOptions, SqliteStore};
 
 use async_trait::async_trait;
@@ -27,6 +34,31 @@ pub struct BranchSummary {
     pub message_count: u64,
     /// When the branch was last written, float seconds since the epoch.
     pub updated_at: f64,
+    /// The branch's version: bumped by every write (save or turn).
+    pub version: u64,
+}
+
+/// A stored message as [`BranchStore::load_since`] returns it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredMessage {
+    /// Its place in insertion order (the pile's `collections`), from 0.
+    pub seq: u64,
+    /// Its place in the conversation's order (the progression).
+    pub pos: u64,
+    /// The message.
+    pub message: Message,
+}
+
+/// What changed in a stored branch past a sequence number.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Since {
+    /// The branch's version these rows belong to.
+    pub version: u64,
+    /// How many messages the branch holds in all.
+    pub message_count: u64,
+    /// The messages whose `seq` is at least the one asked for, in order,
+    /// at most [`crate::limits::MAX_ROWS_PER_BATCH`] of them.
+    pub messages: Vec<StoredMessage>,
 }
 
 /// Durable storage of conversations.
@@ -48,8 +80,33 @@ pub trait BranchStore: Send + Sync {
     /// [`BranchStore::save`].
     async fn append_turn(&self, branch_id: Uuid, messages: &[Message]) -> Result<(), StoreError>;
 
+    /// [`BranchStore::append_turn`], only if the branch is still at
+    /// `expected_version`: otherwise nothing is written and the answer is
+    /// [`StoreError::Conflict`]. Returns the branch's new version. The
+    /// version is the fencing token of a worker that may have lost its
+    /// claim on the conversation during a long model call.
+    async fn append_turn_at(
+        &self,
+        branch_id: Uuid,
+        expected_version: u64,
+        messages: &[Message],
+    ) -> Result<u64, StoreError>;
+
     /// Restores a stored branch. [`StoreError::NotFound`] when absent.
-    async fn load(&self, id: Uuid) -> Result<Branch, StoreError>;
+    async fn load(&self, id: Uuid) -> Result<Branch, StoreError> {
+        Ok(self.load_versioned(id).await?.0)
+    }
+
+    /// Restores a stored branch with the version it was read at (one
+    /// snapshot), the base of a later [`BranchStore::append_turn_at`].
+    async fn load_versioned(&self, id: Uuid) -> Result<(Branch, u64), StoreError>;
+
+    /// The messages stored at `seq` and after (a cached copy holding
+    /// `seq` messages catches up without a full load), with the version
+    /// they belong to. A message completed in place below `seq` (an
+    /// action request linked to its response) is not repeated; a whole
+    /// [`BranchStore::save`] that reorders messages needs a full load.
+    async fn load_since(&self, branch_id: Uuid, seq: u64) -> Result<Since, StoreError>;
 
     /// Every stored branch, in the order they were first saved.
     async fn list(&self) -> Result<Vec<BranchSummary>, StoreError>;

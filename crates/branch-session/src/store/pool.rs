@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 use tokio::sync::Semaphore;
 
 use super::error::StoreError;
@@ -35,6 +35,19 @@ impl Pool {
 
     /// Opens and configures one connection (blocking).
     pub(crate) fn connect(path: &Path, opts: &SqliteOptions) -> Result<Connection, StoreError> {
+        if opts.read_only {
+            // Nothing is changed: no journal mode, no migration, no new
+            // file. Works on a file (or directory) this process may not
+            // write.
+            let conn = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| sql_err(path, "open read-only", e))?;
+            conn.busy_timeout(opts.busy_timeout)
+                .map_err(|e| sql_err(path, "set busy timeout", e))?;
+            return Ok(conn);
+        }
         let conn = Connection::open(path).map_err(|e| sql_err(path, "open", e))?;
         conn.busy_timeout(opts.busy_timeout)
             .map_err(|e| sql_err(path, "set busy timeout", e))?;

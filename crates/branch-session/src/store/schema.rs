@@ -5,7 +5,9 @@
 //!   layout of a reference JSON file;
 //! * version 2: the skeleton of each branch plus one row per message, so a
 //!   turn appends rows instead of rewriting the conversation; durable
-//!   memory items.
+//!   memory items;
+//! * version 3: a version per branch, bumped by every write, for
+//!   optimistic concurrency (`append_turn_at`).
 //!
 //! Every step runs from an empty file too, so a new store and a migrated
 //! one end with the same schema.
@@ -21,7 +23,7 @@ use super::layout::{self, SplitBranch};
 use super::sqlite::sql_err;
 
 /// The newest schema version this build writes.
-pub const CURRENT_VERSION: i64 = 2;
+pub const CURRENT_VERSION: i64 = 3;
 
 /// Brings the database to [`CURRENT_VERSION`]. A newer file is refused and
 /// left untouched; a failing step rolls every step back.
@@ -53,6 +55,10 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     }
     if found < 2 {
         to_v2(&tx, path)?;
+    }
+    if found < 3 {
+        tx.execute_batch("ALTER TABLE branches ADD COLUMN version INTEGER NOT NULL DEFAULT 0;")
+            .map_err(err("migrate to version 3"))?;
     }
     tx.pragma_update(None, "user_version", CURRENT_VERSION)
         .map_err(err("write schema version"))?;
@@ -119,6 +125,7 @@ fn to_v2(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
     for (id, doc) in docs {
         let corrupt = |reason: String| StoreError::Corrupt {
             path: path.to_owned(),
+            table: "branches",
             what: format!("branch {id} (version 1 document)"),
             reason,
         };
@@ -137,13 +144,42 @@ pub(crate) fn write_branch(
     b: &SplitBranch,
     now: f64,
 ) -> rusqlite::Result<()> {
-    let key: i64 = tx.query_row(
+    write_branch_rows(tx, b, now, false)
+}
+
+/// [`write_branch`], bumping the branch's version (schema 3 and later).
+pub(crate) fn write_branch_versioned(
+    tx: &Transaction<'_>,
+    b: &SplitBranch,
+    now: f64,
+) -> rusqlite::Result<()> {
+    write_branch_rows(tx, b, now, true)
+}
+
+fn write_branch_rows(
+    tx: &Transaction<'_>,
+    b: &SplitBranch,
+    now: f64,
+    versioned: bool,
+) -> rusqlite::Result<()> {
+    let upsert = if versioned {
+        "INSERT INTO branches (id, name, skeleton, has_view, message_count, updated_at, version)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 1)
+         ON CONFLICT (id) DO UPDATE SET
+             name = excluded.name, skeleton = excluded.skeleton, has_view = excluded.has_view,
+             message_count = excluded.message_count, updated_at = excluded.updated_at,
+             version = branches.version + 1
+         RETURNING key"
+    } else {
         "INSERT INTO branches (id, name, skeleton, has_view, message_count, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)
          ON CONFLICT (id) DO UPDATE SET
              name = excluded.name, skeleton = excluded.skeleton, has_view = excluded.has_view,
              message_count = excluded.message_count, updated_at = excluded.updated_at
-         RETURNING key",
+         RETURNING key"
+    };
+    let key: i64 = tx.query_row(
+        upsert,
         params![
             b.id.to_string(),
             b.name,

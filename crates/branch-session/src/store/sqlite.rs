@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use branch_core::{Branch, Message, MessageKind};
+use branch_core::{Branch, Message};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
 use serde_json::Value;
 use uuid::Uuid;
@@ -14,8 +14,9 @@ use super::error::StoreError;
 use super::layout;
 use super::memory::SqliteMemoryStore;
 use super::pool::Pool;
-use super::schema::{self, write_branch};
-use super::{BranchStore, BranchSummary};
+use super::schema::{self, write_branch_versioned};
+use super::{BranchStore, BranchSummary, Since, StoredMessage};
+use crate::limits::{MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_ROW_BYTES};
 
 /// When a commit counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -48,6 +49,10 @@ pub struct SqliteOptions {
     pub durability: Durability,
     /// Most connections (and blocking threads) in use at once. Default 4.
     pub max_connections: usize,
+    /// Open the file without writing anything to it (no journal change,
+    /// no migration, no new file): for listing and exporting a store this
+    /// process may not write. Writes fail. Default false.
+    pub read_only: bool,
 }
 
 impl Default for SqliteOptions {
@@ -56,6 +61,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             durability: Durability::Full,
             max_connections: 4,
+            read_only: false,
         }
     }
 }
@@ -91,6 +97,17 @@ impl SqliteStore {
         Self::open_with(path, SqliteOptions::default()).await
     }
 
+    /// Opens an existing store without writing to it (see
+    /// [`SqliteOptions::read_only`]).
+    pub async fn open_read_only(path: impl AsRef<Path>) -> Result<Self, StoreError> {
+        let opts = SqliteOptions {
+            read_only: true,
+            max_connections: 1,
+            ..SqliteOptions::default()
+        };
+        Self::open_with(path, opts).await
+    }
+
     /// [`SqliteStore::open`] with options.
     pub async fn open_with(
         path: impl AsRef<Path>,
@@ -100,8 +117,13 @@ impl SqliteStore {
         let p = path.clone();
         let o = opts.clone();
         let first = tokio::task::spawn_blocking(move || {
+            check_header(&p, o.read_only)?;
             let mut conn = Pool::connect(&p, &o)?;
-            schema::migrate(&mut conn, &p)?;
+            if o.read_only {
+                check_readable_version(&conn, &p)?;
+            } else {
+                schema::migrate(&mut conn, &p)?;
+            }
             Ok::<_, StoreError>(conn)
         })
         .await
@@ -140,6 +162,9 @@ impl SqliteStore {
             .run(|c, p| {
                 let err = |e| sql_err(p, "check consistency", e);
                 let mut problems = Vec::new();
+                if let Some(problem) = truncation(p)? {
+                    problems.push(problem);
+                }
                 let mut stmt = c.prepare("PRAGMA integrity_check").map_err(err)?;
                 let rows = stmt.query_map([], |r| r.get::<_, String>(0)).map_err(err)?;
                 for r in rows {
@@ -202,93 +227,34 @@ impl BranchStore for SqliteStore {
                 let tx = c
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(err)?;
-                write_branch(&tx, &split, now).map_err(err)?;
+                write_branch_versioned(&tx, &split, now).map_err(err)?;
                 tx.commit().map_err(err)
             })
             .await
     }
 
     async fn append_turn(&self, branch_id: Uuid, messages: &[Message]) -> Result<(), StoreError> {
-        let mut rows = Vec::with_capacity(messages.len());
-        for m in messages {
-            if m.kind() == MessageKind::System {
-                return Err(StoreError::SystemInTurn {
-                    branch_id,
-                    message_id: m.id(),
-                });
-            }
-            let body = m
-                .to_value()
-                .map_err(|source| StoreError::Branch {
-                    id: branch_id,
-                    source,
-                })?
-                .to_string();
-            rows.push((m.id().to_string(), body));
-        }
+        let rows = layout::turn_rows(branch_id, messages)?;
         let now = branch_core::element::now();
         self.pool
-            .run(move |c, p| {
-                let err = |e| sql_err(p, format!("append a turn to branch {branch_id}"), e);
-                let bid = branch_id.to_string();
-                let tx = c.transaction_with_behavior(TransactionBehavior::Immediate).map_err(err)?;
-                let head: Option<(i64, bool, i64, String)> = tx
-                    .query_row(
-                        "SELECT key, has_view, message_count, skeleton FROM branches WHERE id = ?1",
-                        params![bid],
-                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                    )
-                    .optional()
-                    .map_err(err)?;
-                let Some((key, has_view, count, skeleton)) = head else {
-                    return Err(StoreError::NotFound(branch_id));
-                };
-                // Positions are dense, so the next one is the count.
-                let mut next = count;
-                let mut added = Vec::new();
-                {
-                    let mut update = tx
-                        .prepare_cached(
-                            "UPDATE messages SET hash = ?3, body = ?4 WHERE branch_key = ?1 AND msg_id = ?2",
-                        )
-                        .map_err(err)?;
-                    let mut insert = tx
-                        .prepare_cached(
-                            "INSERT INTO messages (branch_key, msg_id, seq, pos, hash, body)
-                             VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
-                        )
-                        .map_err(err)?;
-                    for (mid, body) in &rows {
-                        let hash = layout::body_hash(body);
-                        if update.execute(params![key, mid, hash, body]).map_err(err)? == 0 {
-                            insert.execute(params![key, mid, next, hash, body]).map_err(err)?;
-                            next += 1;
-                            added.push(mid.clone());
-                        }
-                    }
-                }
-                let skeleton = if has_view && !added.is_empty() {
-                    Some(extend_view(&skeleton, &added).map_err(|reason| StoreError::Corrupt {
-                        path: p.to_owned(),
-                        what: format!("branch {branch_id}"),
-                        reason,
-                    })?)
-                } else {
-                    None
-                };
-                tx.execute(
-                    "UPDATE branches SET message_count = ?2, updated_at = ?3,
-                         skeleton = COALESCE(?4, skeleton)
-                     WHERE key = ?1",
-                    params![key, next, now, skeleton],
-                )
-                .map_err(err)?;
-                tx.commit().map_err(err)
-            })
+            .run(move |c, p| append_rows(c, p, branch_id, None, &rows, now).map(|_| ()))
             .await
     }
 
-    async fn load(&self, id: Uuid) -> Result<Branch, StoreError> {
+    async fn append_turn_at(
+        &self,
+        branch_id: Uuid,
+        expected_version: u64,
+        messages: &[Message],
+    ) -> Result<u64, StoreError> {
+        let rows = layout::turn_rows(branch_id, messages)?;
+        let now = branch_core::element::now();
+        self.pool
+            .run(move |c, p| append_rows(c, p, branch_id, Some(expected_version), &rows, now))
+            .await
+    }
+
+    async fn load_versioned(&self, id: Uuid) -> Result<(Branch, u64), StoreError> {
         self.pool
             .run(move |c, p| {
                 let err = |e| sql_err(p, format!("load branch {id}"), e);
@@ -296,36 +262,118 @@ impl BranchStore for SqliteStore {
                 // One read transaction: the skeleton and the rows come from
                 // the same snapshot even while writers commit.
                 let tx = c.transaction().map_err(err)?;
-                let head: Option<(i64, String)> = tx
+                let head: Option<(i64, Option<String>, i64, i64)> = tx
                     .query_row(
-                        "SELECT key, skeleton FROM branches WHERE id = ?1",
-                        params![bid],
-                        |r| Ok((r.get(0)?, r.get(1)?)),
+                        "SELECT key, CASE WHEN length(CAST(skeleton AS BLOB)) > ?2 THEN NULL ELSE skeleton END,
+                                length(CAST(skeleton AS BLOB)), version
+                         FROM branches WHERE id = ?1",
+                        params![bid, cap_i64(MAX_STORED_ROW_BYTES)],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
                     )
                     .optional()
                     .map_err(err)?;
-                let Some((key, skeleton)) = head else {
+                let Some((key, skeleton, skeleton_len, version)) = head else {
                     return Err(StoreError::NotFound(id));
                 };
-                let rows: Vec<(String, i64, String)> = {
-                    let mut stmt = tx
-                        .prepare_cached(
-                            "SELECT msg_id, pos, body FROM messages WHERE branch_key = ?1 ORDER BY seq",
-                        )
-                        .map_err(err)?;
-                    let it = stmt
-                        .query_map(params![key], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                        .map_err(err)?;
-                    it.collect::<rusqlite::Result<_>>().map_err(err)?
-                };
-                tx.finish().map_err(err)?;
-                let corrupt = |reason: String| StoreError::Corrupt {
+                let corrupt = |table: &'static str, reason: String| StoreError::Corrupt {
                     path: p.to_owned(),
+                    table,
                     what: format!("branch {id}"),
                     reason,
                 };
-                let doc = layout::assemble(&skeleton, &rows).map_err(corrupt)?;
-                Branch::from_json_slice(&doc).map_err(|e| corrupt(e.to_string()))
+                let skeleton = skeleton.ok_or_else(|| {
+                    corrupt("branches", too_big("its skeleton", skeleton_len, MAX_STORED_ROW_BYTES))
+                })?;
+                let rows: Vec<(String, i64, String)> = {
+                    let mut stmt = tx
+                        .prepare_cached(
+                            "SELECT msg_id, pos, CASE WHEN length(CAST(body AS BLOB)) > ?2 THEN NULL ELSE body END,
+                                    length(CAST(body AS BLOB)), seq
+                             FROM messages WHERE branch_key = ?1 ORDER BY seq",
+                        )
+                        .map_err(err)?;
+                    let mut it = stmt
+                        .query(params![key, cap_i64(MAX_STORED_ROW_BYTES)])
+                        .map_err(err)?;
+                    let mut out = Vec::new();
+                    let mut total = 0usize;
+                    while let Some(r) = it.next().map_err(err)? {
+                        let (mid, pos, body, len, seq): (String, i64, Option<String>, i64, i64) =
+                            (r.get(0).map_err(err)?, r.get(1).map_err(err)?, r.get(2).map_err(err)?,
+                             r.get(3).map_err(err)?, r.get(4).map_err(err)?);
+                        let body = body.ok_or_else(|| {
+                            corrupt("messages", too_big(&format!("message at seq {seq}"), len, MAX_STORED_ROW_BYTES))
+                        })?;
+                        total = total.saturating_add(body.len());
+                        if total > MAX_STORED_BRANCH_BYTES {
+                            return Err(corrupt(
+                                "messages",
+                                format!("its messages exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"),
+                            ));
+                        }
+                        out.push((mid, pos, body));
+                    }
+                    out
+                };
+                tx.finish().map_err(err)?;
+                let doc = layout::assemble(&skeleton, &rows).map_err(|r| corrupt("messages", r))?;
+                let branch =
+                    Branch::from_json_slice(&doc).map_err(|e| corrupt("messages", e.to_string()))?;
+                Ok((branch, version_of(p, id, version)?))
+            })
+            .await
+    }
+
+    async fn load_since(&self, branch_id: Uuid, seq: u64) -> Result<Since, StoreError> {
+        let from = i64::try_from(seq).unwrap_or(i64::MAX);
+        self.pool
+            .run(move |c, p| {
+                let err = |e| sql_err(p, format!("load branch {branch_id} since {seq}"), e);
+                let tx = c.transaction().map_err(err)?;
+                let head: Option<(i64, i64, i64)> = tx
+                    .query_row(
+                        "SELECT key, version, message_count FROM branches WHERE id = ?1",
+                        params![branch_id.to_string()],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .optional()
+                    .map_err(err)?;
+                let Some((key, version, count)) = head else {
+                    return Err(StoreError::NotFound(branch_id));
+                };
+                let mut stmt = tx
+                    .prepare_cached(
+                        "SELECT seq, pos, CASE WHEN length(CAST(body AS BLOB)) > ?3 THEN NULL ELSE body END,
+                                length(CAST(body AS BLOB))
+                         FROM messages WHERE branch_key = ?1 AND seq >= ?2 ORDER BY seq LIMIT ?4",
+                    )
+                    .map_err(err)?;
+                let mut it = stmt
+                    .query(params![
+                        key,
+                        from,
+                        cap_i64(MAX_STORED_ROW_BYTES),
+                        cap_i64(MAX_ROWS_PER_BATCH)
+                    ])
+                    .map_err(err)?;
+                let mut messages = Vec::new();
+                while let Some(r) = it.next().map_err(err)? {
+                    let (seq, pos, body, len): (i64, i64, Option<String>, i64) = (
+                        r.get(0).map_err(err)?,
+                        r.get(1).map_err(err)?,
+                        r.get(2).map_err(err)?,
+                        r.get(3).map_err(err)?,
+                    );
+                    messages.push(stored_message(p, branch_id, seq, pos, body, len)?);
+                }
+                drop(it);
+                drop(stmt);
+                tx.finish().map_err(err)?;
+                Ok(Since {
+                    version: version_of(p, branch_id, version)?,
+                    message_count: u64::try_from(count).unwrap_or(0),
+                    messages,
+                })
             })
             .await
     }
@@ -336,7 +384,7 @@ impl BranchStore for SqliteStore {
                 let err = |e| sql_err(p, "list branches", e);
                 let mut stmt = c
                     .prepare_cached(
-                        "SELECT id, name, message_count, updated_at FROM branches ORDER BY key",
+                        "SELECT id, name, message_count, updated_at, version FROM branches ORDER BY key",
                     )
                     .map_err(err)?;
                 let rows = stmt
@@ -346,22 +394,25 @@ impl BranchStore for SqliteStore {
                             r.get(1)?,
                             r.get::<_, i64>(2)?,
                             r.get(3)?,
+                            r.get::<_, i64>(4)?,
                         ))
                     })
                     .map_err(err)?;
                 let mut out = Vec::new();
                 for r in rows {
-                    let (id, name, count, updated_at) = r.map_err(err)?;
-                    let id = Uuid::parse_str(&id).map_err(|e| StoreError::Corrupt {
+                    let (id, name, count, updated_at, version) = r.map_err(err)?;
+                    let uuid = Uuid::parse_str(&id).map_err(|e| StoreError::Corrupt {
                         path: p.to_owned(),
-                        what: format!("branch id `{id}`"),
+                        table: "branches",
+                        what: format!("branch id `{}`", id.chars().take(64).collect::<String>()),
                         reason: e.to_string(),
                     })?;
                     out.push(BranchSummary {
-                        id,
+                        id: uuid,
                         name,
-                        message_count: count.max(0) as u64,
+                        message_count: u64::try_from(count).unwrap_or(0),
                         updated_at,
+                        version: version_of(p, uuid, version)?,
                     });
                 }
                 Ok(out)
@@ -390,22 +441,249 @@ impl BranchStore for SqliteStore {
     }
 }
 
-/// Appends new message ids to the stored curated view, as the live branch
-/// does when a message is added.
-fn extend_view(skeleton: &str, added: &[String]) -> Result<String, String> {
-    let mut v: Value = serde_json::from_str(skeleton).map_err(|e| e.to_string())?;
-    let view = v
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("current_progression"))
-        .ok_or("the stored view is missing")?;
-    let order = match view {
-        Value::Array(a) => a,
-        Value::Object(o) => match o.get_mut("order") {
-            Some(Value::Array(a)) => a,
-            _ => return Err("the stored view has no order".into()),
-        },
-        _ => return Err("the stored view is not a progression".into()),
+/// One turn's rows, in one immediate transaction: in-place replacements
+/// and appends, the count, the view and the version. With `expected`, a
+/// branch at another version is left alone ([`StoreError::Conflict`]).
+fn append_rows(
+    c: &mut rusqlite::Connection,
+    p: &Path,
+    branch_id: Uuid,
+    expected: Option<u64>,
+    rows: &[(String, String)],
+    now: f64,
+) -> Result<u64, StoreError> {
+    let err = |e| sql_err(p, format!("append a turn to branch {branch_id}"), e);
+    let bid = branch_id.to_string();
+    let tx = c
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(err)?;
+    let head: Option<(i64, bool, i64, String, i64)> = tx
+        .query_row(
+            "SELECT key, has_view, message_count, skeleton, version FROM branches WHERE id = ?1",
+            params![bid],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+        )
+        .optional()
+        .map_err(err)?;
+    let Some((key, has_view, count, skeleton, version)) = head else {
+        return Err(StoreError::NotFound(branch_id));
     };
-    order.extend(added.iter().cloned().map(Value::String));
-    serde_json::to_string(&v).map_err(|e| e.to_string())
+    let found = version_of(p, branch_id, version)?;
+    if let Some(expected) = expected {
+        if expected != found {
+            return Err(StoreError::Conflict {
+                branch: branch_id,
+                expected,
+                found,
+            });
+        }
+    }
+    // Positions are dense, so the next one is the count.
+    let mut next = count;
+    let mut added = Vec::new();
+    {
+        let mut update = tx
+            .prepare_cached(
+                "UPDATE messages SET hash = ?3, body = ?4 WHERE branch_key = ?1 AND msg_id = ?2",
+            )
+            .map_err(err)?;
+        let mut insert = tx
+            .prepare_cached(
+                "INSERT INTO messages (branch_key, msg_id, seq, pos, hash, body)
+                 VALUES (?1, ?2, ?3, ?3, ?4, ?5)",
+            )
+            .map_err(err)?;
+        for (mid, body) in rows {
+            let hash = layout::body_hash(body);
+            if update.execute(params![key, mid, hash, body]).map_err(err)? == 0 {
+                insert
+                    .execute(params![key, mid, next, hash, body])
+                    .map_err(err)?;
+                next += 1;
+                added.push(mid.clone());
+            }
+        }
+    }
+    let skeleton = if has_view && !added.is_empty() {
+        Some(
+            layout::extend_view(&skeleton, &added).map_err(|reason| StoreError::Corrupt {
+                path: p.to_owned(),
+                table: "branches",
+                what: format!("branch {branch_id}"),
+                reason,
+            })?,
+        )
+    } else {
+        None
+    };
+    let new_version: i64 = tx
+        .query_row(
+            "UPDATE branches SET message_count = ?2, updated_at = ?3,
+                 skeleton = COALESCE(?4, skeleton), version = version + 1
+             WHERE key = ?1 RETURNING version",
+            params![key, next, now, skeleton],
+            |r| r.get(0),
+        )
+        .map_err(err)?;
+    tx.commit().map_err(err)?;
+    version_of(p, branch_id, new_version)
 }
+
+/// A stored version, which is never negative in an intact store.
+fn version_of(p: &Path, id: Uuid, v: i64) -> Result<u64, StoreError> {
+    u64::try_from(v).map_err(|_| StoreError::Corrupt {
+        path: p.to_owned(),
+        table: "branches",
+        what: format!("branch {id}"),
+        reason: format!("its version is {v}"),
+    })
+}
+
+fn stored_message(
+    p: &Path,
+    branch_id: Uuid,
+    seq: i64,
+    pos: i64,
+    body: Option<String>,
+    len: i64,
+) -> Result<StoredMessage, StoreError> {
+    let corrupt = |reason: String| StoreError::Corrupt {
+        path: p.to_owned(),
+        table: "messages",
+        what: format!("branch {branch_id}, message at seq {seq}"),
+        reason,
+    };
+    let body = body.ok_or_else(|| corrupt(too_big("the body", len, MAX_STORED_ROW_BYTES)))?;
+    let value: Value = serde_json::from_str(&body).map_err(|e| corrupt(e.to_string()))?;
+    let message = Message::from_value(&value).map_err(|e| corrupt(e.to_string()))?;
+    Ok(StoredMessage {
+        seq: u64::try_from(seq).map_err(|_| corrupt("negative seq".into()))?,
+        pos: u64::try_from(pos).map_err(|_| corrupt("negative pos".into()))?,
+        message,
+    })
+}
+
+pub(crate) fn too_big(what: &str, len: i64, cap: usize) -> String {
+    format!("{what} is {len} bytes, over the {cap}-byte cap on a stored row")
+}
+
+fn cap_i64(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The first bytes of every SQLite database file.
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+/// The size of the header at the start of a SQLite database file.
+const SQLITE_HEADER_LEN: usize = 100;
+
+fn read_header(path: &Path) -> Result<Option<Vec<u8>>, StoreError> {
+    use std::io::Read;
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(StoreError::Io {
+                op: "read",
+                path: path.to_owned(),
+                source,
+            });
+        }
+    };
+    let mut head = Vec::with_capacity(SQLITE_HEADER_LEN);
+    file.take(SQLITE_HEADER_LEN as u64)
+        .read_to_end(&mut head)
+        .map_err(|source| StoreError::Io {
+            op: "read",
+            path: path.to_owned(),
+            source,
+        })?;
+    Ok(Some(head))
+}
+
+/// Refuses a file that exists, is not empty and is not a SQLite database,
+/// before SQLite gets a chance to write over it.
+fn check_header(path: &Path, read_only: bool) -> Result<(), StoreError> {
+    let not_a_store = |reason: String| StoreError::NotAStore {
+        path: path.to_owned(),
+        reason,
+    };
+    match read_header(path)? {
+        None if read_only => Err(StoreError::Io {
+            op: "read",
+            path: path.to_owned(),
+            source: std::io::Error::new(std::io::ErrorKind::NotFound, "no such store"),
+        }),
+        None => Ok(()),
+        Some(head) if head.is_empty() => Ok(()),
+        Some(head) if head.len() < SQLITE_HEADER_LEN => Err(not_a_store(format!(
+            "{} bytes, shorter than a SQLite header",
+            head.len()
+        ))),
+        Some(head) if !head.starts_with(SQLITE_MAGIC) => {
+            Err(not_a_store("no SQLite header".into()))
+        }
+        Some(_) => Ok(()),
+    }
+}
+
+/// A read-only store cannot migrate, so it must already be current.
+fn check_readable_version(conn: &rusqlite::Connection, path: &Path) -> Result<(), StoreError> {
+    let found: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(|e| sql_err(path, "read schema version", e))?;
+    if found > schema::CURRENT_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: path.to_owned(),
+            found,
+            supported: schema::CURRENT_VERSION,
+        });
+    }
+    if found < schema::CURRENT_VERSION {
+        return Err(StoreError::Corrupt {
+            path: path.to_owned(),
+            table: "file",
+            what: "the schema".into(),
+            reason: format!(
+                "it is at version {found}, older than this build's {}; open it once for writing to migrate it",
+                schema::CURRENT_VERSION
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// A file shorter than its own header says has lost pages: SQLite reads
+/// the missing pages as absent and may answer queries without noticing.
+fn truncation(path: &Path) -> Result<Option<String>, StoreError> {
+    let Some(head) = read_header(path)? else {
+        return Ok(Some("the database file is missing".into()));
+    };
+    if head.len() < SQLITE_HEADER_LEN || !head.starts_with(SQLITE_MAGIC) {
+        return Ok(Some("file: the SQLite header is missing or damaged".into()));
+    }
+    let be32 = |at: usize| u32::from_be_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    let page_size = match u16::from_be_bytes([head[16], head[17]]) {
+        1 => 65_536u64,
+        n => u64::from(n),
+    };
+    let pages = u64::from(be32(28));
+    // The page count in the header is only valid when the change counter
+    // matches the version-valid-for number (SQLite file format, 1.3.7).
+    if be32(24) != be32(92) || pages == 0 {
+        return Ok(None);
+    }
+    let len = std::fs::metadata(path)
+        .map_err(|source| StoreError::Io {
+            op: "read",
+            path: path.to_owned(),
+            source,
+        })?
+        .len();
+    let want = pages.saturating_mul(page_size);
+    Ok((len < want).then(|| {
+        format!(
+            "file: truncated: the header says {pages} pages of {page_size} bytes ({want} bytes), the file has {len}"
+        )
+    }))
+}
+
