@@ -14,10 +14,10 @@ pub mod store;
 pub mod transfer;
 
 pub use session::{BranchRun, Session, SessionBuilder, SessionError, SharedBranch, share};
-#[cfg(feature = "postgres")]
-pub use store::{PgMemoryStore, PgOptions, PgStore, Watch, WatchEvent};
 pub use store::{
     BranchStore, BranchSummary, Durability, Since, SqliteMemoryStore, SqliteOptions, SqliteStore,
     StoreError, StoredMessage,
 };
+#[cfg(feature = "postgres")]
+pub use store::{PgMemoryStore, PgOptions, PgStore, Watch, WatchEvent};
 pub use transfer::{export_file, import_file, read_branch_file, write_branch_file};

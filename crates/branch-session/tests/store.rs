@@ -1,5 +1,8 @@
-//! The SQLite store on real files: exact round trips, turns, list/delete,
-//! schema versions, durable memory and reference-file transfer.
+//! The store contract, run over SQLite on real files and over PostgreSQL
+//! (a fresh schema in `LIONAGI_PG_URL`'s database): exact round trips,
+//! turns, versions and conflicts, catching up, list/delete, durable memory
+//! and reference-file transfer. Then what is SQLite's own: schema
+//! versions in the file, migrations, hostile files.
 
 mod common;
 
@@ -12,6 +15,7 @@ use branch_core::{
 };
 use branch_session::{BranchStore, SqliteStore, StoreError, export_file, import_file};
 use common::TempDir;
+use common::stores::UnderTest;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
@@ -23,7 +27,7 @@ fn full() -> ToDictOptions {
     }
 }
 
-async fn roundtrip(store: &SqliteStore, b: &Branch) -> Branch {
+async fn roundtrip<S: UnderTest>(store: &S, b: &Branch) -> Branch {
     store.save(b).await.unwrap();
     let loaded = store.load(b.id()).await.unwrap();
     assert_eq!(
@@ -37,11 +41,7 @@ async fn roundtrip(store: &SqliteStore, b: &Branch) -> Branch {
     loaded
 }
 
-#[tokio::test]
-async fn save_and_load_reproduce_to_dict() {
-    let dir = TempDir::new("roundtrip");
-    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
-
+async fn save_and_load_reproduce_to_dict<S: UnderTest>(store: S) {
     roundtrip(&store, &Branch::new().unwrap()).await;
     roundtrip(&store, &common::conversation(4)).await;
 
@@ -91,10 +91,7 @@ async fn save_and_load_reproduce_to_dict() {
     roundtrip(&store, &b).await;
 }
 
-#[tokio::test]
-async fn resaving_after_edits_stores_the_new_state() {
-    let dir = TempDir::new("resave");
-    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+async fn resaving_after_edits_stores_the_new_state<S: UnderTest>(store: S) {
     let mut b = common::conversation(4);
     store.save(&b).await.unwrap();
     // Reorder (a new system prompt goes first), edit, drop and add.
@@ -113,7 +110,7 @@ async fn resaving_after_edits_stores_the_new_state() {
         b.to_dict(&full()).unwrap()
     );
     assert_eq!(store.list().await.unwrap()[0].message_count, 7);
-    assert!(store.check_consistency().await.unwrap().is_empty());
+    assert!(store.consistency().await.is_empty());
     // Saving an unchanged branch again changes nothing.
     store.save(&b).await.unwrap();
     assert_eq!(
@@ -123,8 +120,7 @@ async fn resaving_after_edits_stores_the_new_state() {
 }
 
 /// Every branch the reference wrote in the fixtures survives the store.
-#[tokio::test]
-async fn every_fixture_branch_survives_the_store() {
+async fn every_fixture_branch_survives_the_store<S: UnderTest>(store: S) {
     fn collect(v: &Value, out: &mut Vec<Value>) {
         match v {
             Value::Object(m) => {
@@ -162,8 +158,6 @@ async fn every_fixture_branch_survives_the_store() {
         "only {} branch documents in the fixtures",
         found.len()
     );
-    let dir = TempDir::new("fixtures");
-    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
     let mut checked = 0;
     for doc in found {
         let Ok(b) = Branch::from_dict(&doc) else {
@@ -175,10 +169,7 @@ async fn every_fixture_branch_survives_the_store() {
     assert!(checked >= 20, "only {checked} fixture branches load");
 }
 
-#[tokio::test]
-async fn append_turn_matches_the_live_branch() {
-    let dir = TempDir::new("turns");
-    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+async fn append_turn_matches_the_live_branch<S: UnderTest>(store: S) {
     let mut live = common::conversation(1);
     let keep: Vec<Uuid> = live.messages().iter().map(|m| m.id()).collect();
     live.msgs_mut().set_view(Some(Progression::from_ids(keep)));
@@ -232,13 +223,10 @@ async fn append_turn_matches_the_live_branch() {
         store.list().await.unwrap()[0].message_count,
         live.msgs().len() as u64
     );
-    assert!(store.check_consistency().await.unwrap().is_empty());
+    assert!(store.consistency().await.is_empty());
 }
 
-#[tokio::test]
-async fn appending_to_an_empty_branch_keeps_a_stable_pile() {
-    let dir = TempDir::new("empty");
-    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+async fn appending_to_an_empty_branch_keeps_a_stable_pile<S: UnderTest>(store: S) {
     let mut live = Branch::new().unwrap();
     store.save(&live).await.unwrap();
     let m_id = live.msgs_mut().add_message(Message::assistant("hi"));
@@ -260,10 +248,7 @@ async fn appending_to_an_empty_branch_keeps_a_stable_pile() {
     assert_eq!(a, live.to_dict(&full()).unwrap());
 }
 
-#[tokio::test]
-async fn refused_turns_write_nothing() {
-    let dir = TempDir::new("refused");
-    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+async fn refused_turns_write_nothing<S: UnderTest>(store: S) {
     let b = common::conversation(1);
     store.save(&b).await.unwrap();
     let before = store.load(b.id()).await.unwrap().to_dict(&full()).unwrap();
@@ -292,10 +277,7 @@ async fn refused_turns_write_nothing() {
     ));
 }
 
-#[tokio::test]
-async fn list_and_delete() {
-    let dir = TempDir::new("list");
-    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
+async fn list_and_delete<S: UnderTest>(store: S) {
     let a = Branch::builder().name("a").build().unwrap();
     let b = common::conversation(2);
     store.save(&a).await.unwrap();
@@ -311,7 +293,7 @@ async fn list_and_delete() {
     assert!(store.delete(b.id()).await.unwrap());
     assert!(!store.delete(b.id()).await.unwrap());
     assert_eq!(store.list().await.unwrap().len(), 1);
-    assert!(store.check_consistency().await.unwrap().is_empty());
+    assert!(store.consistency().await.is_empty());
 }
 
 fn set_version(path: &Path, v: i64) {
@@ -331,7 +313,7 @@ async fn a_newer_schema_is_refused_and_left_alone() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 2,
+                supported: 3,
                 ..
             }
         ),
@@ -400,7 +382,10 @@ async fn migrates_from_version_1_documents() {
         .collect();
     write_v1(&path, &docs);
     let store = SqliteStore::open(&path).await.unwrap();
-    assert_eq!(store.schema_version().await.unwrap(), 2);
+    assert_eq!(
+        store.schema_version().await.unwrap(),
+        SqliteStore::SCHEMA_VERSION
+    );
     let ids: Vec<Uuid> = store.list().await.unwrap().iter().map(|s| s.id).collect();
     assert_eq!(ids, [a.id(), b.id()]);
     for x in [&a, &b] {
@@ -416,7 +401,7 @@ async fn migrates_from_version_1_documents() {
         .await
         .unwrap();
     store.memory("m").store(MemoryItem::new("x")).await.unwrap();
-    assert!(store.check_consistency().await.unwrap().is_empty());
+    assert!(store.consistency().await.is_empty());
 }
 
 #[tokio::test]
@@ -452,12 +437,8 @@ async fn a_failed_migration_changes_nothing() {
     assert_eq!(n, 2);
 }
 
-#[tokio::test]
-async fn durable_memory_answers_like_the_in_process_store() {
-    let dir = TempDir::new("memory");
-    let path = dir.join("s.db");
-    let store = SqliteStore::open(&path).await.unwrap();
-    let durable = store.memory("session-1");
+async fn durable_memory_answers_like_the_in_process_store<S: UnderTest>(store: S) {
+    let durable = store.memory_at("session-1");
     let local = branch_core::InMemoryStore::new();
     let mut meta = Map::new();
     meta.insert("branch_id".into(), json!("b1"));
@@ -515,7 +496,7 @@ async fn durable_memory_answers_like_the_in_process_store() {
     assert_eq!(durable.retrieve(Uuid::new_v4()).await.unwrap(), None);
     assert!(
         store
-            .memory("other")
+            .memory_at("other")
             .search(&MemoryQuery::default())
             .await
             .unwrap()
@@ -523,10 +504,10 @@ async fn durable_memory_answers_like_the_in_process_store() {
     );
 
     // It survives reopening, and serves a branch as its memory.
-    drop((durable, store));
-    let store = SqliteStore::open(&path).await.unwrap();
+    drop(durable);
+    let store = store.reopen().await;
     let b = Branch::builder()
-        .memory(std::sync::Arc::new(store.memory("session-1")))
+        .memory(store.memory_at("session-1"))
         .build()
         .unwrap();
     assert_eq!(
@@ -539,10 +520,8 @@ async fn durable_memory_answers_like_the_in_process_store() {
     );
 }
 
-#[tokio::test]
-async fn reference_files_import_and_export() {
+async fn reference_files_import_and_export<S: UnderTest>(store: S) {
     let dir = TempDir::new("files");
-    let store = SqliteStore::open(dir.join("s.db")).await.unwrap();
     let reference = common::fixture("memory_session/to_dict_across_session_lifecycle/output.json")
         ["standalone"]
         .clone();
@@ -579,3 +558,223 @@ async fn reference_files_import_and_export() {
         Err(StoreError::NotFound(_))
     ));
 }
+
+/// Versions count writes; a write based on an old version changes nothing.
+async fn versions_detect_concurrent_writers<S: UnderTest>(store: S) {
+    let mut live = common::conversation(1);
+    store.save(&live).await.unwrap();
+    let id = live.id();
+    let (_, v1) = store.load_versioned(id).await.unwrap();
+    assert_eq!(v1, 1);
+    let m = live.msgs_mut().add_message(Message::assistant("first"));
+    let first = live.messages().get(&m).unwrap().clone();
+    let v2 = store.append_turn_at(id, v1, &[first]).await.unwrap();
+    assert_eq!(v2, 2);
+    let before = store.load(id).await.unwrap().to_dict(&full()).unwrap();
+    // Another writer based on version 1 loses, and writes nothing.
+    let err = store
+        .append_turn_at(id, v1, &[Message::assistant("stale")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::Conflict { branch, expected: 1, found: 2 } if branch == id),
+        "{err}"
+    );
+    assert!(err.to_string().contains("nothing was written"), "{err}");
+    assert_eq!(
+        store.load(id).await.unwrap().to_dict(&full()).unwrap(),
+        before
+    );
+    let (loaded, v) = store.load_versioned(id).await.unwrap();
+    assert_eq!(v, 2);
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
+    // Every write bumps it: unversioned turns and whole saves too.
+    store
+        .append_turn(id, &[Message::assistant("unversioned")])
+        .await
+        .unwrap();
+    store.save(&loaded).await.unwrap();
+    let summary = store.list().await.unwrap();
+    assert_eq!(summary[0].version, 4);
+    assert!(matches!(
+        store.append_turn_at(Uuid::new_v4(), 0, &[]).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert!(store.consistency().await.is_empty());
+}
+
+/// A cached copy catches up from its message count.
+async fn load_since_returns_only_newer_messages<S: UnderTest>(store: S) {
+    let mut live = common::conversation(2);
+    store.save(&live).await.unwrap();
+    let id = live.id();
+    let cached = live.msgs().len() as u64;
+    let mut added = Vec::new();
+    for i in 0..2 {
+        let q = live
+            .msgs_mut()
+            .add_message(common::instruction(&format!("later {i}"), "user", id));
+        let a = live
+            .msgs_mut()
+            .add_message(Message::assistant(format!("reply {i}")));
+        let turn: Vec<Message> = [q, a]
+            .iter()
+            .map(|m| live.messages().get(m).unwrap().clone())
+            .collect();
+        added.extend(turn.iter().map(Message::id));
+        store.append_turn(id, &turn).await.unwrap();
+    }
+    let since = store.load_since(id, cached).await.unwrap();
+    assert_eq!(since.version, 3);
+    assert_eq!(since.message_count, cached + 4);
+    assert_eq!(
+        since
+            .messages
+            .iter()
+            .map(|m| m.message.id())
+            .collect::<Vec<_>>(),
+        added
+    );
+    assert_eq!(
+        since.messages.iter().map(|m| m.seq).collect::<Vec<_>>(),
+        (cached..cached + 4).collect::<Vec<_>>()
+    );
+    for m in &since.messages {
+        assert_eq!(
+            m.message.to_value().unwrap(),
+            live.messages()
+                .get(&m.message.id())
+                .unwrap()
+                .to_value()
+                .unwrap()
+        );
+    }
+    assert!(
+        store
+            .load_since(id, cached + 4)
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+    );
+    assert!(
+        store
+            .load_since(id, u64::MAX)
+            .await
+            .unwrap()
+            .messages
+            .is_empty()
+    );
+    assert!(matches!(
+        store.load_since(Uuid::new_v4(), 0).await,
+        Err(StoreError::NotFound(_))
+    ));
+}
+
+/// Eight writers on one conversation, each appending on the version it
+/// last saw and catching up on a conflict: every turn lands exactly once,
+/// its two messages side by side, and the version counts the writes.
+async fn racing_writers_lose_no_turn<S: UnderTest>(store: S) {
+    const WRITERS: usize = 8;
+    const TURNS: usize = 6;
+    let b = Branch::builder().name("shared").build().unwrap();
+    let id = b.id();
+    store.save(&b).await.unwrap();
+    let store = std::sync::Arc::new(store);
+    let mut tasks = Vec::new();
+    for w in 0..WRITERS {
+        let store = std::sync::Arc::clone(&store);
+        tasks.push(tokio::spawn(async move {
+            let (_, mut version) = store.load_versioned(id).await.unwrap();
+            let mut conflicts = 0;
+            for t in 0..TURNS {
+                let turn = [
+                    common::instruction(&format!("w{w} t{t}"), "user", id),
+                    Message::assistant(format!("w{w} t{t} done")),
+                ];
+                loop {
+                    match store.append_turn_at(id, version, &turn).await {
+                        Ok(v) => {
+                            version = v;
+                            break;
+                        }
+                        Err(StoreError::Conflict { found, .. }) => {
+                            conflicts += 1;
+                            version = found;
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            conflicts
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let (loaded, version) = store.load_versioned(id).await.unwrap();
+    assert_eq!(version, 1 + (WRITERS * TURNS) as u64);
+    let texts: Vec<String> = loaded
+        .messages()
+        .iter()
+        .map(|m| m.to_value().unwrap().to_string())
+        .collect();
+    assert_eq!(texts.len(), WRITERS * TURNS * 2);
+    for w in 0..WRITERS {
+        for t in 0..TURNS {
+            let q = format!("\"w{w} t{t}\"");
+            let hits: Vec<usize> = (0..texts.len())
+                .filter(|&i| texts[i].contains(&q))
+                .collect();
+            assert_eq!(hits.len(), 1, "turn w{w} t{t} stored {} times", hits.len());
+            assert!(texts[hits[0] + 1].contains(&format!("w{w} t{t} done")));
+        }
+    }
+    assert!(store.consistency().await.is_empty());
+}
+
+/// Each contract test, once per store.
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let (store, _dir) = crate::common::stores::sqlite(stringify!($name)).await;
+                    crate::$name(store).await;
+                }
+            )*
+        }
+        #[cfg(feature = "postgres")]
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    let Some((store, ())) = crate::common::stores::postgres(stringify!($name)).await
+                    else {
+                        return;
+                    };
+                    crate::$name(store).await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    save_and_load_reproduce_to_dict,
+    resaving_after_edits_stores_the_new_state,
+    every_fixture_branch_survives_the_store,
+    append_turn_matches_the_live_branch,
+    appending_to_an_empty_branch_keeps_a_stable_pile,
+    refused_turns_write_nothing,
+    list_and_delete,
+    durable_memory_answers_like_the_in_process_store,
+    reference_files_import_and_export,
+    versions_detect_concurrent_writers,
+    load_since_returns_only_newer_messages,
+    racing_writers_lose_no_turn,
+);

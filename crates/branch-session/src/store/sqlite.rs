@@ -686,4 +686,3 @@ fn truncation(path: &Path) -> Result<Option<String>, StoreError> {
         )
     }))
 }
-

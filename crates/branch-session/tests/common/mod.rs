@@ -176,3 +176,4 @@ pub fn conversation(turns: usize) -> Branch {
     }
     b
 }
+pub mod stores;

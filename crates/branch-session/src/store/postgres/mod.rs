@@ -1,0 +1,749 @@
+//! `PgStore`: branches in PostgreSQL, shared by workers on many machines.
+//!
+//! The layout is SQLite's (a skeleton per branch, a row per message); what
+//! PostgreSQL adds is a version per branch checked by every versioned
+//! write ([`BranchStore::append_turn_at`]), an outbox of added messages
+//! written in the same transaction as the turn and announced with
+//! `NOTIFY` ([`PgStore::watch`]), and a pool of connections that recover
+//! from a restarted server by themselves.
+
+mod memory;
+mod schema;
+mod target;
+mod watch;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use branch_core::{Branch, Message};
+use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use futures_util::{StreamExt, pin_mut};
+use serde_json::Value;
+use tokio_postgres::IsolationLevel;
+use uuid::Uuid;
+
+pub use memory::PgMemoryStore;
+pub use target::is_postgres_url;
+pub use watch::{Watch, WatchEvent};
+
+use super::error::StoreError;
+use super::layout::{self, SplitBranch};
+use super::sqlite::{Durability, too_big};
+use super::{BranchStore, BranchSummary, Since, StoredMessage};
+use crate::limits::{
+    MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_ROW_BYTES, PG_CONNECT_TIMEOUT,
+    PG_POOL_WAIT,
+};
+
+/// Settings of a [`PgStore`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PgOptions {
+    /// Most connections this store holds open (the pool size). Default 8.
+    pub max_connections: usize,
+    /// The PostgreSQL schema holding the tables (created when missing);
+    /// `None` uses the server's `search_path` (normally `public`). Lets
+    /// several stores share one database.
+    pub schema: Option<String>,
+    /// When a commit counts as durable: [`Durability::Full`] waits for the
+    /// server's WAL flush (`synchronous_commit = on`); `Normal` does not
+    /// (a crash of the database host may lose the last commits, never
+    /// consistency).
+    pub durability: Durability,
+    /// A PEM file of CA certificates trusted for TLS to the server, beside
+    /// the Mozilla roots (`PGSSLROOTCERT` when unset). TLS itself follows
+    /// the URL's `sslmode` (`disable`, `prefer` by default, `require`).
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Default for PgOptions {
+    fn default() -> Self {
+        Self {
+            max_connections: 8,
+            schema: None,
+            durability: Durability::Full,
+            ca_file: None,
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub pool: Pool,
+    pub label: String,
+    pub config: tokio_postgres::Config,
+    pub tls: tokio_postgres_rustls::MakeRustlsConnect,
+    /// The `NOTIFY` channel of this store's schema.
+    pub channel: String,
+}
+
+/// Branches in a PostgreSQL database. Cloning is cheap and shares the
+/// pool. `Debug` and every error name the server without its password.
+#[derive(Clone)]
+pub struct PgStore {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("store", &self.shared.label)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn pg_err(label: &str, op: impl Into<String>, e: impl Into<PgFailure>) -> StoreError {
+    StoreError::Postgres {
+        store: label.to_owned(),
+        op: op.into(),
+        source: e.into().0,
+    }
+}
+
+/// Any driver or pool error, boxed for [`StoreError::Postgres`].
+pub(crate) struct PgFailure(Box<dyn std::error::Error + Send + Sync>);
+
+impl From<tokio_postgres::Error> for PgFailure {
+    fn from(e: tokio_postgres::Error) -> Self {
+        Self(Box::new(e))
+    }
+}
+
+impl From<deadpool_postgres::PoolError> for PgFailure {
+    fn from(e: deadpool_postgres::PoolError) -> Self {
+        Self(Box::new(e))
+    }
+}
+
+impl PgStore {
+    /// The newest schema version this build writes.
+    pub const SCHEMA_VERSION: i64 = schema::CURRENT_VERSION;
+
+    /// Connects to `url` (`postgres://USER@HOST:PORT/DB`; the password from
+    /// the URL, `PGPASSWORD` or `.pgpass`) and migrates its schema forward.
+    pub async fn connect(url: &str) -> Result<Self, StoreError> {
+        Self::connect_with(url, PgOptions::default()).await
+    }
+
+    /// [`PgStore::connect`] with options.
+    pub async fn connect_with(url: &str, opts: PgOptions) -> Result<Self, StoreError> {
+        let t = target::resolve(
+            url,
+            opts.schema.as_deref(),
+            opts.durability == Durability::Full,
+            opts.ca_file.as_deref(),
+        )?;
+        let mgr = Manager::from_config(
+            t.config.clone(),
+            t.tls.clone(),
+            ManagerConfig {
+                // A connection the server closed (a restart) is noticed
+                // when it is taken from the pool and replaced.
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(mgr)
+            .max_size(opts.max_connections.max(1))
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(PG_POOL_WAIT))
+            .create_timeout(Some(PG_CONNECT_TIMEOUT))
+            .recycle_timeout(Some(PG_CONNECT_TIMEOUT))
+            .build()
+            .map_err(|e| StoreError::Config {
+                store: t.label.clone(),
+                reason: format!("connection pool: {e}"),
+            })?;
+        // Notifications are per database; a channel per schema keeps
+        // stores sharing a database apart (a hash: channel names are
+        // short).
+        let channel = match &opts.schema {
+            Some(s) => format!("lionagi_events_{:016x}", fnv1a(s.as_bytes())),
+            None => "lionagi_events".to_owned(),
+        };
+        let shared = Arc::new(Shared {
+            pool,
+            label: t.label,
+            config: t.config,
+            tls: t.tls,
+            channel,
+        });
+        let mut client = shared
+            .pool
+            .get()
+            .await
+            .map_err(|e| pg_err(&shared.label, "connect", e))?;
+        schema::migrate(&mut client, &shared.label, opts.schema.as_deref()).await?;
+        Ok(Self { shared })
+    }
+
+    /// The server, database and schema, without the password.
+    pub fn label(&self) -> &str {
+        &self.shared.label
+    }
+
+    /// The schema version recorded in the database.
+    pub async fn schema_version(&self) -> Result<i64, StoreError> {
+        let label = &self.shared.label;
+        let c = self.client().await?;
+        let row = c
+            .query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[])
+            .await
+            .map_err(|e| pg_err(label, "read schema version", e))?;
+        Ok(row.get(0))
+    }
+
+    /// A durable [`branch_core::MemoryStore`] in this database. Stores with
+    /// the same `scope` share items; different scopes never see each
+    /// other's.
+    pub fn memory(&self, scope: impl Into<String>) -> PgMemoryStore {
+        PgMemoryStore::new(Arc::clone(&self.shared), scope.into())
+    }
+
+    /// The messages added to `branch_id` after outbox event `after` (0 for
+    /// all), as they commit, from any process: a turn that rolled back
+    /// publishes nothing. The watch reconnects by itself after the server
+    /// or the connection goes away and carries on from the last event it
+    /// returned; a new watch resumes from a saved [`WatchEvent::id`].
+    pub fn watch(&self, branch_id: Uuid, after: u64) -> Watch {
+        Watch::new(Arc::clone(&self.shared), branch_id, after)
+    }
+
+    /// The store's invariants: every branch's count matches its rows and
+    /// positions are dense. Returns the problems found (empty when
+    /// consistent).
+    pub async fn check_consistency(&self) -> Result<Vec<String>, StoreError> {
+        let label = &self.shared.label;
+        let c = self.client().await?;
+        let checks = [
+            (
+                "branches whose message_count is wrong",
+                "SELECT COUNT(*) FROM branches b WHERE b.message_count !=
+                     (SELECT COUNT(*) FROM messages m WHERE m.branch_id = b.id)",
+            ),
+            (
+                "branches whose positions are not 0..message_count",
+                "SELECT COUNT(*) FROM branches b WHERE b.message_count > 0 AND (
+                     (SELECT MAX(pos) FROM messages m WHERE m.branch_id = b.id) + 1 != b.message_count
+                     OR (SELECT COUNT(DISTINCT pos) FROM messages m WHERE m.branch_id = b.id) != b.message_count
+                     OR (SELECT MAX(seq) FROM messages m WHERE m.branch_id = b.id) + 1 != b.message_count)",
+            ),
+        ];
+        let mut problems = Vec::new();
+        for (what, sql) in checks {
+            let n: i64 = c
+                .query_one(sql, &[])
+                .await
+                .map_err(|e| pg_err(label, "check consistency", e))?
+                .get(0);
+            if n != 0 {
+                problems.push(format!("{n} {what}"));
+            }
+        }
+        Ok(problems)
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.shared
+            .pool
+            .get()
+            .await
+            .map_err(|e| pg_err(&self.shared.label, "take a connection", e))
+    }
+
+    fn corrupt(&self, table: &'static str, what: String, reason: String) -> StoreError {
+        StoreError::Corrupt {
+            path: PathBuf::from(&self.shared.label),
+            table,
+            what,
+            reason,
+        }
+    }
+
+    async fn append(
+        &self,
+        branch_id: Uuid,
+        expected: Option<u64>,
+        messages: &[Message],
+    ) -> Result<u64, StoreError> {
+        let label = self.shared.label.clone();
+        let err = |e: tokio_postgres::Error| {
+            pg_err(&label, format!("append a turn to branch {branch_id}"), e)
+        };
+        let rows = layout::turn_rows(branch_id, messages)?;
+        let ids: Vec<Uuid> = rows
+            .iter()
+            .map(|(id, _)| Uuid::parse_str(id))
+            .collect::<Result<_, _>>()
+            .map_err(|e| StoreError::Config {
+                store: label.clone(),
+                reason: format!("a message id is not a UUID: {e}"),
+            })?;
+        let now = branch_core::element::now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(err)?;
+        let head = tx
+            .query_opt(
+                "SELECT has_view, message_count, version FROM branches WHERE id = $1 FOR UPDATE",
+                &[&branch_id],
+            )
+            .await
+            .map_err(err)?;
+        let Some(head) = head else {
+            return Err(StoreError::NotFound(branch_id));
+        };
+        let has_view: bool = head.get(0);
+        let count: i64 = head.get(1);
+        let found = self.version_of(branch_id, head.get(2))?;
+        if let Some(expected) = expected {
+            if expected != found {
+                return Err(StoreError::Conflict {
+                    branch: branch_id,
+                    expected,
+                    found,
+                });
+            }
+        }
+        let stored: HashSet<Uuid> = tx
+            .query(
+                "SELECT msg_id FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)",
+                &[&branch_id, &ids],
+            )
+            .await
+            .map_err(err)?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        // In order, as if one by one: a message seen again in the same
+        // turn (a request completed by its response) replaces the body
+        // it was written with.
+        let mut updates: Vec<(Uuid, String)> = Vec::new();
+        let mut inserts: Vec<(Uuid, String)> = Vec::new();
+        let mut slot: HashMap<Uuid, (bool, usize)> = HashMap::new();
+        for (id, (_, body)) in ids.iter().zip(rows) {
+            match slot.get(id) {
+                Some(&(true, i)) => inserts[i].1 = body,
+                Some(&(false, i)) => updates[i].1 = body,
+                None if stored.contains(id) => {
+                    slot.insert(*id, (false, updates.len()));
+                    updates.push((*id, body));
+                }
+                None => {
+                    slot.insert(*id, (true, inserts.len()));
+                    inserts.push((*id, body));
+                }
+            }
+        }
+        let new_version = i64::try_from(found.saturating_add(1)).unwrap_or(i64::MAX);
+        if !updates.is_empty() {
+            let (uid, ubody): (Vec<Uuid>, Vec<String>) = updates.into_iter().unzip();
+            let uhash: Vec<i64> = ubody.iter().map(|b| layout::body_hash(b)).collect();
+            tx.execute(
+                "UPDATE messages m SET hash = u.hash, body = u.body
+                 FROM UNNEST($2::uuid[], $3::bigint[], $4::text[]) AS u(msg_id, hash, body)
+                 WHERE m.branch_id = $1 AND m.msg_id = u.msg_id",
+                &[&branch_id, &uid, &uhash, &ubody],
+            )
+            .await
+            .map_err(err)?;
+        }
+        let added: Vec<String> = inserts.iter().map(|(id, _)| id.to_string()).collect();
+        let next = count.saturating_add(i64::try_from(inserts.len()).unwrap_or(i64::MAX));
+        if !inserts.is_empty() {
+            let seqs: Vec<i64> = (count..next).collect();
+            let (iid, ibody): (Vec<Uuid>, Vec<String>) = inserts.into_iter().unzip();
+            let ihash: Vec<i64> = ibody.iter().map(|b| layout::body_hash(b)).collect();
+            // The outbox rows go in with the messages: both commit or
+            // neither does.
+            tx.execute(
+                "WITH added AS (
+                     INSERT INTO messages (branch_id, seq, pos, msg_id, hash, body)
+                     SELECT $1, s, s, i, h, b
+                     FROM UNNEST($2::bigint[], $3::uuid[], $4::bigint[], $5::text[]) AS u(s, i, h, b)
+                     RETURNING seq, body)
+                 INSERT INTO events (branch_id, seq, version, body)
+                 SELECT $1, seq, $6, body FROM added ORDER BY seq",
+                &[&branch_id, &seqs, &iid, &ihash, &ibody, &new_version],
+            )
+            .await
+            .map_err(err)?;
+        }
+        let skeleton = if has_view && !added.is_empty() {
+            let row = tx
+                .query_one("SELECT skeleton FROM branches WHERE id = $1", &[&branch_id])
+                .await
+                .map_err(err)?;
+            let text: String = row.get(0);
+            Some(layout::extend_view(&text, &added).map_err(|reason| {
+                self.corrupt("branches", format!("branch {branch_id}"), reason)
+            })?)
+        } else {
+            None
+        };
+        let notify = !added.is_empty();
+        tx.execute(
+            "UPDATE branches SET message_count = $2, updated_at = $3,
+                 skeleton = COALESCE($4, skeleton), version = $5
+             WHERE id = $1",
+            &[&branch_id, &next, &now, &skeleton, &new_version],
+        )
+        .await
+        .map_err(err)?;
+        if notify {
+            // Delivered at commit, never for a rolled-back turn.
+            tx.execute(
+                "SELECT pg_notify($1, $2)",
+                &[&self.shared.channel, &branch_id.to_string()],
+            )
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        self.version_of(branch_id, new_version)
+    }
+
+    fn version_of(&self, id: Uuid, v: i64) -> Result<u64, StoreError> {
+        u64::try_from(v).map_err(|_| {
+            self.corrupt(
+                "branches",
+                format!("branch {id}"),
+                format!("its version is {v}"),
+            )
+        })
+    }
+
+    async fn write(&self, split: SplitBranch) -> Result<(), StoreError> {
+        let id = split.id;
+        let label = self.shared.label.clone();
+        let err = |e: tokio_postgres::Error| pg_err(&label, format!("save branch {id}"), e);
+        let now = branch_core::element::now();
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(err)?;
+        let count = i64::try_from(split.rows.len()).unwrap_or(i64::MAX);
+        let version: i64 = tx
+            .query_one(
+                "INSERT INTO branches (id, name, skeleton, has_view, message_count, version, updated_at)
+                 VALUES ($1, $2, $3, $4, $5, 1, $6)
+                 ON CONFLICT (id) DO UPDATE SET
+                     name = excluded.name, skeleton = excluded.skeleton,
+                     has_view = excluded.has_view, message_count = excluded.message_count,
+                     updated_at = excluded.updated_at, version = branches.version + 1
+                 RETURNING version",
+                &[&id, &split.name, &split.skeleton, &split.has_view, &count, &now],
+            )
+            .await
+            .map_err(err)?
+            .get(0);
+        let mut stored: HashMap<Uuid, (i64, i64, i64)> = tx
+            .query(
+                "SELECT msg_id, seq, pos, hash FROM messages WHERE branch_id = $1",
+                &[&id],
+            )
+            .await
+            .map_err(err)?
+            .iter()
+            .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
+            .collect();
+        let mut seqs = Vec::new();
+        let mut poss = Vec::new();
+        let mut mids = Vec::new();
+        let mut hashes = Vec::new();
+        let mut bodies = Vec::new();
+        let mut fresh = Vec::new();
+        let mut rewrite = Vec::new();
+        for (seq, row) in split.rows.into_iter().enumerate() {
+            let seq = i64::try_from(seq).unwrap_or(i64::MAX);
+            let mid = Uuid::parse_str(&row.id).map_err(|e| StoreError::Branch {
+                id,
+                source: branch_core::BranchError::InvalidData {
+                    path: format!("messages.collections[{seq}].id"),
+                    reason: e.to_string(),
+                },
+            })?;
+            let is_new = match stored.remove(&mid) {
+                Some(s) if s == (seq, row.pos, row.hash) => continue,
+                // Changed rows are deleted and written again: rewriting
+                // them in place could collide on (branch_id, seq).
+                Some(_) => {
+                    rewrite.push(mid);
+                    false
+                }
+                None => true,
+            };
+            fresh.push(is_new);
+            seqs.push(seq);
+            poss.push(row.pos);
+            mids.push(mid);
+            hashes.push(row.hash);
+            bodies.push(row.body);
+        }
+        rewrite.extend(stored.into_keys());
+        if !rewrite.is_empty() {
+            tx.execute(
+                "DELETE FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)",
+                &[&id, &rewrite],
+            )
+            .await
+            .map_err(err)?;
+        }
+        if !mids.is_empty() {
+            tx.execute(
+                "INSERT INTO messages (branch_id, seq, pos, msg_id, hash, body)
+                 SELECT $1, s, p, i, h, b
+                 FROM UNNEST($2::bigint[], $3::bigint[], $4::uuid[], $5::bigint[], $6::text[])
+                     AS u(s, p, i, h, b)",
+                &[&id, &seqs, &poss, &mids, &hashes, &bodies],
+            )
+            .await
+            .map_err(err)?;
+            // The outbox announces the messages this write added.
+            let added: Vec<usize> = (0..mids.len()).filter(|&i| fresh[i]).collect();
+            if !added.is_empty() {
+                let eseq: Vec<i64> = added.iter().map(|&i| seqs[i]).collect();
+                let ebody: Vec<&str> = added.iter().map(|&i| bodies[i].as_str()).collect();
+                tx.execute(
+                    "INSERT INTO events (branch_id, seq, version, body)
+                     SELECT $1, s, $2, b FROM UNNEST($3::bigint[], $4::text[]) AS u(s, b)",
+                    &[&id, &version, &eseq, &ebody],
+                )
+                .await
+                .map_err(err)?;
+                tx.execute(
+                    "SELECT pg_notify($1, $2)",
+                    &[&self.shared.channel, &id.to_string()],
+                )
+                .await
+                .map_err(err)?;
+            }
+        }
+        tx.commit().await.map_err(err)
+    }
+}
+
+/// FNV-1a: stable across processes and builds, unlike std's hasher.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Reads capped text columns: `(text or NULL when over the cap, length)`.
+fn capped(row: &tokio_postgres::Row, at: usize) -> (Option<String>, i64) {
+    (row.get(at), row.get(at + 1))
+}
+
+#[async_trait]
+impl BranchStore for PgStore {
+    async fn save(&self, branch: &Branch) -> Result<(), StoreError> {
+        let id = branch.id();
+        let split = layout::split(branch).map_err(|source| StoreError::Branch { id, source })?;
+        self.write(split).await
+    }
+
+    async fn append_turn(&self, branch_id: Uuid, messages: &[Message]) -> Result<(), StoreError> {
+        self.append(branch_id, None, messages).await.map(|_| ())
+    }
+
+    async fn append_turn_at(
+        &self,
+        branch_id: Uuid,
+        expected_version: u64,
+        messages: &[Message],
+    ) -> Result<u64, StoreError> {
+        self.append(branch_id, Some(expected_version), messages)
+            .await
+    }
+
+    async fn load_versioned(&self, id: Uuid) -> Result<(Branch, u64), StoreError> {
+        let label = self.shared.label.clone();
+        let err = |e: tokio_postgres::Error| pg_err(&label, format!("load branch {id}"), e);
+        let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
+        let mut client = self.client().await?;
+        // One snapshot for the skeleton and the rows.
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(err)?;
+        let head = tx
+            .query_opt(
+                "SELECT CASE WHEN octet_length(skeleton)::bigint > $2 THEN NULL ELSE skeleton END,
+                        octet_length(skeleton)::bigint, version
+                 FROM branches WHERE id = $1",
+                &[&id, &cap],
+            )
+            .await
+            .map_err(err)?;
+        let Some(head) = head else {
+            return Err(StoreError::NotFound(id));
+        };
+        let (skeleton, skeleton_len) = capped(&head, 0);
+        let version = self.version_of(id, head.get(2))?;
+        let what = || format!("branch {id}");
+        let skeleton = skeleton.ok_or_else(|| {
+            self.corrupt(
+                "branches",
+                what(),
+                too_big("its skeleton", skeleton_len, MAX_STORED_ROW_BYTES),
+            )
+        })?;
+        let stream = tx
+            .query_raw(
+                "SELECT msg_id, pos, CASE WHEN octet_length(body)::bigint > $2 THEN NULL ELSE body END,
+                        octet_length(body)::bigint, seq
+                 FROM messages WHERE branch_id = $1 ORDER BY seq",
+                [&id as &(dyn tokio_postgres::types::ToSql + Sync), &cap],
+            )
+            .await
+            .map_err(err)?;
+        pin_mut!(stream);
+        let mut rows = Vec::new();
+        let mut total = 0usize;
+        while let Some(r) = stream.next().await {
+            let r = r.map_err(err)?;
+            let mid: Uuid = r.get(0);
+            let pos: i64 = r.get(1);
+            let (body, len) = capped(&r, 2);
+            let seq: i64 = r.get(4);
+            let body = body.ok_or_else(|| {
+                self.corrupt(
+                    "messages",
+                    what(),
+                    too_big(&format!("message at seq {seq}"), len, MAX_STORED_ROW_BYTES),
+                )
+            })?;
+            total = total.saturating_add(body.len());
+            if total > MAX_STORED_BRANCH_BYTES {
+                return Err(self.corrupt(
+                    "messages",
+                    what(),
+                    format!(
+                        "its messages exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"
+                    ),
+                ));
+            }
+            rows.push((mid.to_string(), pos, body));
+        }
+        tx.commit().await.map_err(err)?;
+        let doc =
+            layout::assemble(&skeleton, &rows).map_err(|r| self.corrupt("messages", what(), r))?;
+        let branch = Branch::from_json_slice(&doc)
+            .map_err(|e| self.corrupt("messages", what(), e.to_string()))?;
+        Ok((branch, version))
+    }
+
+    async fn load_since(&self, branch_id: Uuid, seq: u64) -> Result<Since, StoreError> {
+        let label = self.shared.label.clone();
+        let err = |e: tokio_postgres::Error| {
+            pg_err(&label, format!("load branch {branch_id} since {seq}"), e)
+        };
+        let from = i64::try_from(seq).unwrap_or(i64::MAX);
+        let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
+        let limit = i64::try_from(MAX_ROWS_PER_BATCH).unwrap_or(i64::MAX);
+        let mut client = self.client().await?;
+        let tx = client
+            .build_transaction()
+            .isolation_level(IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(err)?;
+        let head = tx
+            .query_opt(
+                "SELECT version, message_count FROM branches WHERE id = $1",
+                &[&branch_id],
+            )
+            .await
+            .map_err(err)?;
+        let Some(head) = head else {
+            return Err(StoreError::NotFound(branch_id));
+        };
+        let version = self.version_of(branch_id, head.get(0))?;
+        let count: i64 = head.get(1);
+        let rows = tx
+            .query(
+                "SELECT seq, pos, CASE WHEN octet_length(body)::bigint > $3 THEN NULL ELSE body END,
+                        octet_length(body)::bigint
+                 FROM messages WHERE branch_id = $1 AND seq >= $2 ORDER BY seq LIMIT $4",
+                &[&branch_id, &from, &cap, &limit],
+            )
+            .await
+            .map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        let mut messages = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let seq: i64 = r.get(0);
+            let pos: i64 = r.get(1);
+            let (body, len) = capped(r, 2);
+            messages.push(self.stored_message(branch_id, seq, pos, body, len)?);
+        }
+        Ok(Since {
+            version,
+            message_count: u64::try_from(count).unwrap_or(0),
+            messages,
+        })
+    }
+
+    async fn list(&self) -> Result<Vec<BranchSummary>, StoreError> {
+        let label = &self.shared.label;
+        let c = self.client().await?;
+        let rows = c
+            .query(
+                "SELECT id, name, message_count, updated_at, version FROM branches ORDER BY ord",
+                &[],
+            )
+            .await
+            .map_err(|e| pg_err(label, "list branches", e))?;
+        let mut out = Vec::with_capacity(rows.len());
+        for r in rows {
+            let id: Uuid = r.get(0);
+            let count: i64 = r.get(2);
+            out.push(BranchSummary {
+                id,
+                name: r.get(1),
+                message_count: u64::try_from(count).unwrap_or(0),
+                updated_at: r.get(3),
+                version: self.version_of(id, r.get(4))?,
+            });
+        }
+        Ok(out)
+    }
+
+    async fn delete(&self, id: Uuid) -> Result<bool, StoreError> {
+        let label = &self.shared.label;
+        let c = self.client().await?;
+        let n = c
+            .execute("DELETE FROM branches WHERE id = $1", &[&id])
+            .await
+            .map_err(|e| pg_err(label, format!("delete branch {id}"), e))?;
+        Ok(n > 0)
+    }
+}
+
+impl PgStore {
+    fn stored_message(
+        &self,
+        branch_id: Uuid,
+        seq: i64,
+        pos: i64,
+        body: Option<String>,
+        len: i64,
+    ) -> Result<StoredMessage, StoreError> {
+        let corrupt = |reason: String| {
+            self.corrupt(
+                "messages",
+                format!("branch {branch_id}, message at seq {seq}"),
+                reason,
+            )
+        };
+        let body = body.ok_or_else(|| corrupt(too_big("the body", len, MAX_STORED_ROW_BYTES)))?;
+        let value: Value = serde_json::from_str(&body).map_err(|e| corrupt(e.to_string()))?;
+        let message = Message::from_value(&value).map_err(|e| corrupt(e.to_string()))?;
+        Ok(StoredMessage {
+            seq: u64::try_from(seq).map_err(|_| corrupt("negative seq".into()))?,
+            pos: u64::try_from(pos).map_err(|_| corrupt("negative pos".into()))?,
+            message,
+        })
+    }
+}

@@ -1,0 +1,125 @@
+//! The PostgreSQL schema (docs/scaling.md), migrated forward one step at a
+//! time in one transaction under an advisory lock, so workers starting
+//! together migrate once and the others find the work done.
+//!
+//! * version 1: branches (skeleton, count, version), one row per message,
+//!   the outbox of added messages (`events`), durable memory items.
+//!
+//! Bodies and skeletons are `text`, not `jsonb`: `jsonb` reorders keys and
+//! respells numbers, and the reference's key order and float spelling are
+//! part of the contract.
+
+use std::path::PathBuf;
+
+use tokio_postgres::Client;
+
+use crate::store::error::StoreError;
+
+/// The newest schema version this build writes.
+pub const CURRENT_VERSION: i64 = 1;
+
+/// Key of the advisory lock migrations run under (any fixed number; this
+/// one spells "lionagi" in ASCII).
+const MIGRATION_LOCK: i64 = 0x6c_696f_6e61_6769;
+
+const V1: &str = "
+CREATE TABLE branches (
+    id            uuid PRIMARY KEY,
+    ord           bigserial NOT NULL UNIQUE,
+    name          text,
+    skeleton      text NOT NULL,
+    has_view      boolean NOT NULL DEFAULT false,
+    message_count bigint NOT NULL DEFAULT 0,
+    version       bigint NOT NULL DEFAULT 0,
+    updated_at    double precision NOT NULL
+);
+CREATE TABLE messages (
+    branch_id uuid   NOT NULL REFERENCES branches (id) ON DELETE CASCADE,
+    seq       bigint NOT NULL,
+    pos       bigint NOT NULL,
+    msg_id    uuid   NOT NULL,
+    hash      bigint NOT NULL,
+    body      text   NOT NULL,
+    PRIMARY KEY (branch_id, seq),
+    UNIQUE (branch_id, msg_id)
+);
+CREATE TABLE events (
+    id        bigserial PRIMARY KEY,
+    branch_id uuid   NOT NULL REFERENCES branches (id) ON DELETE CASCADE,
+    seq       bigint NOT NULL,
+    version   bigint NOT NULL,
+    body      text   NOT NULL
+);
+CREATE INDEX events_by_branch ON events (branch_id, id);
+CREATE TABLE memory_items (
+    scope      text   NOT NULL,
+    id         uuid   NOT NULL,
+    seq        bigserial NOT NULL,
+    created_at double precision NOT NULL,
+    metadata   text   NOT NULL,
+    content    text   NOT NULL,
+    tags       text[] NOT NULL,
+    PRIMARY KEY (scope, id)
+);
+CREATE INDEX memory_by_seq ON memory_items (scope, seq);
+CREATE INDEX memory_by_tag ON memory_items USING GIN (tags);
+";
+
+/// Brings the database (or `schema`) to [`CURRENT_VERSION`]. A newer one
+/// is refused and left untouched; a failing step rolls every step back.
+pub(crate) async fn migrate(
+    client: &mut Client,
+    label: &str,
+    schema: Option<&str>,
+) -> Result<(), StoreError> {
+    let err = |op: &'static str| {
+        move |e: tokio_postgres::Error| StoreError::Postgres {
+            store: label.to_owned(),
+            op: op.into(),
+            source: Box::new(e),
+        }
+    };
+    let tx = client.transaction().await.map_err(err("begin migration"))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(err("take the migration lock"))?;
+    if let Some(s) = schema {
+        // The name was checked to be a plain identifier.
+        tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {s}"))
+            .await
+            .map_err(err("create the schema"))?;
+    }
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version bigint NOT NULL)")
+        .await
+        .map_err(err("create schema_version"))?;
+    let found: i64 = tx
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[])
+        .await
+        .map_err(err("read schema version"))?
+        .get(0);
+    if found > CURRENT_VERSION {
+        return Err(StoreError::NewerSchema {
+            path: PathBuf::from(label),
+            found,
+            supported: CURRENT_VERSION,
+        });
+    }
+    if found == CURRENT_VERSION {
+        return tx.commit().await.map_err(err("commit migration"));
+    }
+    if found < 1 {
+        tx.batch_execute(V1)
+            .await
+            .map_err(err("migrate to version 1"))?;
+    }
+    tx.execute("DELETE FROM schema_version", &[])
+        .await
+        .map_err(err("write schema version"))?;
+    tx.execute(
+        "INSERT INTO schema_version (version) VALUES ($1)",
+        &[&CURRENT_VERSION],
+    )
+    .await
+    .map_err(err("write schema version"))?;
+    tx.commit().await.map_err(err("commit migration"))
+}
