@@ -100,4 +100,5 @@ mod pg {
     }
 }
 #[cfg(feature = "postgres")]
+#[allow(unused_imports)]
 pub use pg::postgres;

@@ -105,7 +105,36 @@ pub(crate) struct PgFailure(Box<dyn std::error::Error + Send + Sync>);
 
 impl From<tokio_postgres::Error> for PgFailure {
     fn from(e: tokio_postgres::Error) -> Self {
-        Self(Box::new(e))
+        Self(Box::new(DriverError(e)))
+    }
+}
+
+/// The driver's error, with the server's message in the text (the driver
+/// itself prints only "db error").
+#[derive(Debug)]
+struct DriverError(tokio_postgres::Error);
+
+impl std::fmt::Display for DriverError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_db_error() {
+            Some(db) => write!(
+                f,
+                "{} {}: {}",
+                db.severity(),
+                db.code().code(),
+                db.message()
+            ),
+            None => match std::error::Error::source(&self.0) {
+                Some(cause) => write!(f, "{}: {cause}", self.0),
+                None => write!(f, "{}", self.0),
+            },
+        }
+    }
+}
+
+impl std::error::Error for DriverError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.0)
     }
 }
 

@@ -72,13 +72,7 @@ pub(crate) async fn migrate(
     label: &str,
     schema: Option<&str>,
 ) -> Result<(), StoreError> {
-    let err = |op: &'static str| {
-        move |e: tokio_postgres::Error| StoreError::Postgres {
-            store: label.to_owned(),
-            op: op.into(),
-            source: Box::new(e),
-        }
-    };
+    let err = |op: &'static str| move |e: tokio_postgres::Error| super::pg_err(label, op, e);
     let tx = client.transaction().await.map_err(err("begin migration"))?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
