@@ -1,0 +1,174 @@
+//! Hostile and damaged store files, with real SQLite: a store opened
+//! read-only writes nothing, a file that is not a database is refused and
+//! left alone, a truncated file is detected, and errors about bad rows
+//! name the file, the table and what is wrong; oversized rows are refused
+//! before they are read.
+
+mod common;
+
+use branch_session::limits::MAX_STORED_ROW_BYTES;
+use branch_session::{BranchStore, SqliteStore, StoreError};
+use common::TempDir;
+
+fn running_as_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+#[tokio::test]
+async fn a_read_only_store_is_listed_and_left_unchanged() {
+    let dir = TempDir::new("ro");
+    let path = dir.join("s.db");
+    let b = common::conversation(2);
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        store.save(&b).await.unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    #[cfg(unix)]
+    let root = running_as_root();
+    #[cfg(unix)]
+    if !root {
+        // A file and directory this process may not write.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
+    }
+    let store = SqliteStore::open_read_only(&path).await.unwrap();
+    let list = store.list().await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].id, b.id());
+    let loaded = store.load(b.id()).await.unwrap();
+    assert_eq!(loaded.msgs().len(), b.msgs().len());
+    let err = store.delete(b.id()).await.unwrap_err();
+    assert!(err.to_string().contains("s.db"), "{err}");
+    drop(store);
+    #[cfg(unix)]
+    if !root {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the file was written"
+    );
+    // Read-only never creates a store.
+    let err = SqliteStore::open_read_only(dir.join("missing.db"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Io { .. }), "{err}");
+    assert!(!dir.join("missing.db").exists());
+}
+
+#[tokio::test]
+async fn a_file_that_is_not_a_store_is_refused_and_left_alone() {
+    let dir = TempDir::new("notdb");
+    for (name, bytes) in [
+        ("one-byte", b"x".to_vec()),
+        ("text", b"{\"id\": 1}\n".repeat(30)),
+        ("almost", b"SQLite format 2\0".repeat(10)),
+    ] {
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let err = SqliteStore::open(&path).await.unwrap_err();
+        assert!(matches!(err, StoreError::NotAStore { .. }), "{name}: {err}");
+        assert!(err.to_string().contains(name), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{name} was changed");
+        assert!(SqliteStore::open_read_only(&path).await.is_err());
+    }
+    // An empty file is a new, empty store, as SQLite treats it.
+    let empty = dir.join("empty");
+    std::fs::write(&empty, b"").unwrap();
+    let store = SqliteStore::open(&empty).await.unwrap();
+    assert!(store.list().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_truncated_store_is_detected() {
+    let dir = TempDir::new("trunc");
+    let path = dir.join("s.db");
+    {
+        let store = SqliteStore::open(&path).await.unwrap();
+        for _ in 0..4 {
+            store.save(&common::conversation(150)).await.unwrap();
+        }
+        assert!(store.check_consistency().await.unwrap().is_empty());
+    }
+    let len = std::fs::metadata(&path).unwrap().len();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(len / 2).unwrap();
+    drop(f);
+    match SqliteStore::open(&path).await {
+        Err(e) => assert!(e.to_string().contains("s.db"), "{e}"),
+        Ok(store) => {
+            let problems = store.check_consistency().await.unwrap();
+            assert!(
+                problems.iter().any(|p| p.contains("truncated")),
+                "{problems:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn bad_rows_are_named_by_file_table_and_fault() {
+    let dir = TempDir::new("badrows");
+    let path = dir.join("s.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let a = common::conversation(1);
+    let b = common::conversation(1);
+    store.save(&a).await.unwrap();
+    store.save(&b).await.unwrap();
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute(
+        "UPDATE messages SET body = '{\"not\": \"a message\"' WHERE seq = 1 AND branch_key =
+             (SELECT key FROM branches WHERE id = ?1)",
+        [a.id().to_string()],
+    )
+    .unwrap();
+    let err = store.load(a.id()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            StoreError::Corrupt {
+                table: "messages",
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("s.db") && text.contains("`messages`"),
+        "{text}"
+    );
+    assert!(text.contains(&a.id().to_string()), "{text}");
+    // A row over the cap is refused without being read into memory.
+    c.execute(
+        "UPDATE messages SET body = printf('%.*c', ?2, 'x') WHERE seq = 2 AND branch_key =
+             (SELECT key FROM branches WHERE id = ?1)",
+        rusqlite::params![b.id().to_string(), (MAX_STORED_ROW_BYTES + 1) as i64],
+    )
+    .unwrap();
+    let err = store.load(b.id()).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.contains("cap") && text.contains("seq 2"), "{text}");
+    assert!(text.contains("`messages`"), "{text}");
+    let err = store.load_since(b.id(), 0).await.unwrap_err();
+    assert!(err.to_string().contains("cap"), "{err}");
+    // A broken id in the branches table.
+    c.execute(
+        "UPDATE branches SET id = 'nonsense' WHERE id = ?1",
+        [a.id().to_string()],
+    )
+    .unwrap();
+    let err = store.list().await.unwrap_err();
+    assert!(err.to_string().contains("`branches`"), "{err}");
+}
