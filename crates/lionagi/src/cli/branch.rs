@@ -12,21 +12,31 @@ use branch_core::{Branch, BranchError, Message, MessageContent, SerializationMod
 use super::CliError;
 use serde_json::Value;
 
-pub(crate) fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Result<(), CliError> {
+pub(crate) fn store_command(
+    spec: &str,
+    words: &[&str],
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    use super::store::{self, Access};
+    let label = store::label(spec);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|source| CliError::Io {
-            path: db.to_owned(),
+            path: label.clone(),
             source,
         })?;
     runtime.block_on(async {
-        use branch_session::store::{BranchStore, SqliteStore};
         let store_err = |source| CliError::Store {
-            path: db.to_owned(),
+            path: label.clone(),
             source: Box::new(source),
         };
-        let store = SqliteStore::open(db).await.map_err(store_err)?;
+        let access = match words {
+            ["branch", "list"] | ["branch", "show", _] | ["branch", "export", ..] => Access::Read,
+            _ => Access::Write,
+        };
+        let opened = store::open(spec, access).await.map_err(store_err)?;
+        let store = opened.db.as_ref();
         let write = |out: &mut dyn Write, text: &str| {
             out.write_all(text.as_bytes())
                 .map_err(|source| CliError::Io {
@@ -49,17 +59,26 @@ pub(crate) fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Re
                 write(out, &text)
             }
             ["branch", "show", key] => {
-                let id = resolve(&store, db, key).await?;
+                let id = resolve(store, &label, key).await?;
                 let branch = store.load(id).await.map_err(store_err)?;
                 write(out, &listing(&branch))
             }
-            ["branch", "import", file] => {
+            ["branch", "import", file, flags @ ..] => {
+                let replace = match flags {
+                    [] => false,
+                    ["--replace"] => true,
+                    _ => {
+                        return Err(CliError::Usage(
+                            "import takes one file and --replace".into(),
+                        ));
+                    }
+                };
                 let branch = load_branch(file)?;
-                store.save(&branch).await.map_err(store_err)?;
+                import(store, &label, file, &branch, replace).await?;
                 write(out, &format!("{}\n", branch.id()))
             }
             ["branch", "export", key, rest @ ..] => {
-                let id = resolve(&store, db, key).await?;
+                let id = resolve(store, &label, key).await?;
                 match rest {
                     [] | ["-"] => {
                         let branch = store.load(id).await.map_err(store_err)?;
@@ -67,20 +86,20 @@ pub(crate) fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Re
                             branch
                                 .to_dict(&ToDictOptions::default())
                                 .map_err(|source| CliError::Branch {
-                                    path: db.to_owned(),
+                                    path: label.clone(),
                                     source,
                                 })?;
                         let text = serde_json::to_string_pretty(&value).unwrap_or_default();
                         write(out, &format!("{text}\n"))
                     }
-                    [file] => branch_session::export_file(&store, id, file)
+                    [file] => branch_session::export_file(store, id, file)
                         .await
                         .map_err(store_err),
                     _ => Err(CliError::Usage("export takes one output file".into())),
                 }
             }
             ["branch", "delete", key] => {
-                let id = resolve(&store, db, key).await?;
+                let id = resolve(store, &label, key).await?;
                 store.delete(id).await.map_err(store_err)?;
                 write(out, &format!("deleted {id}\n"))
             }
@@ -91,13 +110,92 @@ pub(crate) fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Re
     })
 }
 
+/// When a conversation last changed: its newest message's time, then its
+/// length.
+fn last_change(b: &Branch) -> (f64, usize) {
+    let newest = b
+        .messages()
+        .iter()
+        .map(|m| m.element.created_at)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (newest, b.messages().len())
+}
+
+fn describe(b: &Branch) -> String {
+    let (t, n) = last_change(b);
+    if n == 0 {
+        "0 messages".into()
+    } else {
+        format!("{n} messages, the last from {}", timestamp(t))
+    }
+}
+
+/// Saves an imported branch, refusing (unless `replace`) to overwrite the
+/// stored conversation with its id or to add a second one with its name.
+async fn import(
+    store: &dyn branch_session::store::BranchStore,
+    label: &str,
+    file: &str,
+    branch: &Branch,
+    replace: bool,
+) -> Result<(), CliError> {
+    let store_err = |source| CliError::Store {
+        path: label.to_owned(),
+        source: Box::new(source),
+    };
+    let refused = |reason: String| CliError::Refused {
+        path: label.to_owned(),
+        reason,
+    };
+    let all = store.list().await.map_err(store_err)?;
+    if !replace && all.iter().any(|s| s.id == branch.id()) {
+        let stored = store.load(branch.id()).await.map_err(store_err)?;
+        let (a, b) = (last_change(&stored), last_change(branch));
+        let which = if a > b {
+            "the stored one is newer"
+        } else if b > a {
+            "the file is newer"
+        } else {
+            "they are equally recent"
+        };
+        return Err(refused(format!(
+            "conversation {} is already stored ({}); {file} has {}: {which}. \
+             Pass --replace to overwrite the stored one",
+            branch.id(),
+            describe(&stored),
+            describe(branch)
+        )));
+    }
+    let namesakes: Vec<uuid::Uuid> = match branch.name() {
+        Some(name) => all
+            .iter()
+            .filter(|s| s.id != branch.id() && s.name.as_deref() == Some(name))
+            .map(|s| s.id)
+            .collect(),
+        None => Vec::new(),
+    };
+    if let Some(other) = namesakes.first() {
+        if !replace {
+            return Err(refused(format!(
+                "another conversation named `{}` is stored ({other}); names pick one conversation. \
+                 Pass --replace to replace it with {file}",
+                branch.name().unwrap_or_default()
+            )));
+        }
+    }
+    store.save(branch).await.map_err(store_err)?;
+    for other in namesakes {
+        store.delete(other).await.map_err(store_err)?;
+    }
+    Ok(())
+}
+
 /// A stored branch by full id or by its (unique) name.
 pub(crate) async fn resolve(
-    store: &branch_session::store::SqliteStore,
+    store: &dyn branch_session::store::BranchStore,
     db: &str,
     key: &str,
 ) -> Result<uuid::Uuid, CliError> {
-    use branch_session::store::BranchStore;
     let all = store.list().await.map_err(|source| CliError::Store {
         path: db.to_owned(),
         source: Box::new(source),

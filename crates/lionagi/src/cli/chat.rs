@@ -170,9 +170,8 @@ fn one_turn(
     display: Display,
     args: &ChatArgs,
 ) -> Result<(), ChatError> {
-    let before = conv.len();
     let answer = rt.block_on(turn::ask(conv.branch_mut(), question, info, display))?;
-    rt.block_on(conv.record_turn(before))?;
+    rt.block_on(conv.record_turn())?;
     if args.json {
         let line = json!({
             "branch_id": conv.id().to_string(),

@@ -13,7 +13,9 @@ options:
   --base-url URL       an OpenAI-compatible server (llama.cpp, vLLM ...); the provider's key
                        variable is sent when set, no key otherwise
   --system TEXT        system prompt of a new conversation
-  --store PATH         keep the conversation in this SQLite store (created when missing)
+  --store PATH|URL     keep the conversation in this SQLite store (created when missing)
+                       or PostgreSQL database (postgres://USER@HOST:PORT/DB; the password
+                       from the URL, PGPASSWORD or ~/.pgpass, never printed)
   --resume ID|NAME     continue a stored conversation (needs --store)
   --name NAME          name a new stored conversation (needs --store)
   --json               one JSON object per turn on stdout, errors as JSON on stderr

@@ -1,24 +1,33 @@
 //! The conversation `lionagi chat` holds: a branch, new or resumed from a
-//! store, and its durable copy (saved when new, one appended turn at a
-//! time after that).
+//! store, and its durable copy (saved when new, then appended one turn at
+//! a time on the version last written, so another writer's turns are
+//! never overwritten).
 
 use std::sync::Arc;
 
 use branch_core::Branch;
 use branch_core::model::ChatModel;
-use branch_session::store::{BranchStore, SqliteStore};
+use branch_session::store::StoreError;
 use uuid::Uuid;
 
 use super::CliError;
 use super::chat_args::ChatArgs;
 use super::chat_error::ChatError;
+use super::store::{self, Access, OpenStore};
 
 /// Participant name of the person at the keyboard.
 const USER: &str = "user";
 
-struct Store {
-    db: SqliteStore,
-    path: String,
+/// What the store holds of this conversation.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stored {
+    /// Nothing yet: the first turn saves the whole branch.
+    No,
+    /// A first save failed: it may or may not have committed.
+    Unsure,
+    /// The first `recorded` messages (in conversation order) are stored,
+    /// at `version`.
+    Yes { version: u64, recorded: usize },
 }
 
 /// The live conversation.
@@ -27,9 +36,8 @@ pub(crate) struct Conversation {
     model: Arc<dyn ChatModel>,
     system: Option<String>,
     name: Option<String>,
-    store: Option<Store>,
-    /// Whether the branch already has a row in the store.
-    stored: bool,
+    store: Option<OpenStore>,
+    stored: Stored,
 }
 
 fn store_error(path: &str, e: impl std::fmt::Display) -> ChatError {
@@ -46,12 +54,11 @@ impl Conversation {
         model: Arc<dyn ChatModel>,
     ) -> Result<Self, ChatError> {
         let store = match &args.store {
-            Some(path) => Some(Store {
-                db: SqliteStore::open(path)
+            Some(spec) => Some(
+                store::open(spec, Access::Write)
                     .await
-                    .map_err(|e| store_error(path, e))?,
-                path: path.clone(),
-            }),
+                    .map_err(|e| store_error(&store::label(spec), e))?,
+            ),
             None => None,
         };
         let mut conv = Self {
@@ -60,39 +67,42 @@ impl Conversation {
             system: args.system.clone(),
             name: args.name.clone(),
             store,
-            stored: false,
+            stored: Stored::No,
         };
         if let (Some(name), Some(store)) = (&args.name, &conv.store) {
             let taken = store
                 .db
                 .list()
                 .await
-                .map_err(|e| store_error(&store.path, e))?
+                .map_err(|e| store_error(&store.label, e))?
                 .iter()
                 .any(|b| b.name.as_deref() == Some(name.as_str()));
             if taken {
                 return Err(ChatError::Usage(format!(
                     "a conversation named `{name}` is already in {}; continue it with --resume {name}",
-                    store.path
+                    store.label
                 )));
             }
         }
         if let (Some(key), Some(store)) = (&args.resume, &conv.store) {
-            let id = super::branch::resolve(&store.db, &store.path, key)
+            let id = super::branch::resolve(store.db.as_ref(), &store.label, key)
                 .await
                 .map_err(|e| match e {
                     CliError::NotFound { path, reason } => ChatError::NotFound { path, reason },
-                    other => store_error(&store.path, other),
+                    other => store_error(&store.label, other),
                 })?;
-            let mut branch = store
+            let (mut branch, version) = store
                 .db
-                .load(id)
+                .load_versioned(id)
                 .await
-                .map_err(|e| store_error(&store.path, e))?;
+                .map_err(|e| store_error(&store.label, e))?;
             branch.set_chat_model(Arc::clone(&conv.model));
             branch.set_parse_model(Arc::clone(&conv.model));
+            conv.stored = Stored::Yes {
+                version,
+                recorded: branch.progression().len(),
+            };
             conv.branch = branch;
-            conv.stored = true;
         }
         Ok(conv)
     }
@@ -112,14 +122,14 @@ impl Conversation {
         self.branch.progression().len()
     }
 
-    /// The store file, when there is one.
+    /// The store file (or URL without password), when there is one.
     pub(crate) fn store_path(&self) -> Option<&str> {
-        self.store.as_ref().map(|s| s.path.as_str())
+        self.store.as_ref().map(|s| s.label.as_str())
     }
 
     /// Whether the conversation is in the store (something to resume).
     pub(crate) fn is_stored(&self) -> bool {
-        self.stored
+        matches!(self.stored, Stored::Yes { .. })
     }
 
     /// The name to resume by: the branch's name when it has one, else its id.
@@ -133,42 +143,104 @@ impl Conversation {
     /// (the old one stays in the store).
     pub(crate) fn restart(&mut self) -> Result<(), ChatError> {
         // A name belongs to one stored conversation.
-        let name = if self.stored { None } else { self.name.take() };
+        let name = if self.stored == Stored::No {
+            self.name.take()
+        } else {
+            None
+        };
         self.branch = new_branch(self.system.as_deref(), name.as_deref(), &self.model)?;
         self.name = None;
-        self.stored = false;
+        self.stored = Stored::No;
         Ok(())
     }
 
-    /// Writes the turn just committed (the messages past `before`): the
-    /// whole branch the first time, then the turn's messages only.
-    pub(crate) async fn record_turn(&mut self, before: usize) -> Result<(), ChatError> {
+    /// Writes what the store does not have yet: the whole branch the
+    /// first time, then every message past the last recorded one (this
+    /// turn's, and an earlier turn's whose write failed) as one append on
+    /// the version last written. Another writer's newer turns are never
+    /// overwritten: that is reported as a conflict.
+    pub(crate) async fn record_turn(&mut self) -> Result<(), ChatError> {
         let Some(store) = &self.store else {
             return Ok(());
         };
-        if !self.stored {
-            store
-                .db
-                .save(&self.branch)
-                .await
-                .map_err(|e| store_error(&store.path, e))?;
-            self.stored = true;
-            return Ok(());
+        let db = store.db.as_ref();
+        let label = store.label.clone();
+        let id = self.branch.id();
+        let len = self.branch.progression().len();
+        if self.stored == Stored::Unsure {
+            // Did the failed first save commit after all? Then carry on
+            // from what it stored, if that is the start of this branch.
+            match db.load_since(id, 0).await {
+                Err(StoreError::NotFound(_)) => self.stored = Stored::No,
+                Err(e) => return Err(store_error(&label, e)),
+                Ok(since) => {
+                    let ours: Vec<Uuid> = self.branch.progression().iter().copied().collect();
+                    let theirs: Vec<Uuid> = since.messages.iter().map(|m| m.message.id()).collect();
+                    if theirs.len() > ours.len() || ours[..theirs.len()] != theirs[..] {
+                        return Err(store_error(
+                            &label,
+                            format!(
+                                "conversation {id} was changed in the store by someone else; \
+                                 this conversation's new turns are not stored"
+                            ),
+                        ));
+                    }
+                    self.stored = Stored::Yes {
+                        version: since.version,
+                        recorded: theirs.len(),
+                    };
+                }
+            }
         }
-        let turn: Vec<_> = self
-            .branch
-            .progression()
-            .iter()
-            .skip(before)
-            .filter_map(|id| self.branch.messages().get(id).cloned())
-            .collect();
-        let appended = store.db.append_turn(self.branch.id(), &turn).await;
-        if appended.is_err() {
-            // The next turn writes the whole branch, so the store catches
-            // up instead of missing this turn.
-            self.stored = false;
+        match self.stored {
+            Stored::No | Stored::Unsure => {
+                if let Err(e) = db.save(&self.branch).await {
+                    self.stored = Stored::Unsure;
+                    return Err(store_error(&label, e));
+                }
+                let version = db
+                    .load_since(id, u64::MAX)
+                    .await
+                    .map_err(|e| store_error(&label, e))?
+                    .version;
+                self.stored = Stored::Yes {
+                    version,
+                    recorded: len,
+                };
+                Ok(())
+            }
+            Stored::Yes { version, recorded } => {
+                let turn: Vec<_> = self
+                    .branch
+                    .progression()
+                    .iter()
+                    .skip(recorded)
+                    .filter_map(|id| self.branch.messages().get(id).cloned())
+                    .collect();
+                match db.append_turn_at(id, version, &turn).await {
+                    Ok(version) => {
+                        self.stored = Stored::Yes {
+                            version,
+                            recorded: len,
+                        };
+                        Ok(())
+                    }
+                    // Kept unrecorded: the next turn retries them as an
+                    // append on the same version.
+                    Err(e @ StoreError::Conflict { .. }) => Err(store_error(
+                        &label,
+                        format!(
+                            "{e}. Another writer added to this conversation; its turns are kept. \
+                             Resume it (--resume) to continue from the stored version."
+                        ),
+                    )),
+                    Err(e) => Err(store_error(
+                        &label,
+                        format!("{e} (the turn is kept here and is written with the next one)"),
+                    )),
+                }
+            }
         }
-        appended.map_err(|e| store_error(&store.path, e))
     }
 }
 
@@ -189,4 +261,98 @@ fn new_branch(
     }
     b.build()
         .map_err(|e| ChatError::Turn(format!("cannot start the conversation: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use branch_core::Message;
+    use branch_session::store::{BranchStore, SqliteStore};
+
+    fn temp_db(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("lionagi-conv-{tag}-{}", Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join("chat.db")
+    }
+
+    async fn open(db: &std::path::Path) -> Conversation {
+        let args = ChatArgs {
+            store: Some(db.display().to_string()),
+            ..ChatArgs::default()
+        };
+        let model = Arc::clone(Branch::new().unwrap().chat_model());
+        Conversation::open(&args, model).await.unwrap()
+    }
+
+    fn turn(conv: &mut Conversation, text: &str) {
+        conv.branch_mut()
+            .msgs_mut()
+            .add_message(Message::assistant(format!("{text} asked")));
+        conv.branch_mut()
+            .msgs_mut()
+            .add_message(Message::assistant(format!("{text} answered")));
+    }
+
+    fn texts(b: &Branch) -> Vec<String> {
+        b.messages()
+            .iter()
+            .map(|m| m.to_value().unwrap()["content"]["assistant_response"].to_string())
+            .collect()
+    }
+
+    /// Takes SQLite's write lock from another connection; the next write
+    /// of the store fails once its busy timeout passes.
+    fn lock(db: &std::path::Path) -> rusqlite::Connection {
+        let c = rusqlite::Connection::open(db).unwrap();
+        c.execute_batch("BEGIN IMMEDIATE").unwrap();
+        c
+    }
+
+    /// A failed append is retried as an append with the turn after it:
+    /// both turns land, in order, and nothing is rewritten.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_append_is_retried_with_the_next_turn() {
+        let db = temp_db("retry");
+        let mut conv = open(&db).await;
+        turn(&mut conv, "one");
+        conv.record_turn().await.unwrap();
+        let held = lock(&db);
+        turn(&mut conv, "two");
+        let err = conv.record_turn().await.unwrap_err().to_string();
+        assert!(err.contains("written with the next one"), "{err}");
+        drop(held);
+        turn(&mut conv, "three");
+        conv.record_turn().await.unwrap();
+        let store = SqliteStore::open(&db).await.unwrap();
+        let (stored, version) = store.load_versioned(conv.id()).await.unwrap();
+        assert_eq!(texts(&stored), texts(&conv.branch));
+        assert_eq!(version, 2, "one save, one append");
+    }
+
+    /// After a failed append, a turn another writer stored meanwhile is
+    /// kept: the next write is refused as a conflict, never a full save.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_append_never_overwrites_another_writers_turn() {
+        let db = temp_db("other");
+        let mut conv = open(&db).await;
+        turn(&mut conv, "one");
+        conv.record_turn().await.unwrap();
+        let held = lock(&db);
+        turn(&mut conv, "two");
+        assert!(conv.record_turn().await.is_err());
+        drop(held);
+        let other = SqliteStore::open(&db).await.unwrap();
+        other
+            .append_turn(conv.id(), &[Message::assistant("other writer")])
+            .await
+            .unwrap();
+        turn(&mut conv, "three");
+        let err = conv.record_turn().await.unwrap_err().to_string();
+        assert!(err.contains("Another writer"), "{err}");
+        let stored = other.load(conv.id()).await.unwrap();
+        assert_eq!(
+            texts(&stored),
+            ["\"one asked\"", "\"one answered\"", "\"other writer\""]
+        );
+    }
 }

@@ -16,6 +16,7 @@ mod conversation;
 mod input;
 mod model_choice;
 mod spinner;
+mod store;
 mod turn;
 
 pub use branch::{listing, load_branch};
@@ -50,7 +51,7 @@ pub enum CliError {
     /// The conversation store failed.
     #[error("{path}: {source}")]
     Store {
-        /// The store file.
+        /// The store file, or its URL without the password.
         path: String,
         /// What failed.
         source: Box<branch_session::store::StoreError>,
@@ -61,6 +62,14 @@ pub enum CliError {
         /// The store file.
         path: String,
         /// What was looked for.
+        reason: String,
+    },
+    /// The command would overwrite or duplicate a stored conversation.
+    #[error("{path}: {reason}")]
+    Refused {
+        /// The store file, or its URL without the password.
+        path: String,
+        /// What is in the way, and how to go ahead anyway.
         reason: String,
     },
     /// The JSON does not describe a branch.
@@ -87,12 +96,16 @@ pub const USAGE: &str = "usage:
   lionagi branch roundtrip FILE [--mode python|json|db] [--db-meta-key KEY]
   lionagi branch list --store DB
   lionagi branch show ID|NAME --store DB
-  lionagi branch import FILE --store DB
+  lionagi branch import FILE --store DB [--replace]
   lionagi branch export ID|NAME [FILE] --store DB
   lionagi branch delete ID|NAME --store DB
 
 FILE is a branch saved with to_dict (by Python lionagi or lionagi-rs); - is stdin/stdout.
-DB is a SQLite conversation store (created when missing).";
+DB is a SQLite conversation store (created when missing), or a PostgreSQL
+database as postgres://USER@HOST:PORT/NAME (the password from the URL,
+PGPASSWORD or ~/.pgpass; never printed).
+import refuses to overwrite a stored conversation with the same id, or to
+add a second one with the same name, unless --replace is given.";
 
 /// Runs the command line `args` (without the program name), writing to `out`.
 pub fn run(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
@@ -101,7 +114,7 @@ pub fn run(args: &[String], out: &mut dyn Write) -> Result<(), CliError> {
         let path = words
             .get(i + 1)
             .copied()
-            .ok_or_else(|| CliError::Usage("`--store` needs a path".into()))?;
+            .ok_or_else(|| CliError::Usage("`--store` needs a path or URL".into()))?;
         words.drain(i..i + 2);
         return store_command(path, &words, out);
     }

@@ -25,7 +25,7 @@ use tokio_postgres::IsolationLevel;
 use uuid::Uuid;
 
 pub use memory::PgMemoryStore;
-pub use target::is_postgres_url;
+pub use target::{is_postgres_url, redact as redact_url};
 pub use watch::{Watch, WatchEvent};
 
 use super::error::StoreError;

@@ -20,7 +20,7 @@ pub fn is_postgres_url(s: &str) -> bool {
 }
 
 /// The URL with any password removed, for messages and `Debug`.
-pub(crate) fn redact(url: &str) -> String {
+pub fn redact(url: &str) -> String {
     let Some(scheme_end) = url.find("://") else {
         return "<not a URL>".into();
     };

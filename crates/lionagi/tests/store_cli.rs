@@ -1,0 +1,235 @@
+//! `--store` on the command line: a SQLite path or a `postgres://` URL
+//! picks the store; `branch import` never silently replaces a newer
+//! stored conversation or adds a second one with the same name; a file
+//! that is not a store is refused and left alone; a password in the URL
+//! is never printed.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use branch_models::mock::{MockReply, MockServer};
+use lionagi::core::{Branch, Message, ToDictOptions};
+use lionagi::session::store::{BranchStore, SqliteStore};
+
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Self {
+        let p = std::env::temp_dir().join(format!("lionagi-store-{tag}-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&p).unwrap();
+        Self(p)
+    }
+    fn path(&self, name: &str) -> String {
+        self.0.join(name).display().to_string()
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn lionagi(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_lionagi"))
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run lionagi")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn named(name: &str, messages: usize) -> Branch {
+    let mut b = Branch::builder().name(name).build().unwrap();
+    for i in 0..messages {
+        b.msgs_mut()
+            .add_message(Message::assistant(format!("{name} {i}")));
+    }
+    b
+}
+
+fn write_file(dir: &Dir, file: &str, b: &Branch) -> String {
+    let path = dir.path(file);
+    let v = b.to_dict(&ToDictOptions::default()).unwrap();
+    std::fs::write(&path, serde_json::to_vec(&v).unwrap()).unwrap();
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_refuses_an_older_file_and_a_second_namesake_unless_replacing() {
+    let dir = Dir::new("import");
+    let db = dir.path("s.db");
+    let mut b = named("plan", 2);
+    let old = write_file(&dir, "old.json", &b);
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    b.msgs_mut().add_message(Message::assistant("later"));
+    let store = SqliteStore::open(&db).await.unwrap();
+    store.save(&b).await.unwrap();
+
+    let out = lionagi(&["branch", "import", &old, "--store", &db]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(err.contains("the stored one is newer"), "{err}");
+    assert!(
+        err.contains("--replace") && err.contains("3 messages"),
+        "{err}"
+    );
+    assert_eq!(store.load(b.id()).await.unwrap().messages().len(), 3);
+
+    let out = lionagi(&["branch", "import", &old, "--store", &db, "--replace"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(store.load(b.id()).await.unwrap().messages().len(), 2);
+
+    // A different conversation with the same name.
+    let other = named("plan", 1);
+    let file = write_file(&dir, "other.json", &other);
+    let out = lionagi(&["branch", "import", &file, "--store", &db]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(err.contains("another conversation named `plan`"), "{err}");
+    assert!(err.contains(&b.id().to_string()), "{err}");
+    assert_eq!(store.list().await.unwrap().len(), 1);
+    let out = lionagi(&["branch", "import", &file, "--store", &db, "--replace"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let list = store.list().await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].id, other.id());
+}
+
+#[test]
+fn a_file_that_is_not_a_store_is_refused_and_left_alone() {
+    let dir = Dir::new("notdb");
+    let path = dir.path("x");
+    std::fs::write(&path, b"x").unwrap();
+    let b = named("a", 1);
+    let file = write_file(&dir, "a.json", &b);
+    for args in [
+        vec!["branch", "list", "--store", &path],
+        vec!["branch", "import", &file, "--store", &path],
+    ] {
+        let out = lionagi(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert!(err.contains("not a SQLite conversation store"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"x");
+    }
+    // Listing never creates a store.
+    let missing = dir.path("missing.db");
+    let out = lionagi(&["branch", "list", "--store", &missing]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(!std::path::Path::new(&missing).exists());
+}
+
+/// The test database's URL, or `None` (with a message) locally without
+/// one; in CI, or with `LIONAGI_PG_REQUIRED=1`, a missing one fails.
+fn pg_url() -> Option<String> {
+    match std::env::var("LIONAGI_PG_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            let required = std::env::var("LIONAGI_PG_REQUIRED").is_ok_and(|v| v == "1")
+                || std::env::var_os("CI").is_some();
+            assert!(
+                !required,
+                "LIONAGI_PG_URL is not set but PostgreSQL is required"
+            );
+            eprintln!("skipped: set LIONAGI_PG_URL to run the PostgreSQL CLI tests");
+            None
+        }
+    }
+}
+
+/// A database of its own on the test server; its URL.
+async fn fresh_database(url: &str, tag: &str) -> String {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    let name = format!("cli_{tag}_{}", uuid::Uuid::new_v4().simple());
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    let (base, _) = url.rsplit_once('/').expect("URL with a database");
+    format!("{base}/{name}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_url_selects_postgres_and_its_password_never_shows() {
+    let Some(url) = pg_url() else { return };
+    const SECRET: &str = "cli-pw-5f1d";
+    let db = fresh_database(&url, "urls").await;
+    // The test server trusts loopback; the password is accepted, unused.
+    let with_pw = db.replacen("://postgres@", &format!("://postgres:{SECRET}@"), 1);
+    assert!(with_pw.contains(SECRET));
+    let dir = Dir::new("pg");
+    let b = named("remote", 2);
+    let file = write_file(&dir, "b.json", &b);
+    let mut outputs = Vec::new();
+    let out = lionagi(&["branch", "import", &file, "--store", &with_pw]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    outputs.push(out);
+    let out = lionagi(&["branch", "list", "--store", &with_pw]);
+    assert!(
+        text(&out.stdout).contains("remote"),
+        "{}",
+        text(&out.stdout)
+    );
+    outputs.push(out);
+    let out = lionagi(&["branch", "show", "remote", "--store", &with_pw]);
+    assert!(
+        text(&out.stdout).contains("remote 1"),
+        "{}",
+        text(&out.stdout)
+    );
+    outputs.push(out);
+    let out = lionagi(&["branch", "show", "nothing", "--store", &with_pw]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("postgres://postgres@"),
+        "{}",
+        text(&out.stderr)
+    );
+    outputs.push(out);
+    // A chat turn stored in PostgreSQL, then resumed.
+    let server = MockServer::start().await;
+    server.script([MockReply::text("Stored."), MockReply::text("Again.")]);
+    let base = server.base_url();
+    let chat = |extra: &[&str]| {
+        let mut args = vec!["chat", "--base-url", &base, "--store", &with_pw];
+        args.extend_from_slice(extra);
+        Command::new(env!("CARGO_BIN_EXE_lionagi"))
+            .args(&args)
+            .env("HOME", &dir.0)
+            .env("LIONAGI_HOME", dir.0.join("home"))
+            .env_remove("OPENAI_API_KEY")
+            .output()
+            .expect("run chat")
+    };
+    let first = chat(&["--name", "talk", "Hello?"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let second = chat(&["--resume", "talk", "Still there?"]);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "Again.\n");
+    let hint = text(&second.stderr);
+    assert!(hint.contains("--resume talk"), "{hint}");
+    outputs.push(first);
+    outputs.push(second);
+    let store = lionagi::session::store::PgStore::connect(&db)
+        .await
+        .unwrap();
+    let list = store.list().await.unwrap();
+    let talk = list
+        .iter()
+        .find(|s| s.name.as_deref() == Some("talk"))
+        .unwrap();
+    assert_eq!(talk.message_count, 4);
+    assert_eq!(talk.version, 2, "one save, one append");
+    for out in &outputs {
+        for t in [text(&out.stdout), text(&out.stderr)] {
+            assert!(!t.contains(SECRET), "password printed: {t}");
+        }
+    }
+}
