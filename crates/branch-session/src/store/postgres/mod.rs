@@ -271,6 +271,13 @@ impl PgStore {
         Ok(problems)
     }
 
+    /// A pooled connection to the store's database (and schema), for an
+    /// application's own tables beside the conversations: a work queue,
+    /// leases. Returned to the pool when dropped.
+    pub async fn connection(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.client().await
+    }
+
     async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
         self.shared
             .pool
