@@ -166,9 +166,11 @@ impl PgStore {
             t.config.clone(),
             t.tls.clone(),
             ManagerConfig {
-                // A connection the server closed (a restart) is noticed
-                // when it is taken from the pool and replaced.
-                recycling_method: RecyclingMethod::Fast,
+                // Every connection taken from the pool is checked with an
+                // empty query (one round trip): one the server closed (a
+                // restart, a terminated backend) is replaced before a
+                // store call fails on it.
+                recycling_method: RecyclingMethod::Verified,
             },
         );
         let pool = Pool::builder(mgr)
