@@ -20,7 +20,7 @@ const BENCHES: &[(&str, &str, &str, &str)] = &[
     ("model", "branch-models", "bench_model", "test-support"),
     ("turns", "branch-operations", "bench_turns", ""),
     ("extensions", "branch-capabilities", "bench_extensions", ""),
-    ("store", "branch-session", "bench_store", ""),
+    ("store", "branch-session", "bench_store", "postgres"),
     ("local", "branch-models", "bench_local", "embedded"),
 ];
 

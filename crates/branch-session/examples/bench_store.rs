@@ -1,12 +1,18 @@
 //! Benchmark of durable storage: saving and loading a long conversation
 //! through the SQLite store, beside writing `to_dict` with serde_json to a
-//! file, in the same run. Prints one JSON object per line.
+//! file, in the same run; then SQLite and PostgreSQL side by side (with
+//! `--pg-url URL` or `LIONAGI_PG_URL`, feature `postgres`): the latency of
+//! appending a turn at message 10 and at message N, turns per second with
+//! 1, 4 and 16 concurrent writers, loading the N-message conversation, and
+//! `load_since` after 10 new turns. Prints one JSON object per line.
 //!
 //! ```text
-//! cargo run --release -p branch-session --example bench_store -- [--messages N] [--runs N] [--dir PATH]
+//! cargo run --release -p branch-session --features postgres --example bench_store -- \
+//!     [--messages N] [--runs N] [--dir PATH] [--pg-url URL]
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Instant;
 
 use branch_core::message::InstructionContent;
@@ -18,6 +24,7 @@ struct Args {
     messages: usize,
     runs: usize,
     dir: Option<PathBuf>,
+    pg_url: Option<String>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -25,6 +32,7 @@ fn parse_args() -> Result<Args, String> {
         messages: 10_000,
         runs: 5,
         dir: None,
+        pg_url: std::env::var("LIONAGI_PG_URL").ok().filter(|u| !u.is_empty()),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -35,6 +43,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "--runs" => a.runs = value()?.parse().map_err(|e| format!("--runs: {e}"))?,
             "--dir" => a.dir = Some(PathBuf::from(value()?)),
+            "--pg-url" => a.pg_url = Some(value()?),
             other => return Err(format!("unknown argument `{other}`")),
         }
     }
@@ -212,9 +221,148 @@ async fn run(args: Args) -> Result<(), String> {
         .await?;
         t.line(&format!("sqlite_append_turn_{label}"), n, None);
     }
+    // SQLite and PostgreSQL side by side, both durable at commit.
+    let sqlite = SqliteStore::open(dir.join("side-by-side.db"))
+        .await
+        .map_err(|e| e.to_string())?;
+    side_by_side("sqlite", Arc::new(sqlite), &branch, args.runs).await?;
+    match &args.pg_url {
+        #[cfg(feature = "postgres")]
+        Some(url) => {
+            let opts = branch_session::PgOptions {
+                schema: Some(format!("bench_{}", std::process::id())),
+                max_connections: 16,
+                ..Default::default()
+            };
+            let pg = branch_session::PgStore::connect_with(url, opts)
+                .await
+                .map_err(|e| e.to_string())?;
+            side_by_side("postgres", Arc::new(pg), &branch, args.runs).await?;
+        }
+        #[cfg(not(feature = "postgres"))]
+        Some(_) => return Err("--pg-url needs the `postgres` feature".into()),
+        None => eprintln!("bench_store: no --pg-url or LIONAGI_PG_URL; PostgreSQL skipped"),
+    }
     if args.dir.is_none() {
         let _ = std::fs::remove_dir_all(&dir);
     }
+    Ok(())
+}
+
+fn one_turn(i: usize) -> [Message; 2] {
+    [
+        Message::instruction(InstructionContent {
+            instruction: Some(format!("Follow-up {i}?").into()),
+            ..Default::default()
+        }),
+        Message::assistant(format!("Follow-up answer {i}.")),
+    ]
+}
+
+fn line(store: &str, case: &str, fields: serde_json::Value) {
+    let mut out = json!({"bench": "store", "store": store, "case": case});
+    if let (Some(o), Some(f)) = (out.as_object_mut(), fields.as_object()) {
+        o.extend(f.clone());
+    }
+    println!("{out}");
+}
+
+/// The same measurements on one store.
+async fn side_by_side(
+    name: &str,
+    store: Arc<dyn BranchStore>,
+    long: &Branch,
+    runs: usize,
+) -> Result<(), String> {
+    let err = |e: branch_session::StoreError| e.to_string();
+    let n = long.msgs().len();
+    store.save(long).await.map_err(err)?;
+    let short = conversation(10);
+    store.save(&short).await.map_err(err)?;
+    // Appending a turn: the cost must not grow with the conversation.
+    let turns = runs.max(20);
+    for (case, b) in [("append_turn_at_10", &short), ("append_turn_at_n", long)] {
+        let mut t = Timing {
+            ms: Vec::with_capacity(turns),
+        };
+        let (_, mut version) = store.load_versioned(b.id()).await.map_err(err)?;
+        for i in 0..turns {
+            let start = Instant::now();
+            version = store
+                .append_turn_at(b.id(), version, &one_turn(i))
+                .await
+                .map_err(err)?;
+            t.ms.push(start.elapsed().as_secs_f64() * 1000.0);
+        }
+        t.ms.sort_by(f64::total_cmp);
+        let messages = if case.ends_with("10") { 10 } else { n };
+        line(
+            name,
+            case,
+            json!({"messages": messages, "runs": turns,
+                   "median_ms": round(t.ms[t.ms.len() / 2]), "min_ms": round(t.ms[0])}),
+        );
+    }
+    // Throughput: W writers, each on a conversation of its own.
+    for writers in [1usize, 4, 16] {
+        let per_writer = 40;
+        let mut ids = Vec::new();
+        for _ in 0..writers {
+            let b = conversation(10);
+            store.save(&b).await.map_err(err)?;
+            ids.push(b.id());
+        }
+        let start = Instant::now();
+        let mut tasks = Vec::new();
+        for id in ids {
+            let store = Arc::clone(&store);
+            tasks.push(tokio::spawn(async move {
+                for i in 0..per_writer {
+                    store.append_turn(id, &one_turn(i)).await.map_err(|e| e.to_string())?;
+                }
+                Ok::<_, String>(())
+            }));
+        }
+        for t in tasks {
+            t.await.map_err(|e| e.to_string())??;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let total = writers * per_writer;
+        line(
+            name,
+            "turns_per_second",
+            json!({"writers": writers, "turns": total, "turns_per_s": round(total as f64 / secs)}),
+        );
+    }
+    // Loading the long conversation.
+    let (mut t, loaded) = time(runs, || async { store.load(long.id()).await.map_err(err) }).await?;
+    t.ms.sort_by(f64::total_cmp);
+    line(
+        name,
+        "load",
+        json!({"messages": loaded.msgs().len(), "runs": runs,
+               "median_ms": round(t.ms[t.ms.len() / 2]), "min_ms": round(t.ms[0])}),
+    );
+    // Catching up after 10 turns by someone else.
+    let since = store.load_since(long.id(), u64::MAX).await.map_err(err)?;
+    let cached = since.message_count;
+    for i in 0..10 {
+        store.append_turn(long.id(), &one_turn(i)).await.map_err(err)?;
+    }
+    let (mut t, caught) = time(runs, || async {
+        store.load_since(long.id(), cached).await.map_err(err)
+    })
+    .await?;
+    t.ms.sort_by(f64::total_cmp);
+    if caught.messages.len() != 20 {
+        return Err(format!("load_since returned {} messages", caught.messages.len()));
+    }
+    line(
+        name,
+        "load_since_10_turns",
+        json!({"messages": cached, "runs": runs,
+               "median_ms": round(t.ms[t.ms.len() / 2]), "min_ms": round(t.ms[0])}),
+    );
     Ok(())
 }
 
