@@ -172,3 +172,24 @@ async fn bad_rows_are_named_by_file_table_and_fault() {
     let err = store.list().await.unwrap_err();
     assert!(err.to_string().contains("`branches`"), "{err}");
 }
+
+#[tokio::test]
+async fn an_oversized_memory_item_is_refused_unread() {
+    use branch_core::{MemoryItem, MemoryQuery, MemoryStore};
+    let dir = TempDir::new("bigmem");
+    let path = dir.join("s.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let mem = store.memory("m");
+    let item = MemoryItem::new("small");
+    mem.store(item.clone()).await.unwrap();
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute(
+        "UPDATE memory_items SET content = printf('\"%.*c\"', ?1, 'x')",
+        [(MAX_STORED_ROW_BYTES + 1) as i64],
+    )
+    .unwrap();
+    let err = mem.retrieve(item.id()).await.unwrap_err().to_string();
+    assert!(err.contains("memory_items") && err.contains("cap"), "{err}");
+    let err = mem.search(&MemoryQuery::default()).await.unwrap_err().to_string();
+    assert!(err.contains("cap"), "{err}");
+}

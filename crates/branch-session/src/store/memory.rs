@@ -12,6 +12,7 @@ use uuid::Uuid;
 use super::error::StoreError;
 use super::pool::Pool;
 use super::sqlite::sql_err;
+use crate::limits::MAX_STORED_ROW_BYTES;
 
 /// A [`MemoryStore`] whose items live in a [`super::SqliteStore`]'s file,
 /// under one scope (a session id, a branch id, an application name...).
@@ -50,7 +51,23 @@ fn mem_err(e: StoreError) -> MemoryError {
     MemoryError(e.to_string())
 }
 
-type Row = (String, f64, String, String, String);
+/// An item's columns; `None` for a text over the row cap.
+type Row = (String, f64, Option<String>, Option<String>, Option<String>);
+
+/// The item columns, each text capped at [`MAX_STORED_ROW_BYTES`] (the
+/// parameter `cap`, such as `?3`).
+fn columns(cap: &str) -> String {
+    format!(
+        "id, created_at,
+         CASE WHEN length(CAST(metadata AS BLOB)) > {cap} THEN NULL ELSE metadata END,
+         CASE WHEN length(CAST(content AS BLOB)) > {cap} THEN NULL ELSE content END,
+         CASE WHEN length(CAST(tags AS BLOB)) > {cap} THEN NULL ELSE tags END"
+    )
+}
+
+fn cap() -> i64 {
+    i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX)
+}
 
 fn decode(
     path: &std::path::Path,
@@ -63,6 +80,12 @@ fn decode(
         reason,
     };
     let uuid = Uuid::parse_str(&id).map_err(|e| corrupt(e.to_string()))?;
+    let too_big = || corrupt(format!("over the {MAX_STORED_ROW_BYTES}-byte row cap"));
+    let (metadata, content, tags) = (
+        metadata.ok_or_else(too_big)?,
+        content.ok_or_else(too_big)?,
+        tags.ok_or_else(too_big)?,
+    );
     let metadata: Map<String, Value> =
         serde_json::from_str(&metadata).map_err(|e| corrupt(e.to_string()))?;
     let content: Value = serde_json::from_str(&content).map_err(|e| corrupt(e.to_string()))?;
@@ -118,9 +141,11 @@ impl MemoryStore for SqliteMemoryStore {
             .run(move |c, p| {
                 let row: Option<Row> = c
                     .query_row(
-                        "SELECT id, created_at, metadata, content, tags FROM memory_items
-                         WHERE scope = ?1 AND id = ?2",
-                        params![&*scope, id.to_string()],
+                        &format!(
+                            "SELECT {} FROM memory_items WHERE scope = ?1 AND id = ?2",
+                            columns("?3")
+                        ),
+                        params![&*scope, id.to_string(), cap()],
                         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
                     )
                     .optional()
@@ -142,13 +167,13 @@ impl MemoryStore for SqliteMemoryStore {
                     return Ok(out);
                 }
                 let mut stmt = c
-                    .prepare_cached(
-                        "SELECT id, created_at, metadata, content, tags FROM memory_items
-                         WHERE scope = ?1 ORDER BY seq",
-                    )
+                    .prepare_cached(&format!(
+                        "SELECT {} FROM memory_items WHERE scope = ?1 ORDER BY seq",
+                        columns("?2")
+                    ))
                     .map_err(err)?;
                 let rows = stmt
-                    .query_map(params![&*scope], |r| {
+                    .query_map(params![&*scope, cap()], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                     })
                     .map_err(err)?;
