@@ -32,7 +32,9 @@ fn parse_args() -> Result<Args, String> {
         messages: 10_000,
         runs: 5,
         dir: None,
-        pg_url: std::env::var("LIONAGI_PG_URL").ok().filter(|u| !u.is_empty()),
+        pg_url: std::env::var("LIONAGI_PG_URL")
+            .ok()
+            .filter(|u| !u.is_empty()),
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -318,7 +320,10 @@ async fn side_by_side(
             let store = Arc::clone(&store);
             tasks.push(tokio::spawn(async move {
                 for i in 0..per_writer {
-                    store.append_turn(id, &one_turn(i)).await.map_err(|e| e.to_string())?;
+                    store
+                        .append_turn(id, &one_turn(i))
+                        .await
+                        .map_err(|e| e.to_string())?;
                 }
                 Ok::<_, String>(())
             }));
@@ -347,7 +352,10 @@ async fn side_by_side(
     let since = store.load_since(long.id(), u64::MAX).await.map_err(err)?;
     let cached = since.message_count;
     for i in 0..10 {
-        store.append_turn(long.id(), &one_turn(i)).await.map_err(err)?;
+        store
+            .append_turn(long.id(), &one_turn(i))
+            .await
+            .map_err(err)?;
     }
     let (mut t, caught) = time(runs, || async {
         store.load_since(long.id(), cached).await.map_err(err)
@@ -355,7 +363,10 @@ async fn side_by_side(
     .await?;
     t.ms.sort_by(f64::total_cmp);
     if caught.messages.len() != 20 {
-        return Err(format!("load_since returned {} messages", caught.messages.len()));
+        return Err(format!(
+            "load_since returned {} messages",
+            caught.messages.len()
+        ));
     }
     line(
         name,

@@ -9,6 +9,10 @@ use std::time::Duration;
 /// and reading it would let a file decide how much memory we take.
 pub const MAX_STORED_ROW_BYTES: usize = 16 * 1024 * 1024;
 
+/// Largest branch name `list` reads back (64 KiB); a longer stored name
+/// is reported as missing (`None`) rather than read.
+pub const MAX_STORED_NAME_BYTES: usize = 64 * 1024;
+
 /// Largest whole conversation read back by one load (512 MiB of message
 /// bodies): 10,000 messages of 50 KiB each fit with room to spare.
 pub const MAX_STORED_BRANCH_BYTES: usize = 512 * 1024 * 1024;

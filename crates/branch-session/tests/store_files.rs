@@ -190,6 +190,10 @@ async fn an_oversized_memory_item_is_refused_unread() {
     .unwrap();
     let err = mem.retrieve(item.id()).await.unwrap_err().to_string();
     assert!(err.contains("memory_items") && err.contains("cap"), "{err}");
-    let err = mem.search(&MemoryQuery::default()).await.unwrap_err().to_string();
+    let err = mem
+        .search(&MemoryQuery::default())
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("cap"), "{err}");
 }

@@ -16,7 +16,9 @@ use super::memory::SqliteMemoryStore;
 use super::pool::Pool;
 use super::schema::{self, write_branch_versioned};
 use super::{BranchStore, BranchSummary, Since, StoredMessage};
-use crate::limits::{MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_ROW_BYTES};
+use crate::limits::{
+    MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_NAME_BYTES, MAX_STORED_ROW_BYTES,
+};
 
 /// When a commit counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -384,11 +386,14 @@ impl BranchStore for SqliteStore {
                 let err = |e| sql_err(p, "list branches", e);
                 let mut stmt = c
                     .prepare_cached(
-                        "SELECT id, name, message_count, updated_at, version FROM branches ORDER BY key",
+                        "SELECT CASE WHEN length(CAST(id AS BLOB)) > 64 THEN substr(id, 1, 64) ELSE id END,
+                                CASE WHEN length(CAST(name AS BLOB)) > ?1 THEN NULL ELSE name END,
+                                message_count, updated_at, version
+                         FROM branches ORDER BY key",
                     )
                     .map_err(err)?;
                 let rows = stmt
-                    .query_map([], |r| {
+                    .query_map([cap_i64(MAX_STORED_NAME_BYTES)], |r| {
                         Ok((
                             r.get::<_, String>(0)?,
                             r.get(1)?,
@@ -457,17 +462,35 @@ fn append_rows(
     let tx = c
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(err)?;
-    let head: Option<(i64, bool, i64, String, i64)> = tx
+    let head: Option<(i64, bool, i64, Option<String>, i64, i64)> = tx
         .query_row(
-            "SELECT key, has_view, message_count, skeleton, version FROM branches WHERE id = ?1",
-            params![bid],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)),
+            "SELECT key, has_view, message_count,
+                    CASE WHEN length(CAST(skeleton AS BLOB)) > ?2 THEN NULL ELSE skeleton END,
+                    version, length(CAST(skeleton AS BLOB))
+             FROM branches WHERE id = ?1",
+            params![bid, cap_i64(MAX_STORED_ROW_BYTES)],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            },
         )
         .optional()
         .map_err(err)?;
-    let Some((key, has_view, count, skeleton, version)) = head else {
+    let Some((key, has_view, count, skeleton, version, skeleton_len)) = head else {
         return Err(StoreError::NotFound(branch_id));
     };
+    let skeleton = skeleton.ok_or_else(|| StoreError::Corrupt {
+        path: p.to_owned(),
+        table: "branches",
+        what: format!("branch {branch_id}"),
+        reason: too_big("its skeleton", skeleton_len, MAX_STORED_ROW_BYTES),
+    })?;
     let found = version_of(p, branch_id, version)?;
     if let Some(expected) = expected {
         if expected != found {

@@ -33,8 +33,8 @@ use super::layout::{self, SplitBranch};
 use super::sqlite::{Durability, too_big};
 use super::{BranchStore, BranchSummary, Since, StoredMessage};
 use crate::limits::{
-    MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_ROW_BYTES, PG_CONNECT_TIMEOUT,
-    PG_POOL_WAIT,
+    MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_NAME_BYTES, MAX_STORED_ROW_BYTES,
+    PG_CONNECT_TIMEOUT, PG_POOL_WAIT,
 };
 
 /// Settings of a [`PgStore`].
@@ -406,11 +406,24 @@ impl PgStore {
             .map_err(err)?;
         }
         let skeleton = if has_view && !added.is_empty() {
+            let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
             let row = tx
-                .query_one("SELECT skeleton FROM branches WHERE id = $1", &[&branch_id])
+                .query_one(
+                    "SELECT CASE WHEN octet_length(skeleton)::bigint > $2 THEN NULL ELSE skeleton END,
+                            octet_length(skeleton)::bigint
+                     FROM branches WHERE id = $1",
+                    &[&branch_id, &cap],
+                )
                 .await
                 .map_err(err)?;
-            let text: String = row.get(0);
+            let (text, len) = capped(&row, 0);
+            let text = text.ok_or_else(|| {
+                self.corrupt(
+                    "branches",
+                    format!("branch {branch_id}"),
+                    too_big("its skeleton", len, MAX_STORED_ROW_BYTES),
+                )
+            })?;
             Some(layout::extend_view(&text, &added).map_err(|reason| {
                 self.corrupt("branches", format!("branch {branch_id}"), reason)
             })?)
@@ -728,8 +741,10 @@ impl BranchStore for PgStore {
         let c = self.client().await?;
         let rows = c
             .query(
-                "SELECT id, name, message_count, updated_at, version FROM branches ORDER BY ord",
-                &[],
+                "SELECT id, CASE WHEN octet_length(name)::bigint > $1 THEN NULL ELSE name END,
+                        message_count, updated_at, version
+                 FROM branches ORDER BY ord",
+                &[&i64::try_from(MAX_STORED_NAME_BYTES).unwrap_or(i64::MAX)],
             )
             .await
             .map_err(|e| pg_err(label, "list branches", e))?;
