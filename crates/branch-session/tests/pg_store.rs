@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use branch_core::{Branch, Message};
 use branch_session::{BranchStore, PgOptions, PgStore, StoreError};
-use common::stores::{fresh_schema, pg_url};
+use common::stores::{fresh_schema, pg_url, without_tls};
 
 async fn raw(url: &str, schema: &str) -> tokio_postgres::Client {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    let (client, conn) = tokio_postgres::connect(&without_tls(url), tokio_postgres::NoTls)
         .await
         .expect("connect");
     tokio::spawn(conn);
@@ -342,4 +342,46 @@ async fn a_connection_dropped_mid_turn_writes_nothing_and_the_store_recovers() {
     }
     assert_eq!(ok, Some(version + 1));
     assert!(store.check_consistency().await.unwrap().is_empty());
+}
+
+/// The test server speaks TLS with a certificate from a throwaway CA
+/// (`PGSSLROOTCERT`): the store's connections verify it, and a store that
+/// trusts another CA refuses the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_used_and_the_server_is_verified() {
+    let Some(url) = pg_url() else { return };
+    if !url.contains("sslmode=require") {
+        let required = std::env::var("LIONAGI_PG_REQUIRED").is_ok_and(|v| v == "1")
+            || std::env::var_os("CI").is_some();
+        assert!(
+            !required,
+            "the CI server must be started with TLS (sslmode=require)"
+        );
+        eprintln!("skipped: LIONAGI_PG_URL does not ask for TLS");
+        return;
+    }
+    let store = PgStore::connect_with(&url, opts(&fresh_schema("tls")))
+        .await
+        .unwrap();
+    let c = store.connection().await.unwrap();
+    let ssl: bool = c
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(ssl, "the store's connection is not encrypted");
+    let Some(other) = std::env::var_os("LIONAGI_PG_OTHER_CA") else {
+        eprintln!("skipped the refusal: LIONAGI_PG_OTHER_CA is not set");
+        return;
+    };
+    let untrusting = PgOptions {
+        ca_file: Some(other.into()),
+        ..opts(&fresh_schema("tls_no"))
+    };
+    let err = PgStore::connect_with(&url, untrusting).await.unwrap_err();
+    let text = err.to_string();
+    assert!(text.to_lowercase().contains("certificate"), "{text}");
 }

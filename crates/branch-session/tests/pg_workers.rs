@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::stores::{fresh_schema, pg_url};
+use common::stores::{fresh_schema, pg_url, without_tls};
 
 const ARGS_ENV: &str = "LIONAGI_PG_WORKER_ARGS";
 
@@ -238,7 +238,7 @@ async fn connections_cut_mid_transaction_lose_nothing() {
     let schema = prepare(&url, "cut", 8, TURNS).await;
     let app = format!("w_{schema}").chars().take(60).collect::<String>();
     let worker_url = named_url(&url, &app);
-    let (killer, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+    let (killer, conn) = tokio_postgres::connect(&without_tls(&url), tokio_postgres::NoTls)
         .await
         .unwrap();
     tokio::spawn(conn);

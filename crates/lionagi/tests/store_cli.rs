@@ -143,7 +143,10 @@ fn pg_url() -> Option<String> {
 
 /// A database of its own on the test server; its URL.
 async fn fresh_database(url: &str, tag: &str) -> String {
-    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+    // A plain side connection; the commands under test use TLS as the URL
+    // asks.
+    let plain = url.replace("sslmode=require", "sslmode=disable");
+    let (client, conn) = tokio_postgres::connect(&plain, tokio_postgres::NoTls)
         .await
         .expect("connect");
     tokio::spawn(conn);
@@ -152,8 +155,11 @@ async fn fresh_database(url: &str, tag: &str) -> String {
         .batch_execute(&format!("CREATE DATABASE {name}"))
         .await
         .unwrap();
-    let (base, _) = url.rsplit_once('/').expect("URL with a database");
-    format!("{base}/{name}")
+    let (base, rest) = url.rsplit_once('/').expect("URL with a database");
+    let query = rest
+        .split_once('?')
+        .map_or(String::new(), |(_, q)| format!("?{q}"));
+    format!("{base}/{name}{query}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -60,6 +60,13 @@ pub fn pg_url() -> Option<String> {
     }
 }
 
+/// `url` for a plain driver connection of a test (no TLS stack): the
+/// store connects with TLS as the URL asks; the test's own side channel
+/// (killing backends, adding triggers) does not need it.
+pub fn without_tls(url: &str) -> String {
+    url.replace("sslmode=require", "sslmode=disable")
+}
+
 /// A schema name of its own for one test.
 pub fn fresh_schema(tag: &str) -> String {
     format!("t_{tag}_{}", uuid::Uuid::new_v4().simple())

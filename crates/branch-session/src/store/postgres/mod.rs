@@ -140,7 +140,11 @@ impl std::error::Error for DriverError {
 
 impl From<deadpool_postgres::PoolError> for PgFailure {
     fn from(e: deadpool_postgres::PoolError) -> Self {
-        Self(Box::new(e))
+        match e {
+            // Connecting failed: say why (refused, TLS, authentication).
+            deadpool_postgres::PoolError::Backend(e) => Self::from(e),
+            other => Self(Box::new(other)),
+        }
     }
 }
 
