@@ -325,7 +325,7 @@ impl PgStore {
         let tx = client.transaction().await.map_err(err)?;
         let head = tx
             .query_opt(
-                "SELECT has_view, message_count, version FROM branches WHERE id = $1 FOR UPDATE",
+                &tx.prepare_cached("SELECT has_view, message_count, version FROM branches WHERE id = $1 FOR UPDATE").await.map_err(err)?,
                 &[&branch_id],
             )
             .await
@@ -347,7 +347,11 @@ impl PgStore {
         }
         let stored: HashSet<Uuid> = tx
             .query(
-                "SELECT msg_id FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)",
+                &tx.prepare_cached(
+                    "SELECT msg_id FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)",
+                )
+                .await
+                .map_err(err)?,
                 &[&branch_id, &ids],
             )
             .await
@@ -380,9 +384,13 @@ impl PgStore {
             let (uid, ubody): (Vec<Uuid>, Vec<String>) = updates.into_iter().unzip();
             let uhash: Vec<i64> = ubody.iter().map(|b| layout::body_hash(b)).collect();
             tx.execute(
-                "UPDATE messages m SET hash = u.hash, body = u.body
+                &tx.prepare_cached(
+                    "UPDATE messages m SET hash = u.hash, body = u.body
                  FROM UNNEST($2::uuid[], $3::bigint[], $4::text[]) AS u(msg_id, hash, body)
                  WHERE m.branch_id = $1 AND m.msg_id = u.msg_id",
+                )
+                .await
+                .map_err(err)?,
                 &[&branch_id, &uid, &uhash, &ubody],
             )
             .await
@@ -397,13 +405,13 @@ impl PgStore {
             // The outbox rows go in with the messages: both commit or
             // neither does.
             tx.execute(
-                "WITH added AS (
+                &tx.prepare_cached("WITH added AS (
                      INSERT INTO messages (branch_id, seq, pos, msg_id, hash, body)
                      SELECT $1, s, s, i, h, b
                      FROM UNNEST($2::bigint[], $3::uuid[], $4::bigint[], $5::text[]) AS u(s, i, h, b)
                      RETURNING seq, body)
                  INSERT INTO events (branch_id, seq, version, body)
-                 SELECT $1, seq, $6, body FROM added ORDER BY seq",
+                 SELECT $1, seq, $6, body FROM added ORDER BY seq").await.map_err(err)?,
                 &[&branch_id, &seqs, &iid, &ihash, &ibody, &new_version],
             )
             .await
@@ -413,9 +421,9 @@ impl PgStore {
             let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
             let row = tx
                 .query_one(
-                    "SELECT CASE WHEN octet_length(skeleton)::bigint > $2 THEN NULL ELSE skeleton END,
+                    &tx.prepare_cached("SELECT CASE WHEN octet_length(skeleton)::bigint > $2 THEN NULL ELSE skeleton END,
                             octet_length(skeleton)::bigint
-                     FROM branches WHERE id = $1",
+                     FROM branches WHERE id = $1").await.map_err(err)?,
                     &[&branch_id, &cap],
                 )
                 .await
@@ -436,9 +444,13 @@ impl PgStore {
         };
         let notify = !added.is_empty();
         tx.execute(
-            "UPDATE branches SET message_count = $2, updated_at = $3,
+            &tx.prepare_cached(
+                "UPDATE branches SET message_count = $2, updated_at = $3,
                  skeleton = COALESCE($4, skeleton), version = $5
              WHERE id = $1",
+            )
+            .await
+            .map_err(err)?,
             &[&branch_id, &next, &now, &skeleton, &new_version],
         )
         .await
@@ -446,7 +458,9 @@ impl PgStore {
         if notify {
             // Delivered at commit, never for a rolled-back turn.
             tx.execute(
-                "SELECT pg_notify($1, $2)",
+                &tx.prepare_cached("SELECT pg_notify($1, $2)")
+                    .await
+                    .map_err(err)?,
                 &[&self.shared.channel, &branch_id.to_string()],
             )
             .await
@@ -476,13 +490,13 @@ impl PgStore {
         let count = i64::try_from(split.rows.len()).unwrap_or(i64::MAX);
         let version: i64 = tx
             .query_one(
-                "INSERT INTO branches (id, name, skeleton, has_view, message_count, version, updated_at)
+                &tx.prepare_cached("INSERT INTO branches (id, name, skeleton, has_view, message_count, version, updated_at)
                  VALUES ($1, $2, $3, $4, $5, 1, $6)
                  ON CONFLICT (id) DO UPDATE SET
                      name = excluded.name, skeleton = excluded.skeleton,
                      has_view = excluded.has_view, message_count = excluded.message_count,
                      updated_at = excluded.updated_at, version = branches.version + 1
-                 RETURNING version",
+                 RETURNING version").await.map_err(err)?,
                 &[&id, &split.name, &split.skeleton, &split.has_view, &count, &now],
             )
             .await
@@ -490,7 +504,11 @@ impl PgStore {
             .get(0);
         let mut stored: HashMap<Uuid, (i64, i64, i64)> = tx
             .query(
-                "SELECT msg_id, seq, pos, hash FROM messages WHERE branch_id = $1",
+                &tx.prepare_cached(
+                    "SELECT msg_id, seq, pos, hash FROM messages WHERE branch_id = $1",
+                )
+                .await
+                .map_err(err)?,
                 &[&id],
             )
             .await
@@ -534,7 +552,11 @@ impl PgStore {
         rewrite.extend(stored.into_keys());
         if !rewrite.is_empty() {
             tx.execute(
-                "DELETE FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)",
+                &tx.prepare_cached(
+                    "DELETE FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)",
+                )
+                .await
+                .map_err(err)?,
                 &[&id, &rewrite],
             )
             .await
@@ -542,10 +564,14 @@ impl PgStore {
         }
         if !mids.is_empty() {
             tx.execute(
-                "INSERT INTO messages (branch_id, seq, pos, msg_id, hash, body)
+                &tx.prepare_cached(
+                    "INSERT INTO messages (branch_id, seq, pos, msg_id, hash, body)
                  SELECT $1, s, p, i, h, b
                  FROM UNNEST($2::bigint[], $3::bigint[], $4::uuid[], $5::bigint[], $6::text[])
                      AS u(s, p, i, h, b)",
+                )
+                .await
+                .map_err(err)?,
                 &[&id, &seqs, &poss, &mids, &hashes, &bodies],
             )
             .await
@@ -556,14 +582,20 @@ impl PgStore {
                 let eseq: Vec<i64> = added.iter().map(|&i| seqs[i]).collect();
                 let ebody: Vec<&str> = added.iter().map(|&i| bodies[i].as_str()).collect();
                 tx.execute(
-                    "INSERT INTO events (branch_id, seq, version, body)
+                    &tx.prepare_cached(
+                        "INSERT INTO events (branch_id, seq, version, body)
                      SELECT $1, s, $2, b FROM UNNEST($3::bigint[], $4::text[]) AS u(s, b)",
+                    )
+                    .await
+                    .map_err(err)?,
                     &[&id, &version, &eseq, &ebody],
                 )
                 .await
                 .map_err(err)?;
                 tx.execute(
-                    "SELECT pg_notify($1, $2)",
+                    &tx.prepare_cached("SELECT pg_notify($1, $2)")
+                        .await
+                        .map_err(err)?,
                     &[&self.shared.channel, &id.to_string()],
                 )
                 .await
@@ -623,9 +655,9 @@ impl BranchStore for PgStore {
             .map_err(err)?;
         let head = tx
             .query_opt(
-                "SELECT CASE WHEN octet_length(skeleton)::bigint > $2 THEN NULL ELSE skeleton END,
+                &tx.prepare_cached("SELECT CASE WHEN octet_length(skeleton)::bigint > $2 THEN NULL ELSE skeleton END,
                         octet_length(skeleton)::bigint, version
-                 FROM branches WHERE id = $1",
+                 FROM branches WHERE id = $1").await.map_err(err)?,
                 &[&id, &cap],
             )
             .await
@@ -645,9 +677,9 @@ impl BranchStore for PgStore {
         })?;
         let stream = tx
             .query_raw(
-                "SELECT msg_id, pos, CASE WHEN octet_length(body)::bigint > $2 THEN NULL ELSE body END,
+                &tx.prepare_cached("SELECT msg_id, pos, CASE WHEN octet_length(body)::bigint > $2 THEN NULL ELSE body END,
                         octet_length(body)::bigint, seq
-                 FROM messages WHERE branch_id = $1 ORDER BY seq",
+                 FROM messages WHERE branch_id = $1 ORDER BY seq").await.map_err(err)?,
                 [&id as &(dyn tokio_postgres::types::ToSql + Sync), &cap],
             )
             .await
@@ -706,7 +738,9 @@ impl BranchStore for PgStore {
             .map_err(err)?;
         let head = tx
             .query_opt(
-                "SELECT version, message_count FROM branches WHERE id = $1",
+                &tx.prepare_cached("SELECT version, message_count FROM branches WHERE id = $1")
+                    .await
+                    .map_err(err)?,
                 &[&branch_id],
             )
             .await
@@ -718,9 +752,9 @@ impl BranchStore for PgStore {
         let count: i64 = head.get(1);
         let rows = tx
             .query(
-                "SELECT seq, pos, CASE WHEN octet_length(body)::bigint > $3 THEN NULL ELSE body END,
+                &tx.prepare_cached("SELECT seq, pos, CASE WHEN octet_length(body)::bigint > $3 THEN NULL ELSE body END,
                         octet_length(body)::bigint
-                 FROM messages WHERE branch_id = $1 AND seq >= $2 ORDER BY seq LIMIT $4",
+                 FROM messages WHERE branch_id = $1 AND seq >= $2 ORDER BY seq LIMIT $4").await.map_err(err)?,
                 &[&branch_id, &from, &cap, &limit],
             )
             .await
