@@ -323,13 +323,24 @@ impl PgStore {
         let now = branch_core::element::now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(err)?;
-        let head = tx
-            .query_opt(
-                &tx.prepare_cached("SELECT has_view, message_count, version FROM branches WHERE id = $1 FOR UPDATE").await.map_err(err)?,
-                &[&branch_id],
+        // Both sent at once (pipelined): the second runs after the first
+        // holds the row lock, so it sees every message committed before.
+        let lock = tx
+            .prepare_cached(
+                "SELECT has_view, message_count, version FROM branches WHERE id = $1 FOR UPDATE",
             )
             .await
             .map_err(err)?;
+        let known = tx
+            .prepare_cached("SELECT msg_id FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)")
+            .await
+            .map_err(err)?;
+        let (head, stored) = futures_util::future::try_join(
+            tx.query_opt(&lock, &[&branch_id]),
+            tx.query(&known, &[&branch_id, &ids]),
+        )
+        .await
+        .map_err(err)?;
         let Some(head) = head else {
             return Err(StoreError::NotFound(branch_id));
         };
@@ -345,20 +356,7 @@ impl PgStore {
                 });
             }
         }
-        let stored: HashSet<Uuid> = tx
-            .query(
-                &tx.prepare_cached(
-                    "SELECT msg_id FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)",
-                )
-                .await
-                .map_err(err)?,
-                &[&branch_id, &ids],
-            )
-            .await
-            .map_err(err)?
-            .iter()
-            .map(|r| r.get(0))
-            .collect();
+        let stored: HashSet<Uuid> = stored.iter().map(|r| r.get(0)).collect();
         // In order, as if one by one: a message seen again in the same
         // turn (a request completed by its response) replaces the body
         // it was written with.
@@ -442,30 +440,33 @@ impl PgStore {
         } else {
             None
         };
+        // The branch row and the wake-up in one statement; the
+        // notification is delivered at commit, never for a rolled-back
+        // turn.
         let notify = !added.is_empty();
         tx.execute(
             &tx.prepare_cached(
-                "UPDATE branches SET message_count = $2, updated_at = $3,
-                 skeleton = COALESCE($4, skeleton), version = $5
-             WHERE id = $1",
+                "WITH updated AS (
+                     UPDATE branches SET message_count = $2, updated_at = $3,
+                         skeleton = COALESCE($4, skeleton), version = $5
+                     WHERE id = $1 RETURNING id)
+                 SELECT pg_notify($6, $7) FROM updated WHERE $8",
             )
             .await
             .map_err(err)?,
-            &[&branch_id, &next, &now, &skeleton, &new_version],
+            &[
+                &branch_id,
+                &next,
+                &now,
+                &skeleton,
+                &new_version,
+                &self.shared.channel,
+                &branch_id.to_string(),
+                &notify,
+            ],
         )
         .await
         .map_err(err)?;
-        if notify {
-            // Delivered at commit, never for a rolled-back turn.
-            tx.execute(
-                &tx.prepare_cached("SELECT pg_notify($1, $2)")
-                    .await
-                    .map_err(err)?,
-                &[&self.shared.channel, &branch_id.to_string()],
-            )
-            .await
-            .map_err(err)?;
-        }
         tx.commit().await.map_err(err)?;
         self.version_of(branch_id, new_version)
     }
