@@ -101,20 +101,42 @@ async fn a_truncated_store_is_detected() {
         }
         assert!(store.check_consistency().await.unwrap().is_empty());
     }
+    // The last pages cut off.
     let len = std::fs::metadata(&path).unwrap().len();
+    let cut = len - 3 * 4096;
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    f.set_len(len / 2).unwrap();
+    f.set_len(cut).unwrap();
     drop(f);
-    match SqliteStore::open(&path).await {
-        Err(e) => assert!(e.to_string().contains("s.db"), "{e}"),
+    let said = format!("the file has {cut}");
+    // Opened for writing: refused, naming the file and the truncation.
+    let err = SqliteStore::open(&path).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err, StoreError::Corrupt { table: "file", .. }),
+        "{text}"
+    );
+    assert!(
+        text.contains("s.db") && text.contains("truncated") && text.contains(&said),
+        "{text}"
+    );
+    // Opened read-only: the check finds it, whether or not SQLite does.
+    match SqliteStore::open_read_only(&path).await {
         Ok(store) => {
             let problems = store.check_consistency().await.unwrap();
             assert!(
-                problems.iter().any(|p| p.contains("truncated")),
+                problems
+                    .iter()
+                    .any(|p| p.contains("truncated") && p.contains(&said)),
                 "{problems:?}"
             );
         }
+        Err(e) => assert!(e.to_string().contains("truncated"), "{e}"),
     }
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        cut,
+        "the file was changed"
+    );
 }
 
 #[tokio::test]

@@ -120,13 +120,15 @@ impl SqliteStore {
         let o = opts.clone();
         let first = tokio::task::spawn_blocking(move || {
             check_header(&p, o.read_only)?;
-            let mut conn = Pool::connect(&p, &o)?;
-            if o.read_only {
-                check_readable_version(&conn, &p)?;
-            } else {
-                schema::migrate(&mut conn, &p)?;
-            }
-            Ok::<_, StoreError>(conn)
+            let opened = Pool::connect(&p, &o).and_then(|mut conn| {
+                if o.read_only {
+                    check_readable_version(&conn, &p)?;
+                } else {
+                    schema::migrate(&mut conn, &p)?;
+                }
+                Ok(conn)
+            });
+            opened.map_err(|e| explain_damage(&p, e))
         })
         .await
         .map_err(|e| StoreError::Task {
@@ -649,6 +651,34 @@ fn check_header(path: &Path, read_only: bool) -> Result<(), StoreError> {
     }
 }
 
+/// SQLite's "malformed" or "not a database" while opening says little;
+/// say what is wrong with the file when it can be seen (a truncation).
+fn explain_damage(path: &Path, e: StoreError) -> StoreError {
+    let damaged = matches!(
+        &e,
+        StoreError::Sqlite {
+            source: rusqlite::Error::SqliteFailure(f, _),
+            ..
+        } if matches!(
+            f.code,
+            rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+        )
+    );
+    if !damaged {
+        return e;
+    }
+    let reason = match truncation(path) {
+        Ok(Some(t)) => t,
+        _ => format!("SQLite reports it damaged ({e})"),
+    };
+    StoreError::Corrupt {
+        path: path.to_owned(),
+        table: "file",
+        what: "the database file".into(),
+        reason,
+    }
+}
+
 /// A read-only store cannot migrate, so it must already be current.
 fn check_readable_version(conn: &rusqlite::Connection, path: &Path) -> Result<(), StoreError> {
     let found: i64 = conn
@@ -705,7 +735,7 @@ fn truncation(path: &Path) -> Result<Option<String>, StoreError> {
     let want = pages.saturating_mul(page_size);
     Ok((len < want).then(|| {
         format!(
-            "file: truncated: the header says {pages} pages of {page_size} bytes ({want} bytes), the file has {len}"
+            "truncated: the header says {pages} pages of {page_size} bytes ({want} bytes), the file has {len}"
         )
     }))
 }
