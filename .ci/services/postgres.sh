@@ -8,8 +8,10 @@
 # Exports LIONAGI_PG_URL (the tests' database, sslmode=require; each test
 # makes its own schema or database in it), PGSSLROOTCERT (the CA the store
 # trusts), LIONAGI_PG_OTHER_CA (a CA that did not sign the server, for the
-# refusal test), LIONAGI_PG_CTL (pg_ctl for the restart test) and
-# LIONAGI_PG_REQUIRED=1, so a missing server fails the tests.
+# refusal test), LIONAGI_PG_PASSWORD_URL and LIONAGI_PG_PASSWORD (a role
+# that must give a password, for the password-source tests),
+# LIONAGI_PG_CTL (pg_ctl for the restart test) and LIONAGI_PG_REQUIRED=1,
+# so a missing server fails the tests.
 
 pg_bin=/usr/lib/postgresql/15/bin
 if [ ! -x "$pg_bin/initdb" ]; then
@@ -46,6 +48,11 @@ chown "$pg_user" "$pg_dir" "$pg_dir/server.key" "$pg_dir/server.crt"
 chmod 600 "$pg_dir/server.key"
 
 pg_as "$pg_bin/initdb" -D "$pg_dir/data" -U postgres --auth=trust -E UTF8 --no-sync >/dev/null
+# One role must authenticate with a password (SCRAM); the rest is trusted.
+pg_hba="$pg_dir/data/pg_hba.conf"
+{ echo "host all lionagi_pw 127.0.0.1/32 scram-sha-256"; cat "$pg_hba"; } >"$pg_hba.new"
+mv "$pg_hba.new" "$pg_hba"
+chown "$pg_user" "$pg_hba"
 # Sockets in the cluster's own directory: the system one belongs to the
 # distribution's cluster and may not exist. fsync off: a test cluster.
 pg_as "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/log" -w -t 60 \
@@ -57,9 +64,15 @@ stop_postgres() {
 }
 on_exit stop_postgres
 pg_as "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres lionagi_test
+pg_password="$(openssl rand -hex 16)"
+pg_as "$pg_bin/psql" -q -h 127.0.0.1 -p "$pg_port" -U postgres -d lionagi_test \
+    -c "CREATE ROLE lionagi_pw LOGIN PASSWORD '$pg_password'" >/dev/null
+pg_as "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U postgres -O lionagi_pw lionagi_pw
 
 export LIONAGI_PG_URL="postgres://postgres@127.0.0.1:$pg_port/lionagi_test?sslmode=require"
 export PGSSLROOTCERT="$pg_dir/ca.crt"
+export LIONAGI_PG_PASSWORD_URL="postgres://lionagi_pw@127.0.0.1:$pg_port/lionagi_pw?sslmode=require"
+export LIONAGI_PG_PASSWORD="$pg_password"
 export LIONAGI_PG_OTHER_CA="$pg_dir/other.crt"
 # The restart test runs `pg_ctl restart` as the cluster's owner.
 export LIONAGI_PG_CTL="runuser -u $pg_user -- $pg_bin/pg_ctl -D $pg_dir/data -l $pg_dir/log"

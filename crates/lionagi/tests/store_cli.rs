@@ -239,3 +239,87 @@ async fn a_postgres_url_selects_postgres_and_its_password_never_shows() {
         }
     }
 }
+
+/// A role that must authenticate (SCRAM): the password is found in the
+/// URL, in `PGPASSWORD` and in a `.pgpass` file, and never printed, not
+/// even when it is wrong.
+#[test]
+fn the_password_comes_from_the_url_pgpassword_or_pgpass_and_never_shows() {
+    let Some(_) = pg_url() else { return };
+    let (Ok(url), Ok(password)) = (
+        std::env::var("LIONAGI_PG_PASSWORD_URL"),
+        std::env::var("LIONAGI_PG_PASSWORD"),
+    ) else {
+        let required = std::env::var("LIONAGI_PG_REQUIRED").is_ok_and(|v| v == "1")
+            || std::env::var_os("CI").is_some();
+        assert!(
+            !required,
+            "LIONAGI_PG_PASSWORD_URL is not set (.ci/services/postgres.sh sets it)"
+        );
+        eprintln!("skipped: set LIONAGI_PG_PASSWORD_URL and LIONAGI_PG_PASSWORD");
+        return;
+    };
+    let dir = Dir::new("pgpass");
+    let list = |store: &str, envs: &[(&str, &str)]| {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_lionagi"));
+        c.args(["branch", "list", "--store", store])
+            .env("HOME", &dir.0)
+            .env_remove("PGPASSWORD")
+            .env_remove("PGPASSFILE");
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        c.output().expect("run lionagi")
+    };
+    let shown = |out: &Output, secret: &str| {
+        for t in [text(&out.stdout), text(&out.stderr)] {
+            assert!(!t.contains(secret), "a password was printed: {t}");
+        }
+    };
+    // No password anywhere: refused by the server.
+    let out = list(&url, &[]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("lionagi_pw@127.0.0.1"),
+        "{}",
+        text(&out.stderr)
+    );
+    // In the URL.
+    let in_url = url.replacen("://lionagi_pw@", &format!("://lionagi_pw:{password}@"), 1);
+    let out = list(&in_url, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    shown(&out, &password);
+    // PGPASSWORD.
+    let out = list(&url, &[("PGPASSWORD", &password)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A .pgpass file (PGPASSFILE), which must not be readable by others.
+    let port = url
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .expect("a port in the URL");
+    let pgpass = dir.path("pgpass");
+    std::fs::write(
+        &pgpass,
+        format!("# test\n127.0.0.1:{port}:*:lionagi_pw:{password}\n"),
+    )
+    .unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pgpass, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let out = list(&url, &[("PGPASSFILE", &pgpass)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // A wrong password: an authentication error, the attempt not echoed.
+    let wrong = "wrong-pw-4c2e";
+    let bad = url.replacen("://lionagi_pw@", &format!("://lionagi_pw:{wrong}@"), 1);
+    let out = list(&bad, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("password"),
+        "{}",
+        text(&out.stderr)
+    );
+    shown(&out, wrong);
+}
