@@ -176,7 +176,9 @@ impl Conversation {
                 Ok(since) => {
                     let ours: Vec<Uuid> = self.branch.progression().iter().copied().collect();
                     let theirs: Vec<Uuid> = since.messages.iter().map(|m| m.message.id()).collect();
-                    if theirs.len() > ours.len() || ours[..theirs.len()] != theirs[..] {
+                    let complete = u64::try_from(theirs.len()).ok() == Some(since.message_count);
+                    if !complete || theirs.len() > ours.len() || ours[..theirs.len()] != theirs[..]
+                    {
                         return Err(store_error(
                             &label,
                             format!(
@@ -354,5 +356,28 @@ mod tests {
             texts(&stored),
             ["\"one asked\"", "\"one answered\"", "\"other writer\""]
         );
+    }
+
+    /// A first save that failed is checked before it is tried again: here
+    /// it did not commit, so the next turn saves the whole conversation.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_first_save_is_retried_after_checking_the_store() {
+        let db = temp_db("first");
+        let mut conv = open(&db).await;
+        let held = lock(&db);
+        turn(&mut conv, "one");
+        assert!(conv.record_turn().await.is_err());
+        assert!(!conv.is_stored());
+        drop(held);
+        turn(&mut conv, "two");
+        conv.record_turn().await.unwrap();
+        assert!(conv.is_stored());
+        let store = SqliteStore::open(&db).await.unwrap();
+        let (stored, version) = store.load_versioned(conv.id()).await.unwrap();
+        assert_eq!(texts(&stored), texts(&conv.branch));
+        assert_eq!(version, 1);
+        turn(&mut conv, "three");
+        conv.record_turn().await.unwrap();
+        assert_eq!(store.load_versioned(conv.id()).await.unwrap().1, 2);
     }
 }
