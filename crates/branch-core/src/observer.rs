@@ -213,6 +213,14 @@ pub enum Signal {
         /// Usage summed over the branch's assistant responses.
         usage: RunUsage,
     },
+    /// The governance gate refused a proposed tool call (recorded, not
+    /// dispatched).
+    GateDenied {
+        /// The branch.
+        branch_id: Uuid,
+        /// The refused call.
+        invocation: crate::gate::ToolInvocation,
+    },
     /// A verb failed.
     RunFailed {
         /// The branch.
@@ -248,6 +256,7 @@ impl Signal {
             | Signal::EmissionRejected { branch_id, .. }
             | Signal::RunStarted { branch_id, .. }
             | Signal::RunEnded { branch_id, .. }
+            | Signal::GateDenied { branch_id, .. }
             | Signal::RunFailed { branch_id, .. } => *branch_id,
         }
     }
@@ -262,6 +271,7 @@ impl Signal {
             Signal::RunStarted { .. } => "RunStart",
             Signal::RunEnded { .. } => "RunEnd",
             Signal::RunFailed { .. } => "RunFailed",
+            Signal::GateDenied { .. } => "GateDenied",
         }
     }
 
@@ -295,6 +305,9 @@ impl Signal {
             Signal::RunStarted { .. } => (Value::Null, "NoneType".to_owned(), Value::Null),
             Signal::RunEnded { result, .. } => {
                 (Value::Null, data_class(result).to_owned(), result.clone())
+            }
+            Signal::GateDenied { invocation, .. } => {
+                (Value::Null, "ToolInvocation".to_owned(), json!(invocation))
             }
             Signal::RunFailed {
                 error_kind, error, ..

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
-use branch_actions::{ActionManagerExt, CallOutcome, InvokeOptions, ToolCall};
-use branch_core::Branch;
+use branch_actions::{ActionManagerExt, ActionParticipants, CallOutcome, InvokeOptions, ToolCall};
 use branch_core::log::Log;
 use branch_core::message::{ActionResponseContent, Message, MessageContent};
+use branch_core::{Branch, Participant};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::error::{Committed, OperationError, Result};
 use crate::turn::commit;
@@ -116,10 +116,16 @@ pub fn tool_call_from_value(v: &Value) -> Result<ToolCall> {
 pub(crate) struct Acted {
     pub responses: Vec<ActionResponseModel>,
     pub messages: Vec<Message>,
-    pub outcomes: Vec<CallOutcome>,
-    /// The request/response pair recording each outcome, in call order.
-    pub pairs: Vec<(Message, Message)>,
+    /// Each call in call order: its request/response pair and, when it was
+    /// dispatched (not refused by the gate), its outcome.
+    pub entries: Vec<Entry>,
     pub strategy: Strategy,
+}
+
+/// One call's record.
+pub(crate) struct Entry {
+    pub pair: (Message, Message),
+    pub outcome: Option<CallOutcome>,
 }
 
 /// The recorded order of some pairs: requests then responses for a
@@ -134,12 +140,83 @@ fn ordered(pairs: Vec<(Message, Message)>, strategy: Strategy) -> Vec<Message> {
     }
 }
 
-/// Runs the calls, logs each, builds the record off to the side.
+/// The error text the reference gives a call its governance gate refused.
+pub const GATE_DENIAL: &str = "denied by governance gate";
+
+/// A request/response pair linked both ways, from the branch to itself
+/// unless `participants` says otherwise.
+fn linked_pair(
+    call: &ToolCall,
+    output: Option<Value>,
+    p: ActionParticipants,
+) -> (Message, Message) {
+    let mut req = Message::action_request(call.function.clone(), call.arguments.clone())
+        .with_sender(p.request_sender)
+        .with_recipient(p.request_recipient);
+    let resp = Message::new(MessageContent::ActionResponse(Box::new(
+        ActionResponseContent {
+            function: call.function.clone(),
+            arguments: call.arguments.clone(),
+            output,
+            action_request_id: Some(req.id()),
+            error: None,
+        },
+    )))
+    .with_sender(p.response_sender)
+    .with_recipient(p.response_recipient);
+    if let MessageContent::ActionRequest(rc) = &mut req.content {
+        rc.action_response_id = Some(resp.id());
+    }
+    (req, resp)
+}
+
+fn to_self(branch_id: uuid::Uuid) -> ActionParticipants {
+    let b = Some(Participant::Id(branch_id));
+    ActionParticipants {
+        request_sender: b.clone(),
+        request_recipient: b.clone(),
+        response_sender: b.clone(),
+        response_recipient: b,
+    }
+}
+
+/// The record of a call the gate refused: stored, never dispatched, its
+/// output the reference's `{"error": "denied by governance gate",
+/// "function": f}`, which is also what the model is shown.
+fn gate_denied(branch_id: uuid::Uuid, call: &ToolCall) -> (Entry, ActionResponseModel) {
+    let output = json!({"error": GATE_DENIAL, "function": call.function});
+    let pair = linked_pair(call, Some(output.clone()), to_self(branch_id));
+    (
+        Entry {
+            pair,
+            outcome: None,
+        },
+        ActionResponseModel {
+            function: call.function.clone(),
+            arguments: call.arguments.clone(),
+            output: Some(output),
+        },
+    )
+}
+
+/// Asks the branch's gate about each call (operations.md §6 step 1), runs
+/// the allowed ones, logs each run, and builds the record off to the side,
+/// in call order.
 pub(crate) async fn run_calls(
     branch: &mut Branch,
     calls: Vec<ToolCall>,
     opts: ActOptions,
 ) -> Acted {
+    let mut allowed = Vec::with_capacity(calls.len());
+    for c in &calls {
+        allowed.push(branch.authorize(&c.function, &c.arguments).await);
+    }
+    let dispatched: Vec<ToolCall> = calls
+        .iter()
+        .zip(&allowed)
+        .filter(|(_, ok)| **ok)
+        .map(|(c, _)| c.clone())
+        .collect();
     let invoke = InvokeOptions {
         timeout: opts.timeout,
         max_concurrency: match opts.strategy {
@@ -148,49 +225,43 @@ pub(crate) async fn run_calls(
         },
     };
     let span = tracing::info_span!("act", calls = calls.len());
-    let outcomes =
-        tracing::Instrument::instrument(branch.acts().invoke_all(calls, invoke), span).await;
+    let outcomes = if dispatched.is_empty() {
+        Vec::new()
+    } else {
+        tracing::Instrument::instrument(branch.acts().invoke_all(dispatched, invoke), span).await
+    };
     let branch_id = branch.id();
-    let mut requests = Vec::new();
-    let mut responses = Vec::new();
-    let mut models = Vec::new();
-    for o in &outcomes {
+    let mut outcomes = outcomes.into_iter();
+    let mut entries = Vec::with_capacity(calls.len());
+    let mut models = Vec::with_capacity(calls.len());
+    for (call, ok) in calls.iter().zip(allowed) {
+        let outcome = if ok { outcomes.next() } else { None };
+        let Some(o) = outcome else {
+            let (entry, model) = gate_denied(branch_id, call);
+            entries.push(entry);
+            models.push(model);
+            continue;
+        };
         branch.log(Log::from_json(o.log_content(branch_id)));
         if let Err(e) = &o.result {
             tracing::warn!(function = %o.call.function, error = %e, "tool call failed");
         }
-        let p = o.participants(branch_id);
-        let mut req = Message::action_request(o.call.function.clone(), o.call.arguments.clone())
-            .with_sender(p.request_sender)
-            .with_recipient(p.request_recipient);
-        let resp = Message::new(MessageContent::ActionResponse(Box::new(
-            ActionResponseContent {
-                function: o.call.function.clone(),
-                arguments: o.call.arguments.clone(),
-                output: o.response_output(),
-                action_request_id: Some(req.id()),
-                error: None,
-            },
-        )))
-        .with_sender(p.response_sender)
-        .with_recipient(p.response_recipient);
-        if let MessageContent::ActionRequest(rc) = &mut req.content {
-            rc.action_response_id = Some(resp.id());
-        }
-        requests.push(req);
-        responses.push(resp);
+        let pair = linked_pair(&o.call, o.response_output(), o.participants(branch_id));
         models.push(ActionResponseModel {
             function: o.call.function.clone(),
             arguments: o.call.arguments.clone(),
             output: o.returned_output(),
         });
+        entries.push(Entry {
+            pair,
+            outcome: Some(o),
+        });
     }
-    let pairs: Vec<(Message, Message)> = requests.into_iter().zip(responses).collect();
+    let pairs: Vec<(Message, Message)> = entries.iter().map(|e| e.pair.clone()).collect();
     Acted {
         responses: models,
-        messages: ordered(pairs.clone(), opts.strategy),
-        outcomes,
-        pairs,
+        messages: ordered(pairs, opts.strategy),
+        entries,
         strategy: opts.strategy,
     }
 }
@@ -202,16 +273,21 @@ pub(crate) async fn act(
 ) -> Result<Vec<ActionResponseModel>> {
     let acted = run_calls(branch, calls, opts).await;
     if !opts.suppress_errors {
-        if let Some(failed) = acted.outcomes.iter().find(|o| o.result.is_err()) {
+        let failed = acted
+            .entries
+            .iter()
+            .filter_map(|e| e.outcome.as_ref())
+            .find(|o| o.result.is_err())
+            .cloned();
+        if let Some(failed) = failed {
             // As the reference: failures of a tool that ran are recorded
-            // before the error surfaces; calls refused before running are
-            // not.
+            // before the error surfaces, and so are the gate's refusals;
+            // calls refused before running are not.
             let kept: Vec<(Message, Message)> = acted
-                .pairs
+                .entries
                 .into_iter()
-                .zip(&acted.outcomes)
-                .filter(|(_, o)| o.reached_tool())
-                .map(|(pair, _)| pair)
+                .filter(|e| e.outcome.as_ref().is_none_or(CallOutcome::reached_tool))
+                .map(|e| e.pair)
                 .collect();
             let kept = ordered(kept, acted.strategy);
             let n = commit(branch, kept);
