@@ -10,7 +10,9 @@ use branch_core::{Branch, Participant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
+use crate::approval::{ToolPolicy, policy_of};
 use crate::error::{Committed, OperationError, Result};
+use crate::pending::{APPROVAL_KEY, CallStatus, PendingApproval, ProposedCall};
 use crate::turn::commit;
 
 /// How a batch of calls runs.
@@ -199,23 +201,154 @@ fn gate_denied(branch_id: uuid::Uuid, call: &ToolCall) -> (Entry, ActionResponse
     )
 }
 
-/// Asks the branch's gate about each call (operations.md §6 step 1), runs
-/// the allowed ones, logs each run, and builds the record off to the side,
-/// in call order.
+/// The record of a call denied by approval (by policy, by whoever was
+/// asked, or because the window closed): stored, never dispatched, its
+/// output shaped like the gate's refusal so a model reads both alike.
+fn approval_denied(branch_id: uuid::Uuid, call: &ProposedCall) -> (Entry, ActionResponseModel) {
+    let mut output = json!({
+        "error": if call.status == CallStatus::Expired { APPROVAL_EXPIRED } else { APPROVAL_DENIAL },
+        "function": call.function,
+    });
+    if let Some(r) = &call.reason {
+        output["reason"] = r.clone().into();
+    }
+    let tc = ToolCall::new(call.function.clone(), call.arguments.clone());
+    let pair = linked_pair(&tc, Some(output.clone()), to_self(branch_id));
+    (
+        Entry {
+            pair,
+            outcome: None,
+        },
+        ActionResponseModel {
+            function: call.function.clone(),
+            arguments: call.arguments.clone(),
+            output: Some(output),
+        },
+    )
+}
+
+/// The error text of a call denied by approval.
+pub const APPROVAL_DENIAL: &str = "denied by approval";
+
+/// The error text of a call whose approval window closed undecided.
+pub const APPROVAL_EXPIRED: &str = "approval expired";
+
+/// Marks both messages of a call with what was decided about it.
+fn mark(pair: &mut (Message, Message), call: &ProposedCall) {
+    let Some(decision) = call.status.recorded() else {
+        return;
+    };
+    let mut v = Map::new();
+    v.insert("decision".into(), decision.into());
+    if let Some(r) = &call.reason {
+        v.insert("reason".into(), r.clone().into());
+    }
+    if call.approved_arguments.is_some() {
+        v.insert(
+            "proposed_arguments".into(),
+            Value::Object(call.arguments.clone()),
+        );
+    }
+    for m in [&mut pair.0, &mut pair.1] {
+        m.element
+            .metadata
+            .insert(APPROVAL_KEY.into(), Value::Object(v.clone()));
+    }
+}
+
+/// Sets the provider's call id on the request of each call that has one,
+/// so later requests answer each call under the id the provider gave it.
+pub(crate) fn apply_tool_call_ids(acted: &mut Acted, ids: &[Option<String>]) {
+    let mut changed = false;
+    for (e, id) in acted.entries.iter_mut().zip(ids) {
+        if let Some(id) = id {
+            e.pair
+                .0
+                .element
+                .metadata
+                .insert("tool_call_id".into(), id.clone().into());
+            changed = true;
+        }
+    }
+    if changed {
+        let pairs = acted.entries.iter().map(|e| e.pair.clone()).collect();
+        acted.messages = ordered(pairs, acted.strategy);
+    }
+}
+
+/// The approval policy's verdict on each call: allowed, refused, asked
+/// and answered by the approver, or left pending.
+async fn screen(branch: &Branch, calls: Vec<ToolCall>) -> Vec<ProposedCall> {
+    let policy = policy_of(branch);
+    let mut out = Vec::with_capacity(calls.len());
+    for c in calls {
+        let mut p = ProposedCall::new(c.function, c.arguments);
+        if let Some(policy) = &policy {
+            match policy.evaluate(&p.function, &p.arguments) {
+                ToolPolicy::Always => {}
+                ToolPolicy::Never => {
+                    p.status = CallStatus::Denied;
+                    p.reason = Some("the approval policy never runs this call".into());
+                }
+                ToolPolicy::Ask => match policy.approver_ref() {
+                    Some(a) => {
+                        let d = a.decide(&p).await;
+                        p.decide(d);
+                    }
+                    None => p.status = CallStatus::Pending,
+                },
+            }
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// What screening a batch led to.
+pub(crate) enum Screened {
+    /// Every call decided: the batch ran (or was refused) and is recorded
+    /// off to the side.
+    Done(Acted),
+    /// Some call awaits a decision: nothing ran.
+    Paused(Vec<ProposedCall>),
+}
+
+/// Screens the calls through the approval policy; when all are decided,
+/// runs the batch (see [`execute`]).
 pub(crate) async fn run_calls(
     branch: &mut Branch,
     calls: Vec<ToolCall>,
     opts: ActOptions,
+) -> Screened {
+    let proposed = screen(branch, calls).await;
+    if proposed.iter().any(|c| c.status == CallStatus::Pending) {
+        return Screened::Paused(proposed);
+    }
+    Screened::Done(execute(branch, proposed, opts).await)
+}
+
+/// Runs decided calls: denied ones are recorded as such; the others go
+/// past the branch's gate (operations.md §6 step 1) with the arguments
+/// approved, and the allowed ones run. Each run is logged; the record is
+/// built off to the side, in call order.
+pub(crate) async fn execute(
+    branch: &mut Branch,
+    calls: Vec<ProposedCall>,
+    opts: ActOptions,
 ) -> Acted {
     let mut allowed = Vec::with_capacity(calls.len());
     for c in &calls {
-        allowed.push(branch.authorize(&c.function, &c.arguments).await);
+        let runs = !matches!(
+            c.status,
+            CallStatus::Denied | CallStatus::Expired | CallStatus::Pending
+        ) && branch.authorize(&c.function, c.effective_arguments()).await;
+        allowed.push(runs);
     }
     let dispatched: Vec<ToolCall> = calls
         .iter()
         .zip(&allowed)
         .filter(|(_, ok)| **ok)
-        .map(|(c, _)| c.clone())
+        .map(|(c, _)| ToolCall::new(c.function.clone(), c.effective_arguments().clone()))
         .collect();
     let invoke = InvokeOptions {
         timeout: opts.timeout,
@@ -235,27 +368,37 @@ pub(crate) async fn run_calls(
     let mut entries = Vec::with_capacity(calls.len());
     let mut models = Vec::with_capacity(calls.len());
     for (call, ok) in calls.iter().zip(allowed) {
+        let refused_by_approval = matches!(call.status, CallStatus::Denied | CallStatus::Expired);
         let outcome = if ok { outcomes.next() } else { None };
-        let Some(o) = outcome else {
-            let (entry, model) = gate_denied(branch_id, call);
-            entries.push(entry);
-            models.push(model);
-            continue;
+        let (mut entry, model) = match outcome {
+            None if refused_by_approval => approval_denied(branch_id, call),
+            None => gate_denied(
+                branch_id,
+                &ToolCall::new(call.function.clone(), call.effective_arguments().clone()),
+            ),
+            Some(o) => {
+                branch.log(Log::from_json(o.log_content(branch_id)));
+                if let Err(e) = &o.result {
+                    tracing::warn!(function = %o.call.function, error = %e, "tool call failed");
+                }
+                let pair = linked_pair(&o.call, o.response_output(), o.participants(branch_id));
+                let model = ActionResponseModel {
+                    function: o.call.function.clone(),
+                    arguments: o.call.arguments.clone(),
+                    output: o.returned_output(),
+                };
+                (
+                    Entry {
+                        pair,
+                        outcome: Some(o),
+                    },
+                    model,
+                )
+            }
         };
-        branch.log(Log::from_json(o.log_content(branch_id)));
-        if let Err(e) = &o.result {
-            tracing::warn!(function = %o.call.function, error = %e, "tool call failed");
-        }
-        let pair = linked_pair(&o.call, o.response_output(), o.participants(branch_id));
-        models.push(ActionResponseModel {
-            function: o.call.function.clone(),
-            arguments: o.call.arguments.clone(),
-            output: o.returned_output(),
-        });
-        entries.push(Entry {
-            pair,
-            outcome: Some(o),
-        });
+        mark(&mut entry.pair, call);
+        entries.push(entry);
+        models.push(model);
     }
     let pairs: Vec<(Message, Message)> = entries.iter().map(|e| e.pair.clone()).collect();
     Acted {
@@ -266,13 +409,14 @@ pub(crate) async fn run_calls(
     }
 }
 
-pub(crate) async fn act(
+/// Commits a batch run by `act` and surfaces its first failure when errors
+/// are not suppressed.
+pub(crate) fn settle(
     branch: &mut Branch,
-    calls: Vec<ToolCall>,
-    opts: ActOptions,
+    acted: Acted,
+    suppress_errors: bool,
 ) -> Result<Vec<ActionResponseModel>> {
-    let acted = run_calls(branch, calls, opts).await;
-    if !opts.suppress_errors {
+    if !suppress_errors {
         let failed = acted
             .entries
             .iter()
@@ -281,8 +425,8 @@ pub(crate) async fn act(
             .cloned();
         if let Some(failed) = failed {
             // As the reference: failures of a tool that ran are recorded
-            // before the error surfaces, and so are the gate's refusals;
-            // calls refused before running are not.
+            // before the error surfaces, and so are refusals; calls
+            // refused before running are not.
             let kept: Vec<(Message, Message)> = acted
                 .entries
                 .into_iter()
@@ -308,4 +452,20 @@ pub(crate) async fn act(
     }
     commit(branch, acted.messages);
     Ok(acted.responses)
+}
+
+pub(crate) async fn act(
+    branch: &mut Branch,
+    calls: Vec<ToolCall>,
+    opts: ActOptions,
+) -> Result<Vec<ActionResponseModel>> {
+    match run_calls(branch, calls, opts).await {
+        Screened::Done(acted) => settle(branch, acted, opts.suppress_errors),
+        Screened::Paused(calls) => {
+            let expiry = policy_of(branch).and_then(|p| p.expiry());
+            let p = PendingApproval::new("act", calls, opts, expiry, None);
+            p.store(branch);
+            Err(p.paused(Committed::default()))
+        }
+    }
 }
