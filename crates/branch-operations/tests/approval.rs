@@ -42,12 +42,10 @@ fn operate_opts() -> OperateOptions {
 fn masked(b: &Branch) -> Value {
     fn walk(v: &mut Value, ids: &mut HashMap<String, usize>) {
         match v {
-            Value::String(s) => {
-                if uuid::Uuid::parse_str(s).is_ok() {
-                    let n = ids.len();
-                    let k = *ids.entry(s.clone()).or_insert(n);
-                    *s = format!("<id {k}>");
-                }
+            Value::String(s) if uuid::Uuid::parse_str(s).is_ok() => {
+                let n = ids.len();
+                let k = *ids.entry(s.clone()).or_insert(n);
+                *s = format!("<id {k}>");
             }
             Value::Array(a) => a.iter_mut().for_each(|x| walk(x, ids)),
             Value::Object(o) => {

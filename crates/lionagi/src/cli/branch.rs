@@ -48,6 +48,33 @@ pub(crate) fn store_command(db: &str, words: &[&str], out: &mut dyn Write) -> Re
                 }
                 write(out, &text)
             }
+            ["branch", "pending"] => {
+                let mut text = String::new();
+                for b in store.list().await.map_err(store_err)? {
+                    let branch = store.load(b.id).await.map_err(store_err)?;
+                    let name = b.name.as_deref().unwrap_or("-");
+                    match branch_operations::pending_approval(&branch) {
+                        Ok(Some(p)) => {
+                            let waiting: Vec<&str> =
+                                p.waiting().map(|c| c.function.as_str()).collect();
+                            text.push_str(&format!(
+                                "{}  {:<20} {} call(s) awaiting approval since {}: {}\n",
+                                b.id,
+                                name,
+                                waiting.len(),
+                                timestamp(p.created_at),
+                                waiting.join(", ")
+                            ));
+                        }
+                        Ok(None) => {}
+                        Err(e) => text.push_str(&format!("{}  {name:<20} {e}\n", b.id)),
+                    }
+                }
+                if text.is_empty() {
+                    text.push_str("no conversation is awaiting approval\n");
+                }
+                write(out, &text)
+            }
             ["branch", "show", key] => {
                 let id = resolve(&store, db, key).await?;
                 let branch = store.load(id).await.map_err(store_err)?;

@@ -6,10 +6,12 @@ use std::sync::Arc;
 
 use branch_core::Branch;
 use branch_core::model::ChatModel;
+use branch_operations::BranchApproval;
 use branch_session::store::{BranchStore, SqliteStore};
 use uuid::Uuid;
 
 use super::CliError;
+use super::approve::Approvals;
 use super::chat_args::ChatArgs;
 use super::chat_error::ChatError;
 
@@ -30,6 +32,8 @@ pub(crate) struct Conversation {
     store: Option<Store>,
     /// Whether the branch already has a row in the store.
     stored: bool,
+    /// With `--approve`: the answers so far (the policy of every branch).
+    pub(crate) approvals: Option<Approvals>,
 }
 
 fn store_error(path: &str, e: impl std::fmt::Display) -> ChatError {
@@ -61,7 +65,9 @@ impl Conversation {
             name: args.name.clone(),
             store,
             stored: false,
+            approvals: args.approve.then(Approvals::default),
         };
+        conv.apply_policy();
         if let (Some(name), Some(store)) = (&args.name, &conv.store) {
             let taken = store
                 .db
@@ -93,8 +99,31 @@ impl Conversation {
             branch.set_parse_model(Arc::clone(&conv.model));
             conv.branch = branch;
             conv.stored = true;
+            conv.apply_policy();
         }
         Ok(conv)
+    }
+
+    /// Gives the branch the approval policy of `--approve`, if asked.
+    fn apply_policy(&mut self) {
+        if let Some(a) = &self.approvals {
+            self.branch.set_approval_policy(Some(a.policy()));
+        }
+    }
+
+    /// Writes the whole branch (metadata included: a paused turn), so the
+    /// store holds exactly what is in memory.
+    pub(crate) async fn save_all(&mut self) -> Result<(), ChatError> {
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        store
+            .db
+            .save(&self.branch)
+            .await
+            .map_err(|e| store_error(&store.path, e))?;
+        self.stored = true;
+        Ok(())
     }
 
     /// The branch the turns run on.
@@ -137,6 +166,7 @@ impl Conversation {
         self.branch = new_branch(self.system.as_deref(), name.as_deref(), &self.model)?;
         self.name = None;
         self.stored = false;
+        self.apply_policy();
         Ok(())
     }
 
@@ -170,6 +200,26 @@ impl Conversation {
         }
         appended.map_err(|e| store_error(&store.path, e))
     }
+}
+
+/// The chat model stored with the conversation `--resume` names.
+pub(crate) async fn stored_model(
+    args: &ChatArgs,
+) -> Result<branch_core::model::ModelConfig, ChatError> {
+    let (Some(path), Some(key)) = (&args.store, &args.resume) else {
+        return Err(ChatError::Usage("`--resume` needs `--store PATH`".into()));
+    };
+    let db = SqliteStore::open(path)
+        .await
+        .map_err(|e| store_error(path, e))?;
+    let id = super::branch::resolve(&db, path, key)
+        .await
+        .map_err(|e| match e {
+            CliError::NotFound { path, reason } => ChatError::NotFound { path, reason },
+            other => store_error(path, other),
+        })?;
+    let branch = db.load(id).await.map_err(|e| store_error(path, e))?;
+    Ok(branch.chat_model().snapshot())
 }
 
 fn new_branch(
