@@ -246,6 +246,136 @@ mod tests {
         assert!(describe(&long).chars().count() < MAX_SHOWN_ARGUMENTS + 100);
     }
 
+    /// The whole `--approve` path with a real store and a loopback model:
+    /// the pause is in the store before the question; a person who leaves
+    /// at the question leaves it there (`branch pending` lists it); a new
+    /// process resumes the conversation, asks again, and records the
+    /// answer.
+    #[test]
+    fn a_pause_survives_leaving_at_the_question() {
+        use super::super::chat_args::ChatArgs;
+        use super::super::chat_error::ModelInfo;
+        use super::super::turn::{self, Display};
+        use branch_models::mock::{MockReply, MockServer, MockToolCall};
+        use std::sync::Arc;
+
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("lionagi-approve-{}", Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("chat.db").to_string_lossy().into_owned();
+        let server = rt.block_on(MockServer::start());
+        server.push(MockReply::tool_calls(vec![MockToolCall {
+            id: "call_1".into(),
+            name: "erase".into(),
+            arguments: json!("{\"path\": \"/data\"}"),
+        }]));
+        let config = branch_core::model::ModelConfig::builder()
+            .provider("openai")
+            .model("m")
+            .base_url(&server.base_url())
+            .allow_local_network(true)
+            .build()
+            .unwrap();
+        let model: Arc<dyn branch_core::model::ChatModel> =
+            Arc::new(branch_models::IModel::with_api_key(config, "k").unwrap());
+        let erase = || {
+            branch_actions::DynamicTool::new(
+                "erase",
+                None,
+                json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                |_| async { Ok::<_, String>(json!("erased")) },
+            )
+            .unwrap()
+            .into_tool()
+        };
+        let words = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let info = ModelInfo {
+            label: "openai/m".into(),
+            provider: "openai".into(),
+            base_url: None,
+            key_var: None,
+        };
+        let display = Display {
+            stream: false,
+            spinner: false,
+        };
+        let piped = |lines: &[&str]| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            for l in lines {
+                tx.send(Ok((*l).to_owned())).unwrap();
+            }
+            Input::Piped(rx)
+        };
+
+        let args =
+            ChatArgs::parse(&words(&["--store", &db, "--name", "ops", "--approve"])).unwrap();
+        let mut conv = rt
+            .block_on(Conversation::open(&args, model.clone()))
+            .unwrap();
+        conv.branch_mut()
+            .acts_mut()
+            .register(erase(), false)
+            .unwrap();
+        let answer = rt
+            .block_on(turn::ask(conv.branch_mut(), "clean up", &info, display))
+            .unwrap();
+        assert!(answer.paused);
+        // Nobody answers: the pause stays, in the store.
+        let mut gone = piped(&[]);
+        let e = settle(&rt, &mut conv, Some(&mut gone)).unwrap_err();
+        assert!(matches!(e, ChatError::Interrupted));
+        drop(conv);
+        let mut listing = Vec::new();
+        super::super::run(&words(&["branch", "pending", "--store", &db]), &mut listing).unwrap();
+        let listing = String::from_utf8(listing).unwrap();
+        assert!(
+            listing.contains("ops") && listing.contains("1 call(s) awaiting approval"),
+            "{listing}"
+        );
+
+        // Without --approve the paused conversation is not continued.
+        let args = ChatArgs::parse(&words(&["--store", &db, "--resume", "ops"])).unwrap();
+        let mut conv = rt
+            .block_on(Conversation::open(&args, model.clone()))
+            .unwrap();
+        let e = settle(&rt, &mut conv, None).unwrap_err();
+        assert!(e.to_string().contains("--approve"), "{e}");
+
+        // Another process: --resume ops --approve asks again.
+        let args =
+            ChatArgs::parse(&words(&["--store", &db, "--resume", "ops", "--approve"])).unwrap();
+        let mut conv = rt.block_on(Conversation::open(&args, model)).unwrap();
+        conv.branch_mut()
+            .acts_mut()
+            .register(erase(), false)
+            .unwrap();
+        let mut person = piped(&["n"]);
+        settle(&rt, &mut conv, Some(&mut person)).unwrap();
+        drop(conv);
+        let mut listing = Vec::new();
+        super::super::run(&words(&["branch", "pending", "--store", &db]), &mut listing).unwrap();
+        assert_eq!(
+            String::from_utf8(listing).unwrap(),
+            "no conversation is awaiting approval\n"
+        );
+        let mut shown = Vec::new();
+        super::super::run(
+            &words(&["branch", "export", "ops", "--store", &db]),
+            &mut shown,
+        )
+        .unwrap();
+        let stored: serde_json::Value = serde_json::from_slice(&shown).unwrap();
+        let msgs = stored["messages"]["collections"].as_array().unwrap();
+        let last = msgs.last().unwrap();
+        assert_eq!(last["content"]["output"]["error"], "denied by approval");
+        assert_eq!(last["metadata"]["approval"]["decision"], "denied");
+        assert!(stored["metadata"].get("pending_approval").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     #[test]
     fn unclear_answers_are_bounded() {
         let mut a = Approvals::default();

@@ -274,6 +274,34 @@ mod tests {
     }
 
     #[test]
+    fn a_resumed_conversation_keeps_its_model_and_earns_local_access_by_flag() {
+        let kept = ModelConfig::builder()
+            .provider("openai")
+            .model("stored-model")
+            .base_url("http://127.0.0.1:1/v1")
+            .build()
+            .unwrap();
+        let args = ChatArgs::parse(&[
+            "--store".into(),
+            "s.db".into(),
+            "--resume".into(),
+            "c".into(),
+        ])
+        .unwrap();
+        let (model, info) = stored(&kept, &args).unwrap();
+        let config = model.snapshot();
+        assert_eq!(info.label, "openai/stored-model");
+        assert_eq!(config.base_url(), Some("http://127.0.0.1:1/v1"));
+        assert!(!config.allow_local_network(), "never from the stored data");
+        // Not the provider's own address: the environment's key is not sent.
+        assert_eq!(config.endpoint().auth_type, AuthType::None);
+        let mut args = args;
+        args.allow_local_network = true;
+        let (model, _) = stored(&kept, &args).unwrap();
+        assert!(model.snapshot().allow_local_network());
+    }
+
+    #[test]
     fn a_chosen_server_without_a_key_gets_no_credentials() {
         let config = ModelConfig::builder()
             .provider("openai")
