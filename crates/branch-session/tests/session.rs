@@ -399,3 +399,33 @@ async fn run_operation_many_passes_each_branch() {
         Err(SessionError::UnknownOperation(_))
     ));
 }
+
+fn replied(usage: Value) -> SharedBranch {
+    let mut b = Branch::new().unwrap();
+    let mut m = Message::assistant("ok");
+    m.element
+        .metadata
+        .insert("model_response".into(), json!({"usage": usage}));
+    b.msgs_mut().add_message(m);
+    share(b)
+}
+
+#[tokio::test]
+async fn usage_is_summed_per_branch_and_per_session() {
+    let a = replied(json!({"prompt_tokens": 11, "completion_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 4}}));
+    let b = replied(json!({"input_tokens": 5, "output_tokens": 2}));
+    assert_eq!(a.lock().await.usage().input_tokens, 7);
+    let s = Session::builder()
+        .branch(a)
+        .branch(b)
+        .build()
+        .await
+        .unwrap();
+    let u = s.usage().await;
+    assert_eq!(
+        (u.input_tokens, u.output_tokens, u.cached_tokens),
+        (12, 9, 4)
+    );
+    assert!(u.usage_valid);
+}

@@ -239,6 +239,13 @@ impl Branch {
         self.logger.logs()
     }
 
+    /// Token usage and cost summed over every assistant response of the
+    /// conversation (OpenAI- or Anthropic-style usage, as `RunEnd`
+    /// reports it; `duration_ms` is 0).
+    pub fn usage(&self) -> crate::observer::RunUsage {
+        crate::observer::RunUsage::from_messages(self.messages().iter())
+    }
+
     /// Appends a log entry.
     pub fn log(&mut self, log: Log) {
         self.logger.log(log);

@@ -308,6 +308,17 @@ impl Session {
         self.members.iter()
     }
 
+    /// Token usage and cost summed over every member's assistant
+    /// responses. Each member is locked in turn, so a turn in progress is
+    /// waited for and counted whole or not at all.
+    pub async fn usage(&self) -> branch_core::RunUsage {
+        let mut total = branch_core::RunUsage::default();
+        for b in self.members.values() {
+            total.merge(&b.lock().await.usage());
+        }
+        total
+    }
+
     /// Number of members.
     pub fn len(&self) -> usize {
         self.members.len()
