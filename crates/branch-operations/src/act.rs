@@ -459,6 +459,7 @@ pub(crate) async fn act(
     calls: Vec<ToolCall>,
     opts: ActOptions,
 ) -> Result<Vec<ActionResponseModel>> {
+    crate::turn::refuse_while_paused(branch)?;
     match run_calls(branch, calls, opts).await {
         Screened::Done(acted) => settle(branch, acted, opts.suppress_errors),
         Screened::Paused(calls) => {

@@ -105,6 +105,12 @@ async fn paused_turn_resumed_from_to_dict_equals_in_process_approval() {
     );
     let pending = paused.pending_approval().unwrap().unwrap();
     assert_eq!(pending.verb, "operate");
+    let refused = paused.operate(operate_opts()).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("awaits approval"),
+        "no new turn while paused: {refused}"
+    );
+    assert_eq!(server.request_count(), 1);
     assert_eq!(pending.waiting().count(), 2);
     assert_eq!(
         paused.messages().len(),
