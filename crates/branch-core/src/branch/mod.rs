@@ -392,11 +392,13 @@ impl Branch {
         self.operations = operations;
     }
 
-    /// Detaches every session reference; the branch gets a fresh operation
-    /// registry. Nothing of the conversation is touched.
+    /// Detaches every session reference (owner, observer, gate); the branch
+    /// gets a fresh operation registry. Nothing of the conversation is
+    /// touched.
     pub fn detach_session(&mut self) {
         self.owning_session = None;
         self.observer.set(None);
+        self.gate.set(None);
         self.operations = Arc::new(RwLock::new(OperationManager::new()));
     }
 
