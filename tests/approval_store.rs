@@ -112,7 +112,24 @@ async fn paused_in_one_process_resumed_from_sqlite_in_another() {
     let dir = std::env::temp_dir().join(format!("lionagi-approval-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("store.db");
+    // Each "process" opens the file afresh.
+    paused_and_resumed_across_processes(|| {
+        let path = path.clone();
+        async move { SqliteStore::open(&path).await.unwrap() }
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
 
+/// The scenario against any store: `open` gives a fresh handle on the same
+/// storage, as a new process would get (the PostgreSQL store runs the
+/// same function once it exists).
+async fn paused_and_resumed_across_processes<S, F, Fut>(open: F)
+where
+    S: BranchStore,
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = S>,
+{
     // The reference run: an approver in process.
     let server = scripted().await;
     let mut live = branch(&server);
@@ -133,7 +150,7 @@ async fn paused_in_one_process_resumed_from_sqlite_in_another() {
     // Process one: pauses, writes the branch, is gone.
     let server = scripted().await;
     let id = {
-        let store = SqliteStore::open(&path).await.unwrap();
+        let store = open().await;
         let mut b = branch(&server);
         b.set_approval_policy(Some(ApprovalPolicy::new().default_policy(ToolPolicy::Ask)));
         let e = b.operate(opts()).await.unwrap_err();
@@ -146,7 +163,7 @@ async fn paused_in_one_process_resumed_from_sqlite_in_another() {
     };
 
     // Process two: a fresh store handle, a branch from its rows.
-    let store = SqliteStore::open(&path).await.unwrap();
+    let store = open().await;
     let mut b = store.load(id).await.unwrap();
     b.acts_mut().register_all(tools(), false).unwrap();
     let pending = b.pending_approval().unwrap().expect("the pause is stored");
@@ -167,9 +184,8 @@ async fn paused_in_one_process_resumed_from_sqlite_in_another() {
     store.save(&b).await.unwrap();
     drop(b);
 
-    let stored = store.load(id).await.unwrap();
+    let stored = open().await.load(id).await.unwrap();
     assert!(stored.pending_approval().unwrap().is_none());
     let live = Branch::from_dict(&live.to_dict(&ToDictOptions::default()).unwrap()).unwrap();
     assert_eq!(masked(&stored), masked(&live));
-    let _ = std::fs::remove_dir_all(&dir);
 }
