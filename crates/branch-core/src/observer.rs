@@ -107,6 +107,28 @@ impl RunUsage {
         u
     }
 
+    /// Adds another sum to this one (a session's total over its branches).
+    pub fn merge(&mut self, other: &RunUsage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cached_tokens = self.cached_tokens.saturating_add(other.cached_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+        self.cache_write_5m_tokens = self
+            .cache_write_5m_tokens
+            .saturating_add(other.cache_write_5m_tokens);
+        self.cache_write_1h_tokens = self
+            .cache_write_1h_tokens
+            .saturating_add(other.cache_write_1h_tokens);
+        if let Some(c) = other.total_cost_usd {
+            *self.total_cost_usd.get_or_insert(0.0) += c;
+        }
+        self.num_turns = self.num_turns.saturating_add(other.num_turns);
+        self.duration_ms += other.duration_ms;
+        self.usage_valid &= other.usage_valid;
+    }
+
     /// Adds one raw provider response (its `usage`, cost and turns).
     pub fn add_response(&mut self, response: &Value) {
         if let Some(usage) = response.get("usage").filter(|v| !v.is_null()) {
@@ -143,7 +165,9 @@ impl RunUsage {
         if usage.get("prompt_tokens").is_some() || usage.get("completion_tokens").is_some() {
             let prompt = read(usage.get("prompt_tokens"));
             let cached = read(usage.pointer("/prompt_tokens_details/cached_tokens"));
-            self.input_tokens += prompt.saturating_sub(cached);
+            self.input_tokens = self
+                .input_tokens
+                .saturating_add(prompt.saturating_sub(cached));
             self.cached_tokens += cached;
             self.output_tokens += read(usage.get("completion_tokens"));
         } else {
@@ -213,6 +237,14 @@ pub enum Signal {
         /// Usage summed over the branch's assistant responses.
         usage: RunUsage,
     },
+    /// The governance gate refused a proposed tool call (recorded, not
+    /// dispatched).
+    GateDenied {
+        /// The branch.
+        branch_id: Uuid,
+        /// The refused call.
+        invocation: crate::gate::ToolInvocation,
+    },
     /// A verb failed.
     RunFailed {
         /// The branch.
@@ -248,6 +280,7 @@ impl Signal {
             | Signal::EmissionRejected { branch_id, .. }
             | Signal::RunStarted { branch_id, .. }
             | Signal::RunEnded { branch_id, .. }
+            | Signal::GateDenied { branch_id, .. }
             | Signal::RunFailed { branch_id, .. } => *branch_id,
         }
     }
@@ -262,6 +295,7 @@ impl Signal {
             Signal::RunStarted { .. } => "RunStart",
             Signal::RunEnded { .. } => "RunEnd",
             Signal::RunFailed { .. } => "RunFailed",
+            Signal::GateDenied { .. } => "GateDenied",
         }
     }
 
@@ -295,6 +329,9 @@ impl Signal {
             Signal::RunStarted { .. } => (Value::Null, "NoneType".to_owned(), Value::Null),
             Signal::RunEnded { result, .. } => {
                 (Value::Null, data_class(result).to_owned(), result.clone())
+            }
+            Signal::GateDenied { invocation, .. } => {
+                (Value::Null, "ToolInvocation".to_owned(), json!(invocation))
             }
             Signal::RunFailed {
                 error_kind, error, ..

@@ -3,14 +3,16 @@
 
 use std::time::Duration;
 
-use branch_actions::{ActionManagerExt, CallOutcome, InvokeOptions, ToolCall};
-use branch_core::Branch;
+use branch_actions::{ActionManagerExt, ActionParticipants, CallOutcome, InvokeOptions, ToolCall};
 use branch_core::log::Log;
 use branch_core::message::{ActionResponseContent, Message, MessageContent};
+use branch_core::{Branch, Participant};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
+use crate::approval::{ToolPolicy, policy_of};
 use crate::error::{Committed, OperationError, Result};
+use crate::pending::{APPROVAL_KEY, CallStatus, PendingApproval, ProposedCall};
 use crate::turn::commit;
 
 /// How a batch of calls runs.
@@ -116,10 +118,16 @@ pub fn tool_call_from_value(v: &Value) -> Result<ToolCall> {
 pub(crate) struct Acted {
     pub responses: Vec<ActionResponseModel>,
     pub messages: Vec<Message>,
-    pub outcomes: Vec<CallOutcome>,
-    /// The request/response pair recording each outcome, in call order.
-    pub pairs: Vec<(Message, Message)>,
+    /// Each call in call order: its request/response pair and, when it was
+    /// dispatched (not refused by the gate), its outcome.
+    pub entries: Vec<Entry>,
     pub strategy: Strategy,
+}
+
+/// One call's record.
+pub(crate) struct Entry {
+    pub pair: (Message, Message),
+    pub outcome: Option<CallOutcome>,
 }
 
 /// The recorded order of some pairs: requests then responses for a
@@ -134,12 +142,214 @@ fn ordered(pairs: Vec<(Message, Message)>, strategy: Strategy) -> Vec<Message> {
     }
 }
 
-/// Runs the calls, logs each, builds the record off to the side.
+/// The error text the reference gives a call its governance gate refused.
+pub const GATE_DENIAL: &str = "denied by governance gate";
+
+/// A request/response pair linked both ways, from the branch to itself
+/// unless `participants` says otherwise.
+fn linked_pair(
+    call: &ToolCall,
+    output: Option<Value>,
+    p: ActionParticipants,
+) -> (Message, Message) {
+    let mut req = Message::action_request(call.function.clone(), call.arguments.clone())
+        .with_sender(p.request_sender)
+        .with_recipient(p.request_recipient);
+    let resp = Message::new(MessageContent::ActionResponse(Box::new(
+        ActionResponseContent {
+            function: call.function.clone(),
+            arguments: call.arguments.clone(),
+            output,
+            action_request_id: Some(req.id()),
+            error: None,
+        },
+    )))
+    .with_sender(p.response_sender)
+    .with_recipient(p.response_recipient);
+    if let MessageContent::ActionRequest(rc) = &mut req.content {
+        rc.action_response_id = Some(resp.id());
+    }
+    (req, resp)
+}
+
+fn to_self(branch_id: uuid::Uuid) -> ActionParticipants {
+    let b = Some(Participant::Id(branch_id));
+    ActionParticipants {
+        request_sender: b.clone(),
+        request_recipient: b.clone(),
+        response_sender: b.clone(),
+        response_recipient: b,
+    }
+}
+
+/// The record of a call the gate refused: stored, never dispatched, its
+/// output the reference's `{"error": "denied by governance gate",
+/// "function": f}`, which is also what the model is shown.
+fn gate_denied(branch_id: uuid::Uuid, call: &ToolCall) -> (Entry, ActionResponseModel) {
+    let output = json!({"error": GATE_DENIAL, "function": call.function});
+    let pair = linked_pair(call, Some(output.clone()), to_self(branch_id));
+    (
+        Entry {
+            pair,
+            outcome: None,
+        },
+        ActionResponseModel {
+            function: call.function.clone(),
+            arguments: call.arguments.clone(),
+            output: Some(output),
+        },
+    )
+}
+
+/// The record of a call denied by approval (by policy, by whoever was
+/// asked, or because the window closed): stored, never dispatched, its
+/// output shaped like the gate's refusal so a model reads both alike.
+fn approval_denied(branch_id: uuid::Uuid, call: &ProposedCall) -> (Entry, ActionResponseModel) {
+    let mut output = json!({
+        "error": if call.status == CallStatus::Expired { APPROVAL_EXPIRED } else { APPROVAL_DENIAL },
+        "function": call.function,
+    });
+    if let Some(r) = &call.reason {
+        output["reason"] = r.clone().into();
+    }
+    let tc = ToolCall::new(call.function.clone(), call.arguments.clone());
+    let pair = linked_pair(&tc, Some(output.clone()), to_self(branch_id));
+    (
+        Entry {
+            pair,
+            outcome: None,
+        },
+        ActionResponseModel {
+            function: call.function.clone(),
+            arguments: call.arguments.clone(),
+            output: Some(output),
+        },
+    )
+}
+
+/// The error text of a call denied by approval.
+pub const APPROVAL_DENIAL: &str = "denied by approval";
+
+/// The error text of a call whose approval window closed undecided.
+pub const APPROVAL_EXPIRED: &str = "approval expired";
+
+/// Marks both messages of a call with what was decided about it.
+fn mark(pair: &mut (Message, Message), call: &ProposedCall) {
+    let Some(decision) = call.status.recorded() else {
+        return;
+    };
+    let mut v = Map::new();
+    v.insert("decision".into(), decision.into());
+    if let Some(r) = &call.reason {
+        v.insert("reason".into(), r.clone().into());
+    }
+    if call.approved_arguments.is_some() {
+        v.insert(
+            "proposed_arguments".into(),
+            Value::Object(call.arguments.clone()),
+        );
+    }
+    for m in [&mut pair.0, &mut pair.1] {
+        m.element
+            .metadata
+            .insert(APPROVAL_KEY.into(), Value::Object(v.clone()));
+    }
+}
+
+/// Sets the provider's call id on the request of each call that has one,
+/// so later requests answer each call under the id the provider gave it.
+pub(crate) fn apply_tool_call_ids(acted: &mut Acted, ids: &[Option<String>]) {
+    let mut changed = false;
+    for (e, id) in acted.entries.iter_mut().zip(ids) {
+        if let Some(id) = id {
+            e.pair
+                .0
+                .element
+                .metadata
+                .insert("tool_call_id".into(), id.clone().into());
+            changed = true;
+        }
+    }
+    if changed {
+        let pairs = acted.entries.iter().map(|e| e.pair.clone()).collect();
+        acted.messages = ordered(pairs, acted.strategy);
+    }
+}
+
+/// The approval policy's verdict on each call: allowed, refused, asked
+/// and answered by the approver, or left pending.
+async fn screen(branch: &Branch, calls: Vec<ToolCall>) -> Vec<ProposedCall> {
+    let policy = policy_of(branch);
+    let mut out = Vec::with_capacity(calls.len());
+    for c in calls {
+        let mut p = ProposedCall::new(c.function, c.arguments);
+        if let Some(policy) = &policy {
+            match policy.evaluate(&p.function, &p.arguments) {
+                ToolPolicy::Always => {}
+                ToolPolicy::Never => {
+                    p.status = CallStatus::Denied;
+                    p.reason = Some("the approval policy never runs this call".into());
+                }
+                ToolPolicy::Ask => match policy.approver_ref() {
+                    Some(a) => {
+                        let d = a.decide(&p).await;
+                        p.decide(d);
+                    }
+                    None => p.status = CallStatus::Pending,
+                },
+            }
+        }
+        out.push(p);
+    }
+    out
+}
+
+/// What screening a batch led to.
+pub(crate) enum Screened {
+    /// Every call decided: the batch ran (or was refused) and is recorded
+    /// off to the side.
+    Done(Acted),
+    /// Some call awaits a decision: nothing ran.
+    Paused(Vec<ProposedCall>),
+}
+
+/// Screens the calls through the approval policy; when all are decided,
+/// runs the batch (see [`execute`]).
 pub(crate) async fn run_calls(
     branch: &mut Branch,
     calls: Vec<ToolCall>,
     opts: ActOptions,
+) -> Screened {
+    let proposed = screen(branch, calls).await;
+    if proposed.iter().any(|c| c.status == CallStatus::Pending) {
+        return Screened::Paused(proposed);
+    }
+    Screened::Done(execute(branch, proposed, opts).await)
+}
+
+/// Runs decided calls: denied ones are recorded as such; the others go
+/// past the branch's gate (operations.md §6 step 1) with the arguments
+/// approved, and the allowed ones run. Each run is logged; the record is
+/// built off to the side, in call order.
+pub(crate) async fn execute(
+    branch: &mut Branch,
+    calls: Vec<ProposedCall>,
+    opts: ActOptions,
 ) -> Acted {
+    let mut allowed = Vec::with_capacity(calls.len());
+    for c in &calls {
+        let runs = !matches!(
+            c.status,
+            CallStatus::Denied | CallStatus::Expired | CallStatus::Pending
+        ) && branch.authorize(&c.function, c.effective_arguments()).await;
+        allowed.push(runs);
+    }
+    let dispatched: Vec<ToolCall> = calls
+        .iter()
+        .zip(&allowed)
+        .filter(|(_, ok)| **ok)
+        .map(|(c, _)| ToolCall::new(c.function.clone(), c.effective_arguments().clone()))
+        .collect();
     let invoke = InvokeOptions {
         timeout: opts.timeout,
         max_concurrency: match opts.strategy {
@@ -148,70 +358,80 @@ pub(crate) async fn run_calls(
         },
     };
     let span = tracing::info_span!("act", calls = calls.len());
-    let outcomes =
-        tracing::Instrument::instrument(branch.acts().invoke_all(calls, invoke), span).await;
+    let outcomes = if dispatched.is_empty() {
+        Vec::new()
+    } else {
+        tracing::Instrument::instrument(branch.acts().invoke_all(dispatched, invoke), span).await
+    };
     let branch_id = branch.id();
-    let mut requests = Vec::new();
-    let mut responses = Vec::new();
-    let mut models = Vec::new();
-    for o in &outcomes {
-        branch.log(Log::from_json(o.log_content(branch_id)));
-        if let Err(e) = &o.result {
-            tracing::warn!(function = %o.call.function, error = %e, "tool call failed");
-        }
-        let p = o.participants(branch_id);
-        let mut req = Message::action_request(o.call.function.clone(), o.call.arguments.clone())
-            .with_sender(p.request_sender)
-            .with_recipient(p.request_recipient);
-        let resp = Message::new(MessageContent::ActionResponse(Box::new(
-            ActionResponseContent {
-                function: o.call.function.clone(),
-                arguments: o.call.arguments.clone(),
-                output: o.response_output(),
-                action_request_id: Some(req.id()),
-                error: None,
-            },
-        )))
-        .with_sender(p.response_sender)
-        .with_recipient(p.response_recipient);
-        if let MessageContent::ActionRequest(rc) = &mut req.content {
-            rc.action_response_id = Some(resp.id());
-        }
-        requests.push(req);
-        responses.push(resp);
-        models.push(ActionResponseModel {
-            function: o.call.function.clone(),
-            arguments: o.call.arguments.clone(),
-            output: o.returned_output(),
-        });
+    let mut outcomes = outcomes.into_iter();
+    let mut entries = Vec::with_capacity(calls.len());
+    let mut models = Vec::with_capacity(calls.len());
+    for (call, ok) in calls.iter().zip(allowed) {
+        let refused_by_approval = matches!(call.status, CallStatus::Denied | CallStatus::Expired);
+        let outcome = if ok { outcomes.next() } else { None };
+        let (mut entry, model) = match outcome {
+            None if refused_by_approval => approval_denied(branch_id, call),
+            None => gate_denied(
+                branch_id,
+                &ToolCall::new(call.function.clone(), call.effective_arguments().clone()),
+            ),
+            Some(o) => {
+                branch.log(Log::from_json(o.log_content(branch_id)));
+                if let Err(e) = &o.result {
+                    tracing::warn!(function = %o.call.function, error = %e, "tool call failed");
+                }
+                let pair = linked_pair(&o.call, o.response_output(), o.participants(branch_id));
+                let model = ActionResponseModel {
+                    function: o.call.function.clone(),
+                    arguments: o.call.arguments.clone(),
+                    output: o.returned_output(),
+                };
+                (
+                    Entry {
+                        pair,
+                        outcome: Some(o),
+                    },
+                    model,
+                )
+            }
+        };
+        mark(&mut entry.pair, call);
+        entries.push(entry);
+        models.push(model);
     }
-    let pairs: Vec<(Message, Message)> = requests.into_iter().zip(responses).collect();
+    let pairs: Vec<(Message, Message)> = entries.iter().map(|e| e.pair.clone()).collect();
     Acted {
         responses: models,
-        messages: ordered(pairs.clone(), opts.strategy),
-        outcomes,
-        pairs,
+        messages: ordered(pairs, opts.strategy),
+        entries,
         strategy: opts.strategy,
     }
 }
 
-pub(crate) async fn act(
+/// Commits a batch run by `act` and surfaces its first failure when errors
+/// are not suppressed.
+pub(crate) fn settle(
     branch: &mut Branch,
-    calls: Vec<ToolCall>,
-    opts: ActOptions,
+    acted: Acted,
+    suppress_errors: bool,
 ) -> Result<Vec<ActionResponseModel>> {
-    let acted = run_calls(branch, calls, opts).await;
-    if !opts.suppress_errors {
-        if let Some(failed) = acted.outcomes.iter().find(|o| o.result.is_err()) {
+    if !suppress_errors {
+        let failed = acted
+            .entries
+            .iter()
+            .filter_map(|e| e.outcome.as_ref())
+            .find(|o| o.result.is_err())
+            .cloned();
+        if let Some(failed) = failed {
             // As the reference: failures of a tool that ran are recorded
-            // before the error surfaces; calls refused before running are
-            // not.
+            // before the error surfaces, and so are refusals; calls
+            // refused before running are not.
             let kept: Vec<(Message, Message)> = acted
-                .pairs
+                .entries
                 .into_iter()
-                .zip(&acted.outcomes)
-                .filter(|(_, o)| o.reached_tool())
-                .map(|(pair, _)| pair)
+                .filter(|e| e.outcome.as_ref().is_none_or(CallOutcome::reached_tool))
+                .map(|e| e.pair)
                 .collect();
             let kept = ordered(kept, acted.strategy);
             let n = commit(branch, kept);
@@ -232,4 +452,21 @@ pub(crate) async fn act(
     }
     commit(branch, acted.messages);
     Ok(acted.responses)
+}
+
+pub(crate) async fn act(
+    branch: &mut Branch,
+    calls: Vec<ToolCall>,
+    opts: ActOptions,
+) -> Result<Vec<ActionResponseModel>> {
+    crate::turn::refuse_while_paused(branch)?;
+    match run_calls(branch, calls, opts).await {
+        Screened::Done(acted) => settle(branch, acted, opts.suppress_errors),
+        Screened::Paused(calls) => {
+            let expiry = policy_of(branch).and_then(|p| p.expiry());
+            let p = PendingApproval::new("act", calls, opts, expiry, None);
+            p.store(branch);
+            Err(p.paused(Committed::default()))
+        }
+    }
 }

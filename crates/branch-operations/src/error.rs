@@ -81,6 +81,16 @@ pub enum OperationError {
         /// Why.
         message: String,
     },
+    /// Tool calls await approval: the turn is paused, not failed. Its
+    /// model reply is recorded and the proposed calls are kept in the
+    /// branch's metadata (`pending_approval`) until `resume`.
+    #[error("{calls} tool call(s) await approval; the turn is paused ({committed})")]
+    ApprovalPending {
+        /// Calls still awaiting a decision.
+        calls: usize,
+        /// What was recorded (the paused turn's reply included).
+        committed: Committed,
+    },
     /// A streamed run failed.
     #[error("run failed: {message} ({committed})")]
     Run {
@@ -99,6 +109,7 @@ impl OperationError {
             | Self::Compile { committed, .. }
             | Self::Parse { committed, .. }
             | Self::Action { committed, .. }
+            | Self::ApprovalPending { committed, .. }
             | Self::Run { committed, .. } => *committed,
             Self::InvalidArgument { .. } => Committed::default(),
         }
@@ -110,6 +121,7 @@ impl OperationError {
             | Self::Compile { committed, .. }
             | Self::Parse { committed, .. }
             | Self::Action { committed, .. }
+            | Self::ApprovalPending { committed, .. }
             | Self::Run { committed, .. } => *committed = c,
             Self::InvalidArgument { .. } => {}
         }

@@ -29,6 +29,7 @@
 //! they happen, in the reference's record shapes.
 
 mod act;
+mod approval;
 mod chat;
 mod communicate;
 mod display;
@@ -40,6 +41,7 @@ mod interpret;
 mod middle;
 mod operate;
 mod parse;
+mod pending;
 mod persist;
 mod react;
 mod run;
@@ -54,7 +56,13 @@ use branch_core::message::Message;
 use futures_core::Stream;
 use serde::de::DeserializeOwned;
 
-pub use act::{ActOptions, ActionResponseModel, Strategy, tool_call_from_value};
+pub use act::{
+    APPROVAL_DENIAL, APPROVAL_EXPIRED, ActOptions, ActionResponseModel, GATE_DENIAL, Strategy,
+    tool_call_from_value,
+};
+pub use approval::{
+    ApprovalPolicy, Approver, ApproverFuture, BranchApproval, Decision, ToolPolicy,
+};
 pub use branch_messages::ResponseFormat;
 pub use chat::ChatOptions;
 pub use communicate::{CommunicateOptions, Reply};
@@ -69,6 +77,10 @@ pub use interpret::InterpretOptions;
 pub use middle::{CallModel, ModelCallFuture, OperateMiddle};
 pub use operate::{OperateOptions, Operated};
 pub use parse::{OnParseFailure, ParseOptions, Parsed, Unparsed};
+pub use pending::{
+    APPROVAL_KEY, CallStatus, PENDING_KEY, PendingApproval, ProposedCall, Resumed,
+    pending_approval, resume,
+};
 pub use persist::default_persist_dir;
 pub use react::{
     BetweenRounds, BetweenRoundsFn, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound,

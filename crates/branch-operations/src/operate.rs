@@ -12,7 +12,11 @@ use branch_messages::ResponseFormat;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
-use crate::act::{ActOptions, ActionResponseModel, Strategy, run_calls, tool_call_from_value};
+use crate::act::{
+    ActOptions, ActionResponseModel, Screened, Strategy, apply_tool_call_ids, run_calls,
+    tool_call_from_value,
+};
+use crate::approval::policy_of;
 use crate::communicate::{
     CommunicateOptions, Communicated, Middle, commit_turn, communicate_inner,
 };
@@ -23,6 +27,7 @@ use crate::fuzzy::Unmatched;
 use crate::middle::OperateMiddle;
 use crate::parse::{OnParseFailure, Parsed, decode, outcome};
 use crate::parse::{ParseOptions, parse_with_repairs};
+use crate::pending::PendingApproval;
 use crate::run::RunOptions;
 use crate::turn::{TurnInput, turn_setters};
 
@@ -456,21 +461,34 @@ async fn finish(
             }
         }
         if !calls.is_empty() {
-            let mut acted = run_calls(branch, calls, act).await;
-            if native {
+            let ids: Vec<Option<String>> = if native {
                 // The provider's call ids, so later requests answer each
                 // call under the id the provider gave it.
-                let ids = c.tool_calls.iter().map(|tc| tc.id.clone());
-                let requests = acted.messages.iter_mut().filter(|m| {
-                    matches!(
-                        m.content,
-                        branch_core::message::MessageContent::ActionRequest(_)
-                    )
-                });
-                for (m, id) in requests.zip(ids) {
-                    m.element.metadata.insert("tool_call_id".into(), id.into());
+                c.tool_calls.iter().map(|tc| Some(tc.id.clone())).collect()
+            } else {
+                Vec::new()
+            };
+            let acted = match run_calls(branch, calls, act).await {
+                Screened::Done(mut acted) => {
+                    apply_tool_call_ids(&mut acted, &ids);
+                    acted
                 }
-            }
+                Screened::Paused(mut proposed) => {
+                    // The reply is kept; the calls wait in the metadata.
+                    for (p, id) in proposed.iter_mut().zip(ids) {
+                        p.tool_call_id = id;
+                    }
+                    let n = commit_turn(branch, c.clear_first, messages);
+                    let expiry = policy_of(branch).and_then(|p| p.expiry());
+                    let pending =
+                        PendingApproval::new("operate", proposed, act, expiry, structured.clone());
+                    pending.store(branch);
+                    return Err(pending.paused(Committed {
+                        messages: n,
+                        turns: 1,
+                    }));
+                }
+            };
             messages.extend(acted.messages);
             action_responses = acted.responses;
             if let Some(Value::Object(o)) = structured.as_mut() {

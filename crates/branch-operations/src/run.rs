@@ -24,8 +24,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 use uuid::Uuid;
 
-use crate::act::{ActOptions, run_calls};
+use crate::act::{ActOptions, Screened, run_calls};
+use crate::approval::policy_of;
 use crate::error::{Committed, OperationError, Result};
+use crate::pending::PendingApproval;
 use crate::persist::Persist;
 use crate::turn::{
     SendOptions, TurnInput, commit, compile, connect_models, instruction_message, turn_setters,
@@ -207,6 +209,9 @@ struct RunState<'b> {
     obs: Option<crate::signals::RunObs>,
     span: tracing::Span,
     persist: Option<Persist>,
+    /// Set when the turn paused on calls awaiting approval: yielded after
+    /// the turn's messages.
+    paused: Option<OperationError>,
 }
 
 /// Waits for `fut` within the idle window and the overall deadline.
@@ -456,9 +461,28 @@ impl RunState<'_> {
                             )
                         })
                         .collect();
-                    let acted = run_calls(self.branch, calls, self.opts.act).await;
-                    for m in acted.messages {
-                        self.emit(m);
+                    match run_calls(self.branch, calls, self.opts.act).await {
+                        Screened::Done(acted) => {
+                            for m in acted.messages {
+                                self.emit(m);
+                            }
+                        }
+                        Screened::Paused(proposed) => {
+                            // The reply is kept; the calls wait in the
+                            // metadata, and the stream ends with the pause.
+                            let record = std::mem::take(&mut self.record);
+                            let n = commit(self.branch, record);
+                            let expiry = policy_of(self.branch).and_then(|p| p.expiry());
+                            let p =
+                                PendingApproval::new("run", proposed, self.opts.act, expiry, None);
+                            p.store(self.branch);
+                            self.done = true;
+                            self.paused = Some(p.paused(Committed {
+                                messages: n,
+                                turns: 1,
+                            }));
+                            return Ok(());
+                        }
                     }
                 }
                 self.finish();
@@ -774,6 +798,7 @@ pub(crate) fn run(
         done: false,
         deadline: None,
         persist: None,
+        paused: None,
     };
     futures_util::stream::unfold((state, false), |(mut st, started)| async move {
         if !started {
@@ -798,6 +823,10 @@ pub(crate) fn run(
             }
             if st.done {
                 st.close_persist().await;
+                if let Some(e) = st.paused.take() {
+                    let e = st.failed(e);
+                    return Some((Err(e), (st, true)));
+                }
                 return None;
             }
             let span = st.span.clone();

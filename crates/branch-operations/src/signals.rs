@@ -79,5 +79,6 @@ fn error_kind(e: &OperationError) -> &'static str {
         OperationError::Action { .. } => "ActionError",
         OperationError::InvalidArgument { .. } => "ValueError",
         OperationError::Run { .. } => "RunError",
+        OperationError::ApprovalPending { .. } => "ApprovalPending",
     }
 }

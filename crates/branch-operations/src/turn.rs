@@ -25,6 +25,7 @@ const API_CALLING: &str = "lionagi.service.connections.api_calling.APICalling";
 /// Upgrades configuration-only models to connected ones, keeping a parse
 /// model that aliases the chat model aliased.
 pub(crate) fn connect_models(branch: &mut Branch) -> Result<()> {
+    refuse_while_paused(branch)?;
     let chat = branch.chat_model().clone();
     let parse = branch.parse_model().clone();
     let aliased = same_model(&chat, &parse);
@@ -378,6 +379,19 @@ pub(crate) async fn send(
 
 /// Appends a finished turn's messages, in order, through the message
 /// manager (so `on_message_added` sees each).
+/// A branch whose turn awaits approval takes no new turn: its history
+/// lacks the answers to the calls it proposed, and a later resume would
+/// append them after the newer turn.
+pub(crate) fn refuse_while_paused(branch: &Branch) -> Result<()> {
+    if branch.metadata().contains_key(crate::pending::PENDING_KEY) {
+        return Err(OperationError::InvalidArgument {
+            what: "branch",
+            message: "a turn of this branch awaits approval; resume it first".into(),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn commit(branch: &mut Branch, messages: Vec<Message>) -> usize {
     let n = messages.len();
     for m in messages {

@@ -399,3 +399,73 @@ async fn run_operation_many_passes_each_branch() {
         Err(SessionError::UnknownOperation(_))
     ));
 }
+
+fn replied(usage: Value) -> SharedBranch {
+    let mut b = Branch::new().unwrap();
+    let mut m = Message::assistant("ok");
+    m.element
+        .metadata
+        .insert("model_response".into(), json!({"usage": usage}));
+    b.msgs_mut().add_message(m);
+    share(b)
+}
+
+#[tokio::test]
+async fn usage_is_summed_per_branch_and_per_session() {
+    let a = replied(json!({"prompt_tokens": 11, "completion_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 4}}));
+    let b = replied(json!({"input_tokens": 5, "output_tokens": 2}));
+    assert_eq!(a.lock().await.usage().input_tokens, 7);
+    let s = Session::builder()
+        .branch(a)
+        .branch(b)
+        .build()
+        .await
+        .unwrap();
+    let u = s.usage().await;
+    assert_eq!(
+        (u.input_tokens, u.output_tokens, u.cached_tokens),
+        (12, 9, 4)
+    );
+    assert!(u.usage_valid);
+}
+
+#[derive(Default)]
+struct Denials(std::sync::Mutex<Vec<String>>);
+
+impl Observer for Denials {
+    fn observe(&self, signal: Signal) {
+        if let Signal::GateDenied { invocation, .. } = signal {
+            self.0.lock().unwrap().push(invocation.function);
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_session_gate_reaches_members_and_leaves_with_removal() {
+    let denials = Arc::new(Denials::default());
+    let mut s = Session::builder()
+        .observer(denials.clone())
+        .build()
+        .await
+        .unwrap();
+    let member = s.default_branch().unwrap();
+    s.set_gate(Some(branch_core::gate_fn(|c| c.function != "rm")))
+        .await;
+    let late = share(Branch::new().unwrap());
+    s.include([late.clone()]).await.unwrap();
+    let none = serde_json::Map::new();
+    assert!(member.lock().await.authorize("ls", &none).await);
+    assert!(!member.lock().await.authorize("rm", &none).await);
+    assert!(
+        !late.lock().await.authorize("rm", &none).await,
+        "included after"
+    );
+    assert_eq!(*denials.0.lock().unwrap(), ["rm", "rm"]);
+    let id = late.lock().await.id();
+    s.remove(id).await.unwrap();
+    assert!(
+        late.lock().await.authorize("rm", &none).await,
+        "no gate once removed"
+    );
+}

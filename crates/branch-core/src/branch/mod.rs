@@ -19,6 +19,7 @@ use uuid::Uuid;
 use crate::action::{ActionManager, RegisteredTool};
 use crate::element::Element;
 use crate::extensions::Extensions;
+use crate::gate::{Gate, GateSlot, ToolInvocation};
 use crate::log::{DataLogger, Log};
 use crate::memory::{InMemoryStore, MemoryStore};
 use crate::message::{Message, MessageManager};
@@ -53,6 +54,7 @@ pub struct Branch {
     memory: OnceLock<Arc<dyn MemoryStore>>,
     extensions: Extensions,
     observer: ObserverSlot,
+    gate: GateSlot,
     owning_session: Option<Uuid>,
 }
 
@@ -125,6 +127,7 @@ impl Branch {
             memory: memory_cell,
             extensions: Extensions::default(),
             observer,
+            gate: GateSlot::default(),
             owning_session: None,
         }
     }
@@ -234,6 +237,13 @@ impl Branch {
     /// The logs.
     pub fn logs(&self) -> &Pile<Log> {
         self.logger.logs()
+    }
+
+    /// Token usage and cost summed over every assistant response of the
+    /// conversation (OpenAI- or Anthropic-style usage, as `RunEnd`
+    /// reports it; `duration_ms` is 0).
+    pub fn usage(&self) -> crate::observer::RunUsage {
+        crate::observer::RunUsage::from_messages(self.messages().iter())
     }
 
     /// Appends a log entry.
@@ -382,11 +392,13 @@ impl Branch {
         self.operations = operations;
     }
 
-    /// Detaches every session reference; the branch gets a fresh operation
-    /// registry. Nothing of the conversation is touched.
+    /// Detaches every session reference (owner, observer, gate); the branch
+    /// gets a fresh operation registry. Nothing of the conversation is
+    /// touched.
     pub fn detach_session(&mut self) {
         self.owning_session = None;
         self.observer.set(None);
+        self.gate.set(None);
         self.operations = Arc::new(RwLock::new(OperationManager::new()));
     }
 
@@ -398,6 +410,30 @@ impl Branch {
     /// The attached observer.
     pub fn observer(&self) -> Option<Arc<dyn Observer>> {
         self.observer.get()
+    }
+
+    /// Attaches (or removes) the governance gate consulted before every
+    /// tool call. Like the observer, it is a live reference: never
+    /// serialized, never cloned.
+    pub fn set_gate(&mut self, gate: Option<Arc<dyn Gate>>) {
+        self.gate.set(gate);
+    }
+
+    /// The attached gate.
+    pub fn gate(&self) -> Option<Arc<dyn Gate>> {
+        self.gate.get()
+    }
+
+    /// The verdict on a proposed call of this branch (the reference's
+    /// `authorize`): allowed without a gate, else the gate's answer, a
+    /// failing gate denying; a denial is signalled as `GateDenied`.
+    pub async fn authorize(&self, function: &str, arguments: &Map<String, Value>) -> bool {
+        let call = ToolInvocation {
+            function: function.to_owned(),
+            arguments: arguments.clone(),
+            branch_id: self.id(),
+        };
+        self.gate.authorize(&call, &self.observer).await
     }
 
     /// A handle on the observer slot itself: a message callback holding it

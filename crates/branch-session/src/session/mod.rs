@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, OnceLock, RwLock};
 
 use branch_core::{
-    Branch, InMemoryStore, MemoryStore, Observer, OperationError, OperationManager,
+    Branch, Gate, InMemoryStore, MemoryStore, Observer, OperationError, OperationManager,
     SharedOperations,
 };
 use indexmap::IndexMap;
@@ -55,6 +55,7 @@ pub struct Session {
     default_branch: Option<Uuid>,
     operations: SharedOperations,
     observer: Option<Arc<dyn Observer>>,
+    gate: Option<Arc<dyn Gate>>,
     memory: OnceLock<Arc<dyn MemoryStore>>,
 }
 
@@ -117,6 +118,7 @@ impl SessionBuilder {
             default_branch: None,
             operations: Arc::new(RwLock::new(OperationManager::new())),
             observer: self.observer,
+            gate: None,
             memory,
         };
         let branches = if self.branches.is_empty() {
@@ -153,6 +155,20 @@ impl Session {
     /// The shared operation registry.
     pub fn operations(&self) -> &SharedOperations {
         &self.operations
+    }
+
+    /// The governance gate attached to members (the reference's gate on
+    /// the session observer): consulted before every tool call of a member.
+    pub fn gate(&self) -> Option<&Arc<dyn Gate>> {
+        self.gate.as_ref()
+    }
+
+    /// Replaces the gate, on the session and on every member.
+    pub async fn set_gate(&mut self, gate: Option<Arc<dyn Gate>>) {
+        self.gate = gate;
+        for h in self.members.values() {
+            h.lock().await.set_gate(self.gate.clone());
+        }
     }
 
     /// The observer attached to members.
@@ -217,6 +233,7 @@ impl Session {
 
         for g in guards.iter_mut() {
             g.attach_session(self.id, self.observer.clone(), Arc::clone(&self.operations));
+            g.set_gate(self.gate.clone());
             if !g.has_memory() {
                 g.adopt_memory(Arc::clone(self.memory()));
             }
@@ -306,6 +323,17 @@ impl Session {
     /// Members in inclusion order.
     pub fn branches(&self) -> impl Iterator<Item = (&Uuid, &SharedBranch)> {
         self.members.iter()
+    }
+
+    /// Token usage and cost summed over every member's assistant
+    /// responses. Each member is locked in turn, so a turn in progress is
+    /// waited for and counted whole or not at all.
+    pub async fn usage(&self) -> branch_core::RunUsage {
+        let mut total = branch_core::RunUsage::default();
+        for b in self.members.values() {
+            total.merge(&b.lock().await.usage());
+        }
+        total
     }
 
     /// Number of members.

@@ -72,6 +72,14 @@ pub trait BranchStore: Send + Sync {
     /// Writes the whole branch, replacing what was stored under its id.
     async fn save(&self, branch: &Branch) -> Result<(), StoreError>;
 
+    /// [`BranchStore::save`], only if the stored branch is still at
+    /// `expected_version`: otherwise nothing is written and the answer is
+    /// [`StoreError::Conflict`] ([`StoreError::NotFound`] when it is not
+    /// stored). Returns the branch's new version. This is how a writer
+    /// that must also change metadata (a turn paused for approval) writes
+    /// the whole branch without overwriting another writer's newer turns.
+    async fn save_at(&self, branch: &Branch, expected_version: u64) -> Result<u64, StoreError>;
+
     /// Appends one turn's messages to a stored branch, atomically: after a
     /// crash either every message of the turn is stored or none is. A
     /// message whose id is already stored replaces it in place (an action

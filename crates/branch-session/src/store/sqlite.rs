@@ -237,6 +237,42 @@ impl BranchStore for SqliteStore {
             .await
     }
 
+    async fn save_at(&self, branch: &Branch, expected_version: u64) -> Result<u64, StoreError> {
+        let id = branch.id();
+        let split = layout::split(branch).map_err(|source| StoreError::Branch { id, source })?;
+        let now = branch_core::element::now();
+        self.pool
+            .run(move |c, p| {
+                let err = |e| sql_err(p, format!("save branch {}", split.id), e);
+                let tx = c
+                    .transaction_with_behavior(TransactionBehavior::Immediate)
+                    .map_err(err)?;
+                let found: Option<i64> = tx
+                    .query_row(
+                        "SELECT version FROM branches WHERE id = ?1",
+                        params![split.id.to_string()],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(err)?;
+                let Some(found) = found else {
+                    return Err(StoreError::NotFound(split.id));
+                };
+                let found = version_of(p, split.id, found)?;
+                if found != expected_version {
+                    return Err(StoreError::Conflict {
+                        branch: split.id,
+                        expected: expected_version,
+                        found,
+                    });
+                }
+                write_branch_versioned(&tx, &split, now).map_err(err)?;
+                tx.commit().map_err(err)?;
+                Ok(found.saturating_add(1))
+            })
+            .await
+    }
+
     async fn append_turn(&self, branch_id: Uuid, messages: &[Message]) -> Result<(), StoreError> {
         let rows = layout::turn_rows(branch_id, messages)?;
         let now = branch_core::element::now();

@@ -58,6 +58,33 @@ pub(crate) fn store_command(
                 }
                 write(out, &text)
             }
+            ["branch", "pending"] => {
+                let mut text = String::new();
+                for b in store.list().await.map_err(store_err)? {
+                    let branch = store.load(b.id).await.map_err(store_err)?;
+                    let name = b.name.as_deref().unwrap_or("-");
+                    match branch_operations::pending_approval(&branch) {
+                        Ok(Some(p)) => {
+                            let waiting: Vec<&str> =
+                                p.waiting().map(|c| c.function.as_str()).collect();
+                            text.push_str(&format!(
+                                "{}  {:<20} {} call(s) awaiting approval since {}: {}\n",
+                                b.id,
+                                name,
+                                waiting.len(),
+                                timestamp(p.created_at),
+                                waiting.join(", ")
+                            ));
+                        }
+                        Ok(None) => {}
+                        Err(e) => text.push_str(&format!("{}  {name:<20} {e}\n", b.id)),
+                    }
+                }
+                if text.is_empty() {
+                    text.push_str("no conversation is awaiting approval\n");
+                }
+                write(out, &text)
+            }
             ["branch", "show", key] => {
                 let id = resolve(store, &label, key).await?;
                 let branch = store.load(id).await.map_err(store_err)?;
@@ -312,7 +339,7 @@ pub fn listing(branch: &Branch) -> String {
     let name = branch.name().unwrap_or("(unnamed)");
     let model = branch.chat_model().config();
     s.push_str(&format!(
-        "branch {} {name}  user: {}  model: {}/{}  messages: {}  logs: {}\n",
+        "branch {} {name}  user: {}  model: {}/{}  messages: {}  logs: {}  tokens: {}\n",
         branch.id(),
         branch
             .user()
@@ -321,6 +348,7 @@ pub fn listing(branch: &Branch) -> String {
         model.model_name().unwrap_or("?"),
         branch.messages().len(),
         branch.logs().len(),
+        usage_text(&branch.usage()),
     ));
     for m in branch
         .progression()
@@ -341,6 +369,25 @@ pub fn listing(branch: &Branch) -> String {
         ));
     }
     s
+}
+
+/// Token usage as `branch show` prints it: input and output, then what
+/// was served from or written to a prompt cache and the cost, when any.
+fn usage_text(u: &branch_core::RunUsage) -> String {
+    let mut t = format!("{} in / {} out", u.input_tokens, u.output_tokens);
+    if u.cached_tokens > 0 {
+        t.push_str(&format!(" / {} cached", u.cached_tokens));
+    }
+    if u.cache_write_tokens > 0 {
+        t.push_str(&format!(" / {} cache-written", u.cache_write_tokens));
+    }
+    if let Some(c) = u.total_cost_usd {
+        t.push_str(&format!(" / ${c:.4}"));
+    }
+    if !u.usage_valid {
+        t.push_str(" (some usage unreadable)");
+    }
+    t
 }
 
 /// Ids are long; show their first 8 characters.
@@ -404,4 +451,33 @@ fn first_line(m: &Message) -> String {
         out.push_str(" …");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn show_sums_the_token_usage_of_the_replies() {
+        let mut b = Branch::new().unwrap();
+        for usage in [
+            json!({"prompt_tokens": 11, "completion_tokens": 7,
+                "prompt_tokens_details": {"cached_tokens": 4}}),
+            json!({"input_tokens": 5, "output_tokens": 2}),
+        ] {
+            let mut m = Message::assistant("ok");
+            m.element.metadata.insert(
+                "model_response".into(),
+                json!({"usage": usage, "total_cost_usd": 0.25}),
+            );
+            b.msgs_mut().add_message(m);
+        }
+        let head = listing(&b);
+        let head = head.lines().next().unwrap();
+        assert!(
+            head.ends_with("tokens: 12 in / 9 out / 4 cached / $0.5000"),
+            "{head}"
+        );
+    }
 }

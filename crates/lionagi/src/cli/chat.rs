@@ -12,9 +12,10 @@ use std::io::IsTerminal;
 use serde_json::json;
 use tokio::runtime::Runtime;
 
+use super::approve;
 use super::chat_args::{CHAT_USAGE, ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
-use super::conversation::Conversation;
+use super::conversation::{self, Conversation};
 use super::input::{Input, Line};
 use super::model_choice;
 use super::turn::{self, Display};
@@ -67,7 +68,12 @@ fn report(e: &ChatError, json: bool) -> i32 {
 }
 
 fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
-    let (model, info) = model_choice::choose(args)?;
+    let (model, info) = if args.resume.is_some() && !args.chooses_model() {
+        let stored = rt.block_on(conversation::stored_model(args))?;
+        model_choice::stored(&stored, args)?
+    } else {
+        model_choice::choose(args)?
+    };
     let mut conv = rt.block_on(Conversation::open(args, model))?;
     let display = Display {
         stream: !args.json,
@@ -75,15 +81,27 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
         spinner: !args.json && std::io::stdout().is_terminal() && std::io::stderr().is_terminal(),
     };
     if let Some(question) = &args.question {
-        let result = one_turn(rt, &mut conv, question, &info, display, args);
+        let mut answers = if args.approve {
+            Some(open_input()?)
+        } else {
+            None
+        };
+        // A turn left paused in the store is settled before a new one.
+        approve::settle(rt, &mut conv, answers.as_mut())?;
+        let result = one_turn(
+            rt,
+            &mut conv,
+            question,
+            &info,
+            display,
+            args,
+            answers.as_mut(),
+        );
         resume_hint(&conv, args);
         return result;
     }
-    let mut input = if std::io::stdin().is_terminal() {
-        Input::terminal()?
-    } else {
-        Input::piped()
-    };
+    let mut input = open_input()?;
+    approve::settle(rt, &mut conv, Some(&mut input))?;
     if input.is_terminal() {
         let resumed = if conv.is_stored() {
             format!(", resuming {} ({} messages)", conv.id(), conv.len())
@@ -99,6 +117,15 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
     input.save_history();
     resume_hint(&conv, args);
     result
+}
+
+/// The terminal's line editor, else the lines of stdin.
+fn open_input() -> Result<Input, ChatError> {
+    if std::io::stdin().is_terminal() {
+        Input::terminal()
+    } else {
+        Ok(Input::piped())
+    }
 }
 
 /// The interactive loop: one turn per line until Ctrl-D, `/exit`, the end
@@ -149,7 +176,7 @@ fn converse(
             }
             continue;
         }
-        match one_turn(rt, conv, line, info, display, args) {
+        match one_turn(rt, conv, line, info, display, args, Some(input)) {
             Ok(()) => {}
             // A person goes on: the conversation is as before the turn.
             Err(e) if person => {
@@ -169,9 +196,15 @@ fn one_turn(
     info: &ModelInfo,
     display: Display,
     args: &ChatArgs,
+    input: Option<&mut Input>,
 ) -> Result<(), ChatError> {
     let answer = rt.block_on(turn::ask(conv.branch_mut(), question, info, display))?;
-    rt.block_on(conv.record_turn())?;
+    if answer.paused {
+        // Written whole before the question, and again once settled.
+        approve::settle(rt, conv, input)?;
+    } else {
+        rt.block_on(conv.record_turn())?;
+    }
     if args.json {
         let line = json!({
             "branch_id": conv.id().to_string(),

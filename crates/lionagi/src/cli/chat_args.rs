@@ -19,11 +19,17 @@ options:
   --resume ID|NAME     continue a stored conversation (needs --store)
   --name NAME          name a new stored conversation (needs --store)
   --json               one JSON object per turn on stdout, errors as JSON on stderr
+  --approve            ask before each tool call: y (run it), n (do not), always (this tool,
+                       from now on); with --store the question waits in the store, so a
+                       conversation killed at the prompt is resumed with --resume NAME --approve
+  --allow-local-network  let a resumed conversation's own model reach a server on this
+                       machine or network (never granted by the stored data itself)
   --max-tokens N       longest reply, in tokens
   --temperature T      sampling temperature
   -h, --help           this text
 
-The model: the flags, else LIONAGI_CHAT_PROVIDER / LIONAGI_CHAT_MODEL, else the embedded
+The model: the flags, else (with --resume) the stored conversation's own model, else
+LIONAGI_CHAT_PROVIDER / LIONAGI_CHAT_MODEL, else the embedded
 model (lionagi built with --features embedded, model fetched by `cargo xtask fetch-model`),
 else openai when OPENAI_API_KEY is set.
 
@@ -51,6 +57,10 @@ pub(crate) struct ChatArgs {
     pub name: Option<String>,
     /// `--json`.
     pub json: bool,
+    /// `--approve`.
+    pub approve: bool,
+    /// `--allow-local-network`.
+    pub allow_local_network: bool,
     /// `--max-tokens`.
     pub max_tokens: Option<u64>,
     /// `--temperature`.
@@ -89,6 +99,8 @@ impl ChatArgs {
                 "--" => options_done = true,
                 "-h" | "--help" => a.help = true,
                 "--json" => a.json = true,
+                "--approve" => a.approve = true,
+                "--allow-local-network" => a.allow_local_network = true,
                 "--provider" => a.provider = Some(value(flag)?),
                 "--model" => a.model = Some(value(flag)?),
                 "--base-url" => a.base_url = Some(value(flag)?),
@@ -149,6 +161,12 @@ impl ChatArgs {
             ));
         }
         Ok(a)
+    }
+
+    /// Whether the flags choose a model (else a resumed conversation keeps
+    /// its own).
+    pub(crate) fn chooses_model(&self) -> bool {
+        self.provider.is_some() || self.model.is_some() || self.base_url.is_some()
     }
 
     /// The model flags as given, to repeat in the resume hint.

@@ -7,10 +7,12 @@ use std::sync::Arc;
 
 use branch_core::Branch;
 use branch_core::model::ChatModel;
+use branch_operations::BranchApproval;
 use branch_session::store::StoreError;
 use uuid::Uuid;
 
 use super::CliError;
+use super::approve::Approvals;
 use super::chat_args::ChatArgs;
 use super::chat_error::ChatError;
 use super::store::{self, Access, OpenStore};
@@ -30,6 +32,18 @@ enum Stored {
     Yes { version: u64, recorded: usize },
 }
 
+/// Another writer's turns are in the store: kept there, and the user is
+/// told how to continue from them.
+fn conflict_error(label: &str, e: &StoreError) -> ChatError {
+    store_error(
+        label,
+        format!(
+            "{e}. Another writer added to this conversation; its turns are kept. \
+             Resume it (--resume) to continue from the stored version."
+        ),
+    )
+}
+
 /// The live conversation.
 pub(crate) struct Conversation {
     branch: Branch,
@@ -38,6 +52,8 @@ pub(crate) struct Conversation {
     name: Option<String>,
     store: Option<OpenStore>,
     stored: Stored,
+    /// With `--approve`: the answers so far (the policy of every branch).
+    pub(crate) approvals: Option<Approvals>,
 }
 
 fn store_error(path: &str, e: impl std::fmt::Display) -> ChatError {
@@ -68,7 +84,9 @@ impl Conversation {
             name: args.name.clone(),
             store,
             stored: Stored::No,
+            approvals: args.approve.then(Approvals::default),
         };
+        conv.apply_policy();
         if let (Some(name), Some(store)) = (&args.name, &conv.store) {
             let taken = store
                 .db
@@ -103,8 +121,42 @@ impl Conversation {
                 recorded: branch.progression().len(),
             };
             conv.branch = branch;
+            conv.apply_policy();
         }
         Ok(conv)
+    }
+
+    /// Gives the branch the approval policy of `--approve`, if asked.
+    fn apply_policy(&mut self) {
+        if let Some(a) = &self.approvals {
+            self.branch.set_approval_policy(Some(a.policy()));
+        }
+    }
+
+    /// Writes the whole branch (metadata included: a paused turn), so the
+    /// store holds exactly what is in memory. Once stored, the write is
+    /// made on the version last written: another writer's newer turns are
+    /// reported as a conflict, never overwritten.
+    pub(crate) async fn save_all(&mut self) -> Result<(), ChatError> {
+        let Stored::Yes { version, .. } = self.stored else {
+            // Not stored yet (or unsure): the first write is the whole branch.
+            return self.record_turn().await;
+        };
+        let Some(store) = &self.store else {
+            return Ok(());
+        };
+        let len = self.branch.progression().len();
+        match store.db.save_at(&self.branch, version).await {
+            Ok(version) => {
+                self.stored = Stored::Yes {
+                    version,
+                    recorded: len,
+                };
+                Ok(())
+            }
+            Err(e @ StoreError::Conflict { .. }) => Err(conflict_error(&store.label, &e)),
+            Err(e) => Err(store_error(&store.label, e)),
+        }
     }
 
     /// The branch the turns run on.
@@ -151,6 +203,7 @@ impl Conversation {
         self.branch = new_branch(self.system.as_deref(), name.as_deref(), &self.model)?;
         self.name = None;
         self.stored = Stored::No;
+        self.apply_policy();
         Ok(())
     }
 
@@ -229,13 +282,7 @@ impl Conversation {
                     }
                     // Kept unrecorded: the next turn retries them as an
                     // append on the same version.
-                    Err(e @ StoreError::Conflict { .. }) => Err(store_error(
-                        &label,
-                        format!(
-                            "{e}. Another writer added to this conversation; its turns are kept. \
-                             Resume it (--resume) to continue from the stored version."
-                        ),
-                    )),
+                    Err(e @ StoreError::Conflict { .. }) => Err(conflict_error(&label, &e)),
                     Err(e) => Err(store_error(
                         &label,
                         format!("{e} (the turn is kept here and is written with the next one)"),
@@ -244,6 +291,30 @@ impl Conversation {
             }
         }
     }
+}
+
+/// The chat model stored with the conversation `--resume` names.
+pub(crate) async fn stored_model(
+    args: &ChatArgs,
+) -> Result<branch_core::model::ModelConfig, ChatError> {
+    let (Some(spec), Some(key)) = (&args.store, &args.resume) else {
+        return Err(ChatError::Usage("`--resume` needs `--store PATH`".into()));
+    };
+    let store = store::open(spec, Access::Read)
+        .await
+        .map_err(|e| store_error(&store::label(spec), e))?;
+    let id = super::branch::resolve(store.db.as_ref(), &store.label, key)
+        .await
+        .map_err(|e| match e {
+            CliError::NotFound { path, reason } => ChatError::NotFound { path, reason },
+            other => store_error(&store.label, other),
+        })?;
+    let branch = store
+        .db
+        .load(id)
+        .await
+        .map_err(|e| store_error(&store.label, e))?;
+    Ok(branch.chat_model().snapshot())
 }
 
 fn new_branch(

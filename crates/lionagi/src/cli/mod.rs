@@ -8,6 +8,7 @@ use std::io::Write;
 
 use branch_core::BranchError;
 
+mod approve;
 mod branch;
 pub mod chat;
 mod chat_args;
@@ -95,6 +96,7 @@ pub const USAGE: &str = "usage:
   lionagi branch show FILE
   lionagi branch roundtrip FILE [--mode python|json|db] [--db-meta-key KEY]
   lionagi branch list --store DB
+  lionagi branch pending --store DB     conversations paused on tool calls awaiting approval
   lionagi branch show ID|NAME --store DB
   lionagi branch import FILE --store DB [--replace]
   lionagi branch export ID|NAME [FILE] --store DB

@@ -145,6 +145,54 @@ fn remote(
     Ok((Arc::new(model), info))
 }
 
+/// The stored conversation's own model (`--resume` without model flags):
+/// its provider, model name and server from the store, its key from the
+/// environment, local-network access only with `--allow-local-network`
+/// (a restored model never regains it by itself).
+pub(crate) fn stored(stored: &ModelConfig, args: &ChatArgs) -> Result<Chosen, ChatError> {
+    let mut config = stored.clone();
+    config.set_allow_local_network(args.allow_local_network);
+    sampling(&mut config, args)?;
+    let key_var = config.key_env().map(str::to_owned);
+    let info = ModelInfo {
+        label: label(&config),
+        provider: config.provider().to_owned(),
+        base_url: config.base_url().map(str::to_owned),
+        key_var: key_var.clone(),
+    };
+    if config.provider_spec().is_some_and(|s| s.name == "local") {
+        let config: Arc<dyn ChatModel> = Arc::new(config);
+        let model = branch_models::connect(&config).map_err(|e| ChatError::from_model(e, &info))?;
+        return Ok((model, info));
+    }
+    let needs_key = config.endpoint().auth_type != AuthType::None;
+    // A stored file chooses the address, so the environment's key goes
+    // only to the provider's registered one; any other server gets none.
+    let model = if !needs_key {
+        IModel::new(config)
+    } else if !config.base_url_is_registered() {
+        IModel::new(without_auth(&config)?)
+    } else {
+        match key_var.as_deref().and_then(ApiKey::from_env) {
+            Some(key) => IModel::with_api_key(config, key),
+            None => {
+                return Err(match key_var {
+                    Some(var) => ChatError::MissingKey {
+                        provider: info.provider.clone(),
+                        var,
+                    },
+                    None => ChatError::Usage(format!(
+                        "provider {} needs a key and has no key variable; choose a model with --base-url",
+                        info.provider
+                    )),
+                });
+            }
+        }
+    }
+    .map_err(|e| ChatError::from_model(e, &info))?;
+    Ok((Arc::new(model), info))
+}
+
 /// The same configuration, sending no credentials.
 fn without_auth(config: &ModelConfig) -> Result<ModelConfig, ChatError> {
     let mut dict = config.to_dict(true, true);
@@ -223,6 +271,34 @@ mod tests {
         assert!(is_loopback("http://[::1]:9000/v1"));
         assert!(!is_loopback("https://api.openai.com/v1"));
         assert!(!is_loopback("http://127.0.0.1.example.com/v1"));
+    }
+
+    #[test]
+    fn a_resumed_conversation_keeps_its_model_and_earns_local_access_by_flag() {
+        let kept = ModelConfig::builder()
+            .provider("openai")
+            .model("stored-model")
+            .base_url("http://127.0.0.1:1/v1")
+            .build()
+            .unwrap();
+        let args = ChatArgs::parse(&[
+            "--store".into(),
+            "s.db".into(),
+            "--resume".into(),
+            "c".into(),
+        ])
+        .unwrap();
+        let (model, info) = stored(&kept, &args).unwrap();
+        let config = model.snapshot();
+        assert_eq!(info.label, "openai/stored-model");
+        assert_eq!(config.base_url(), Some("http://127.0.0.1:1/v1"));
+        assert!(!config.allow_local_network(), "never from the stored data");
+        // Not the provider's own address: the environment's key is not sent.
+        assert_eq!(config.endpoint().auth_type, AuthType::None);
+        let mut args = args;
+        args.allow_local_network = true;
+        let (model, _) = stored(&kept, &args).unwrap();
+        assert!(model.snapshot().allow_local_network());
     }
 
     #[test]

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use branch_core::{Branch, Message, MessageContent};
-use branch_operations::{BranchOperations, RunOptions};
+use branch_operations::{BranchOperations, OperationError, RunOptions};
 use futures_util::StreamExt;
 use serde_json::Value;
 
@@ -32,6 +32,9 @@ pub(crate) struct Answer {
     pub served_model: Option<String>,
     /// Token usage, when the provider reported it.
     pub usage: Option<Value>,
+    /// The reply asked for tool calls that await approval: the turn is
+    /// paused (its reply recorded, the calls kept on the branch).
+    pub paused: bool,
 }
 
 /// Asks `question` on `branch`. `Err(ChatError::Interrupted)` when Ctrl-C
@@ -99,7 +102,8 @@ pub(crate) async fn ask(
     if cancelled {
         return Err(ChatError::Interrupted);
     }
-    if let Some(e) = failure {
+    let paused = matches!(failure, Some(OperationError::ApprovalPending { .. }));
+    if let Some(e) = failure.filter(|_| !paused) {
         return Err(ChatError::from_operation(e, info));
     }
     let reply = reply.ok_or_else(|| ChatError::Turn("the model sent no reply".into()))?;
@@ -124,6 +128,7 @@ pub(crate) async fn ask(
         text,
         served_model: served,
         usage,
+        paused,
     })
 }
 

@@ -481,13 +481,38 @@ impl PgStore {
         })
     }
 
-    async fn write(&self, split: SplitBranch) -> Result<(), StoreError> {
+    /// Writes the whole branch; with `expected`, only if the stored branch
+    /// is at that version (checked under the row's lock). Returns the new
+    /// version.
+    async fn write(&self, split: SplitBranch, expected: Option<u64>) -> Result<u64, StoreError> {
         let id = split.id;
         let label = self.shared.label.clone();
         let err = |e: tokio_postgres::Error| pg_err(&label, format!("save branch {id}"), e);
         let now = branch_core::element::now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(err)?;
+        if let Some(expected) = expected {
+            let head = tx
+                .query_opt(
+                    &tx.prepare_cached("SELECT version FROM branches WHERE id = $1 FOR UPDATE")
+                        .await
+                        .map_err(err)?,
+                    &[&id],
+                )
+                .await
+                .map_err(err)?;
+            let Some(head) = head else {
+                return Err(StoreError::NotFound(id));
+            };
+            let found = self.version_of(id, head.get(0))?;
+            if found != expected {
+                return Err(StoreError::Conflict {
+                    branch: id,
+                    expected,
+                    found,
+                });
+            }
+        }
         let count = i64::try_from(split.rows.len()).unwrap_or(i64::MAX);
         let version: i64 = tx
             .query_one(
@@ -603,7 +628,8 @@ impl PgStore {
                 .map_err(err)?;
             }
         }
-        tx.commit().await.map_err(err)
+        tx.commit().await.map_err(err)?;
+        self.version_of(id, version)
     }
 }
 
@@ -624,7 +650,13 @@ impl BranchStore for PgStore {
     async fn save(&self, branch: &Branch) -> Result<(), StoreError> {
         let id = branch.id();
         let split = layout::split(branch).map_err(|source| StoreError::Branch { id, source })?;
-        self.write(split).await
+        self.write(split, None).await.map(|_| ())
+    }
+
+    async fn save_at(&self, branch: &Branch, expected_version: u64) -> Result<u64, StoreError> {
+        let id = branch.id();
+        let split = layout::split(branch).map_err(|source| StoreError::Branch { id, source })?;
+        self.write(split, Some(expected_version)).await
     }
 
     async fn append_turn(&self, branch_id: Uuid, messages: &[Message]) -> Result<(), StoreError> {

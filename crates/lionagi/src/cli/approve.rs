@@ -1,0 +1,385 @@
+//! `lionagi chat --approve`: the question before each tool call. Every
+//! tool is asked about (y / n / always) until answered "always". The turn
+//! pauses first and, with `--store`, the pause is written to the store
+//! before the question is asked, so a conversation killed at the prompt
+//! loses nothing: `--resume NAME --approve` asks again and continues it.
+
+use std::collections::BTreeSet;
+
+use branch_operations::{
+    ApprovalPolicy, BranchApproval, Decision, PendingApproval, ProposedCall, ToolPolicy,
+};
+use tokio::runtime::Runtime;
+use uuid::Uuid;
+
+use super::chat_error::ChatError;
+use super::conversation::Conversation;
+use super::input::{Input, Line};
+
+/// Longest display of a call's arguments, in characters: they are model
+/// output, shown to decide, not to be read in full.
+const MAX_SHOWN_ARGUMENTS: usize = 2_000;
+
+/// Unclear answers accepted before the call is left undecided (and the
+/// conversation stays paused).
+const MAX_UNCLEAR_ANSWERS: usize = 5;
+
+/// The tools answered "always" in this session.
+#[derive(Debug, Default)]
+pub(crate) struct Approvals {
+    always: BTreeSet<String>,
+}
+
+/// What one answer means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    Yes,
+    No,
+    Always,
+}
+
+fn parse_answer(text: &str) -> Option<Answer> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "y" | "yes" => Some(Answer::Yes),
+        "n" | "no" => Some(Answer::No),
+        "a" | "always" => Some(Answer::Always),
+        _ => None,
+    }
+}
+
+/// How a proposed call is shown: its name and its arguments as JSON (so
+/// control characters arrive escaped), cut at [`MAX_SHOWN_ARGUMENTS`].
+fn describe(call: &ProposedCall) -> String {
+    let args = serde_json::to_string(&call.arguments).unwrap_or_default();
+    let shown: String = args.chars().take(MAX_SHOWN_ARGUMENTS).collect();
+    let cut = if shown.len() < args.len() {
+        " …(cut)"
+    } else {
+        ""
+    };
+    let name: String = call
+        .function
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect();
+    format!("tool call: {name} {shown}{cut}")
+}
+
+impl Approvals {
+    /// The policy the chat's branch runs with.
+    pub(crate) fn policy(&self) -> ApprovalPolicy {
+        self.always.iter().fold(
+            ApprovalPolicy::new().default_policy(ToolPolicy::Ask),
+            |p, t| p.tool(t.clone(), ToolPolicy::Always),
+        )
+    }
+
+    /// Asks about each call awaiting a decision, reading answers from
+    /// `answer` (given the prompt). `None` when the person left (end of
+    /// input, Ctrl-C) or gave no clear answer: the turn stays paused.
+    pub(crate) fn ask(
+        &mut self,
+        pending: &PendingApproval,
+        mut answer: impl FnMut(&str) -> Result<Line, ChatError>,
+    ) -> Result<Option<Vec<(Uuid, Decision)>>, ChatError> {
+        let mut decisions = Vec::new();
+        for call in pending.waiting() {
+            if self.always.contains(&call.function) {
+                decisions.push((call.call_id, Decision::Approve));
+                continue;
+            }
+            eprintln!("{}", describe(call));
+            let prompt = "run it? [y]es / [n]o / [a]lways for this tool: ";
+            let mut decided = None;
+            for _ in 0..MAX_UNCLEAR_ANSWERS {
+                let text = match answer(prompt)? {
+                    Line::Text(t) => t,
+                    Line::Eof | Line::Interrupted => return Ok(None),
+                };
+                match parse_answer(&text) {
+                    Some(a) => {
+                        decided = Some(a);
+                        break;
+                    }
+                    None => eprintln!("answer y, n or always"),
+                }
+            }
+            let Some(a) = decided else {
+                return Ok(None);
+            };
+            let d = match a {
+                Answer::Yes => Decision::Approve,
+                Answer::No => Decision::Deny(None),
+                Answer::Always => {
+                    self.always.insert(call.function.clone());
+                    Decision::Approve
+                }
+            };
+            decisions.push((call.call_id, d));
+        }
+        Ok(Some(decisions))
+    }
+}
+
+/// Settles the conversation's paused turn, if it has one: writes it to the
+/// store (before asking), asks, resumes, writes the result. A person who
+/// leaves at the question leaves the pause in the store:
+/// [`ChatError::Interrupted`].
+pub(crate) fn settle(
+    rt: &Runtime,
+    conv: &mut Conversation,
+    input: Option<&mut Input>,
+) -> Result<(), ChatError> {
+    let pending = conv
+        .branch_mut()
+        .pending_approval()
+        .map_err(|e| ChatError::Turn(e.to_string()))?;
+    let Some(pending) = pending else {
+        return Ok(());
+    };
+    let (Some(mut approvals), Some(input)) = (conv.approvals.take(), input) else {
+        return Err(ChatError::Usage(format!(
+            "conversation {} has {} tool call(s) awaiting approval; continue it with --approve",
+            conv.resume_key(),
+            pending.waiting().count()
+        )));
+    };
+    let settled = ask_and_resume(rt, conv, &mut approvals, input, &pending);
+    conv.approvals = Some(approvals);
+    settled
+}
+
+fn ask_and_resume(
+    rt: &Runtime,
+    conv: &mut Conversation,
+    approvals: &mut Approvals,
+    input: &mut Input,
+    pending: &PendingApproval,
+) -> Result<(), ChatError> {
+    rt.block_on(conv.save_all())?;
+    let terminal = input.is_terminal();
+    let answers = approvals.ask(pending, |prompt| {
+        if terminal {
+            input.next(rt, prompt)
+        } else {
+            eprint!("{prompt}");
+            input.next(rt, "")
+        }
+    })?;
+    let Some(decisions) = answers else {
+        return Err(ChatError::Interrupted);
+    };
+    let branch = conv.branch_mut();
+    branch.set_approval_policy(Some(approvals.policy()));
+    rt.block_on(branch.resume(decisions))
+        .map_err(|e| ChatError::Turn(e.to_string()))?;
+    rt.block_on(conv.save_all())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pending(names: &[&str]) -> PendingApproval {
+        let calls = names
+            .iter()
+            .map(|n| {
+                serde_json::from_value::<ProposedCall>(json!({
+                    "call_id": Uuid::new_v4(), "function": n,
+                    "arguments": {"path": "/tmp/x\u{1b}[2J"}, "status": "pending"
+                }))
+                .unwrap()
+            })
+            .collect::<Vec<_>>();
+        serde_json::from_value(json!({
+            "version": 1, "verb": "run", "created_at": 0.0, "expires_at": null,
+            "strategy": "concurrent", "suppress_errors": true, "timeout_ms": null,
+            "max_concurrency": null, "calls": calls, "structured": null
+        }))
+        .unwrap()
+    }
+
+    fn script(lines: &[&str]) -> impl FnMut(&str) -> Result<Line, ChatError> {
+        let mut lines: Vec<Line> = lines
+            .iter()
+            .rev()
+            .map(|l| Line::Text((*l).to_owned()))
+            .collect();
+        move |_| Ok(lines.pop().unwrap_or(Line::Eof))
+    }
+
+    #[test]
+    fn yes_no_and_always_for_the_rest_of_the_session() {
+        let mut a = Approvals::default();
+        let p = pending(&["read", "write"]);
+        let d = a.ask(&p, script(&["maybe", "y", "no"])).unwrap().unwrap();
+        assert_eq!(d[0].1, Decision::Approve);
+        assert_eq!(d[1].1, Decision::Deny(None));
+        assert!(
+            a.ask(&pending(&["x", "y"]), script(&["y"]))
+                .unwrap()
+                .is_none(),
+            "the end of input leaves the turn paused"
+        );
+        let d = a
+            .ask(&pending(&["read", "read"]), script(&["always"]))
+            .unwrap()
+            .unwrap();
+        assert_eq!(d.len(), 2, "always covers the second call unasked");
+        assert!(a.always.contains("read"));
+        let p = a.policy();
+        assert_eq!(p.evaluate("read", &Default::default()), ToolPolicy::Always);
+        assert_eq!(p.evaluate("write", &Default::default()), ToolPolicy::Ask);
+    }
+
+    #[test]
+    fn arguments_are_shown_escaped_and_bounded() {
+        let p = pending(&["read"]);
+        let shown = describe(p.waiting().next().unwrap());
+        assert!(shown.starts_with("tool call: read {\"path\":"));
+        assert!(!shown.contains('\u{1b}'), "{shown}");
+        let mut long = p.calls[0].clone();
+        long.arguments
+            .insert("blob".into(), json!("x".repeat(10 * MAX_SHOWN_ARGUMENTS)));
+        assert!(describe(&long).chars().count() < MAX_SHOWN_ARGUMENTS + 100);
+    }
+
+    /// The whole `--approve` path with a real store and a loopback model:
+    /// the pause is in the store before the question; a person who leaves
+    /// at the question leaves it there (`branch pending` lists it); a new
+    /// process resumes the conversation, asks again, and records the
+    /// answer.
+    #[test]
+    fn a_pause_survives_leaving_at_the_question() {
+        use super::super::chat_args::ChatArgs;
+        use super::super::chat_error::ModelInfo;
+        use super::super::turn::{self, Display};
+        use branch_models::mock::{MockReply, MockServer, MockToolCall};
+        use std::sync::Arc;
+
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = std::env::temp_dir().join(format!("lionagi-approve-{}", Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("chat.db").to_string_lossy().into_owned();
+        let server = rt.block_on(MockServer::start());
+        server.push(MockReply::tool_calls(vec![MockToolCall {
+            id: "call_1".into(),
+            name: "erase".into(),
+            arguments: json!("{\"path\": \"/data\"}"),
+        }]));
+        let config = branch_core::model::ModelConfig::builder()
+            .provider("openai")
+            .model("m")
+            .base_url(&server.base_url())
+            .allow_local_network(true)
+            .build()
+            .unwrap();
+        let model: Arc<dyn branch_core::model::ChatModel> =
+            Arc::new(branch_models::IModel::with_api_key(config, "k").unwrap());
+        let erase = || {
+            branch_actions::DynamicTool::new(
+                "erase",
+                None,
+                json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+                |_| async { Ok::<_, String>(json!("erased")) },
+            )
+            .unwrap()
+            .into_tool()
+        };
+        let words = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let info = ModelInfo {
+            label: "openai/m".into(),
+            provider: "openai".into(),
+            base_url: None,
+            key_var: None,
+        };
+        let display = Display {
+            stream: false,
+            spinner: false,
+        };
+        let piped = |lines: &[&str]| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            for l in lines {
+                tx.send(Ok((*l).to_owned())).unwrap();
+            }
+            Input::Piped(rx)
+        };
+
+        let args =
+            ChatArgs::parse(&words(&["--store", &db, "--name", "ops", "--approve"])).unwrap();
+        let mut conv = rt
+            .block_on(Conversation::open(&args, model.clone()))
+            .unwrap();
+        conv.branch_mut()
+            .acts_mut()
+            .register(erase(), false)
+            .unwrap();
+        let answer = rt
+            .block_on(turn::ask(conv.branch_mut(), "clean up", &info, display))
+            .unwrap();
+        assert!(answer.paused);
+        // Nobody answers: the pause stays, in the store.
+        let mut gone = piped(&[]);
+        let e = settle(&rt, &mut conv, Some(&mut gone)).unwrap_err();
+        assert!(matches!(e, ChatError::Interrupted));
+        drop(conv);
+        let mut listing = Vec::new();
+        super::super::run(&words(&["branch", "pending", "--store", &db]), &mut listing).unwrap();
+        let listing = String::from_utf8(listing).unwrap();
+        assert!(
+            listing.contains("ops") && listing.contains("1 call(s) awaiting approval"),
+            "{listing}"
+        );
+
+        // Without --approve the paused conversation is not continued.
+        let args = ChatArgs::parse(&words(&["--store", &db, "--resume", "ops"])).unwrap();
+        let mut conv = rt
+            .block_on(Conversation::open(&args, model.clone()))
+            .unwrap();
+        let e = settle(&rt, &mut conv, None).unwrap_err();
+        assert!(e.to_string().contains("--approve"), "{e}");
+
+        // Another process: --resume ops --approve asks again.
+        let args =
+            ChatArgs::parse(&words(&["--store", &db, "--resume", "ops", "--approve"])).unwrap();
+        let mut conv = rt.block_on(Conversation::open(&args, model)).unwrap();
+        conv.branch_mut()
+            .acts_mut()
+            .register(erase(), false)
+            .unwrap();
+        let mut person = piped(&["n"]);
+        settle(&rt, &mut conv, Some(&mut person)).unwrap();
+        drop(conv);
+        let mut listing = Vec::new();
+        super::super::run(&words(&["branch", "pending", "--store", &db]), &mut listing).unwrap();
+        assert_eq!(
+            String::from_utf8(listing).unwrap(),
+            "no conversation is awaiting approval\n"
+        );
+        let mut shown = Vec::new();
+        super::super::run(
+            &words(&["branch", "export", "ops", "--store", &db]),
+            &mut shown,
+        )
+        .unwrap();
+        let stored: serde_json::Value = serde_json::from_slice(&shown).unwrap();
+        let msgs = stored["messages"]["collections"].as_array().unwrap();
+        let last = msgs.last().unwrap();
+        assert_eq!(last["content"]["output"]["error"], "denied by approval");
+        assert_eq!(last["metadata"]["approval"]["decision"], "denied");
+        assert!(stored["metadata"].get("pending_approval").is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn unclear_answers_are_bounded() {
+        let mut a = Approvals::default();
+        let many = ["hm"; MAX_UNCLEAR_ANSWERS + 1];
+        assert!(a.ask(&pending(&["x"]), script(&many)).unwrap().is_none());
+    }
+}
