@@ -606,6 +606,47 @@ async fn versions_detect_concurrent_writers<S: UnderTest>(store: S) {
     assert!(store.consistency().await.is_empty());
 }
 
+/// A whole save on a version: metadata and messages written when the
+/// stored branch is still at that version, nothing written otherwise.
+async fn save_at_writes_only_on_the_expected_version<S: UnderTest>(store: S) {
+    let mut live = common::conversation(1);
+    let id = live.id();
+    assert!(matches!(
+        store.save_at(&live, 1).await,
+        Err(StoreError::NotFound(missing)) if missing == id
+    ));
+    store.save(&live).await.unwrap();
+    let (_, v1) = store.load_versioned(id).await.unwrap();
+    live.metadata_mut()
+        .insert("paused".into(), serde_json::json!({"calls": 2}));
+    live.msgs_mut().add_message(Message::assistant("mine"));
+    let v2 = store.save_at(&live, v1).await.unwrap();
+    assert_eq!(v2, v1 + 1);
+    let (loaded, v) = store.load_versioned(id).await.unwrap();
+    assert_eq!(v, v2);
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
+    // Another writer's turn lands; a save on the old version must not
+    // erase it.
+    store
+        .append_turn_at(id, v2, &[Message::assistant("theirs")])
+        .await
+        .unwrap();
+    let before = store.load(id).await.unwrap().to_dict(&full()).unwrap();
+    let err = store.save_at(&live, v2).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::Conflict { branch, expected, found } if branch == id && expected == v2 && found == v2 + 1),
+        "{err}"
+    );
+    assert_eq!(
+        store.load(id).await.unwrap().to_dict(&full()).unwrap(),
+        before
+    );
+    assert!(store.consistency().await.is_empty());
+}
+
 /// A cached copy catches up from its message count.
 async fn load_since_returns_only_newer_messages<S: UnderTest>(store: S) {
     let mut live = common::conversation(2);
@@ -775,6 +816,7 @@ contract!(
     durable_memory_answers_like_the_in_process_store,
     reference_files_import_and_export,
     versions_detect_concurrent_writers,
+    save_at_writes_only_on_the_expected_version,
     load_since_returns_only_newer_messages,
     racing_writers_lose_no_turn,
 );
