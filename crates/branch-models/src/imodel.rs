@@ -16,6 +16,7 @@ use crate::breaker::Breaker;
 use crate::dialect::{self, Dialect, serialize_counting};
 use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
+use crate::limits;
 use crate::secret::ApiKey;
 use crate::sse;
 use crate::target::{Target, put_header};
@@ -328,6 +329,9 @@ impl IModel {
     fn map_transport(&self, e: &reqwest::Error) -> ModelError {
         if let Some(blocked) = guard::find_blocked(e) {
             return self.err(ModelErrorKind::NetworkGuard, blocked.to_string());
+        }
+        if let Some(dns) = guard::find_dns_failure(e) {
+            return self.err(ModelErrorKind::Connect, dns.to_string());
         }
         let text = e.to_string();
         let mut detail = text.clone();
@@ -749,33 +753,56 @@ impl RetryPolicy {
     /// Delay before retry number `n` (1-based); `None` if the server asks for
     /// a longer wait than the policy allows.
     fn delay(&self, n: u32, retry_after: Option<Duration>) -> Option<Duration> {
+        // Every input may come from stored data: non-finite or huge values
+        // saturate (`limits::seconds`), they never panic.
+        let max = limits::seconds(self.max).unwrap_or(Duration::ZERO);
         let exp = i32::try_from(n.saturating_sub(1)).unwrap_or(i32::MAX);
-        let base = (self.base * self.factor.powi(exp)).min(self.max).max(0.0);
-        let jittered = base * (1.0 + fastrand::f64() * self.jitter.max(0.0));
+        let base = self.base * self.factor.powi(exp);
+        let base = limits::seconds(base).map_or(Duration::ZERO, |b| b.min(max));
+        let jitter = if self.jitter.is_finite() {
+            self.jitter.max(0.0)
+        } else {
+            0.0
+        };
+        let jittered = limits::seconds(base.as_secs_f64() * (1.0 + fastrand::f64() * jitter))
+            .unwrap_or(Duration::ZERO);
         match retry_after {
-            Some(ra) if ra.as_secs_f64() > self.max.max(jittered) => None,
+            // A longer wait than the policy allows is not slept: the call
+            // fails at once and reports the requested wait.
+            Some(ra) if ra > max.max(jittered) => None,
             Some(ra) => Some(ra),
-            None => Some(Duration::from_secs_f64(jittered)),
+            None => Some(jittered),
         }
     }
 }
 
+/// The wait a reply asks for (`retry-after-ms`, else `retry-after` in
+/// seconds). Negative, NaN, infinite and non-numeric values are treated as
+/// absent; huge ones saturate at [`limits::MAX_RETRY_AFTER`]. An HTTP-date
+/// `Retry-After` is treated as absent too (the policy's own backoff applies).
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
+            .and_then(|v| v.parse::<f64>().ok())
     };
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
-        }
+    get("retry-after-ms")
+        .and_then(|ms| retry_after_secs(ms / 1000.0))
+        .or_else(|| get("retry-after").and_then(retry_after_secs))
+}
+
+/// A server-requested wait in seconds as a duration: `None` for nonsense,
+/// saturated at [`limits::MAX_RETRY_AFTER`].
+fn retry_after_secs(secs: f64) -> Option<Duration> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        return None;
     }
-    get("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+    Some(
+        Duration::try_from_secs_f64(secs)
+            .map_or(limits::MAX_RETRY_AFTER, |d| d.min(limits::MAX_RETRY_AFTER)),
+    )
 }
 
 #[async_trait::async_trait]

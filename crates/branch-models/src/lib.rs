@@ -17,6 +17,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod address_rules;
 pub mod breaker;
 pub mod dialect;
 #[cfg(test)]
@@ -27,6 +28,7 @@ mod http_tests;
 mod imodel;
 pub mod json_grammar;
 pub mod limiter;
+pub mod limits;
 #[cfg(feature = "embedded")]
 pub mod local;
 #[cfg(any(test, feature = "test-support"))]
