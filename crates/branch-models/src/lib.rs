@@ -33,8 +33,10 @@ pub mod limits;
 pub mod local;
 #[cfg(any(test, feature = "test-support"))]
 pub mod mock;
+mod reply_stream;
 mod secret;
 pub mod sse;
+pub mod sse_frame;
 mod target;
 
 pub use branch_core::model::{

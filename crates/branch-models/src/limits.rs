@@ -56,6 +56,28 @@ pub const MAX_REDIRECTS: usize = 10;
 /// the error message: enough for any provider's error document.
 pub const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
+/// The caps and deadline of one model's calls (defaults above; set with
+/// [`crate::IModelBuilder`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallLimits {
+    /// Overall deadline of one call, retries and the whole stream included.
+    pub deadline: Duration,
+    /// Bytes of one reply (unstreamed body, or all bytes of a stream).
+    pub max_reply_bytes: usize,
+    /// Tool calls in one reply.
+    pub max_tool_calls: usize,
+}
+
+impl Default for CallLimits {
+    fn default() -> Self {
+        Self {
+            deadline: DEFAULT_CALL_DEADLINE,
+            max_reply_bytes: DEFAULT_MAX_REPLY_BYTES,
+            max_tool_calls: DEFAULT_MAX_TOOL_CALLS,
+        }
+    }
+}
+
 /// A seconds value as a duration: `None` when not a positive finite number;
 /// saturated at [`MAX_CONFIG_WAIT`]. Never panics (unlike
 /// `Duration::from_secs_f64`).
