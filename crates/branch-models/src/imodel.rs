@@ -15,8 +15,8 @@ use crate::dialect::{self, Dialect, serialize_counting};
 use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
 use crate::limits::{self, CallLimits};
-use crate::secret::ApiKey;
 use crate::reply_stream::ReplyStream;
+use crate::secret::ApiKey;
 use crate::target::{Target, put_header};
 
 /// Counted estimates at or above this calibrate the input-token scale.
@@ -795,19 +795,18 @@ impl RetryPolicy {
     /// Delay before retry number `n` (1-based); `None` if the server asks for
     /// a longer wait than the policy allows.
     fn delay(&self, n: u32, retry_after: Option<Duration>) -> Option<Duration> {
-        // Every input may come from stored data: non-finite or huge values
-        // saturate (`limits::seconds`), they never panic.
-        let max = limits::seconds(self.max).unwrap_or(Duration::ZERO);
+        // Every input may come from stored data or code: NaN is zero,
+        // infinite or huge values saturate (`limits::saturating_wait`).
+        let max = limits::saturating_wait(self.max);
         let exp = i32::try_from(n.saturating_sub(1)).unwrap_or(i32::MAX);
-        let base = self.base * self.factor.powi(exp);
-        let base = limits::seconds(base).map_or(Duration::ZERO, |b| b.min(max));
-        let jitter = if self.jitter.is_finite() {
-            self.jitter.max(0.0)
-        } else {
+        let base = limits::saturating_wait(self.base * self.factor.powi(exp)).min(max);
+        let jitter = if self.jitter.is_nan() {
             0.0
+        } else {
+            self.jitter.max(0.0)
         };
-        let jittered = limits::seconds(base.as_secs_f64() * (1.0 + fastrand::f64() * jitter))
-            .unwrap_or(Duration::ZERO);
+        let jittered =
+            limits::saturating_wait(base.as_secs_f64() * (1.0 + fastrand::f64() * jitter));
         match retry_after {
             // A longer wait than the policy allows is not slept: the call
             // fails at once and reports the requested wait.
@@ -824,9 +823,7 @@ pub(crate) async fn read_capped(
     resp: &mut reqwest::Response,
     cap: usize,
 ) -> Result<(Vec<u8>, bool), reqwest::Error> {
-    let announced = resp
-        .content_length()
-        .and_then(|n| usize::try_from(n).ok());
+    let announced = resp.content_length().and_then(|n| usize::try_from(n).ok());
     if announced.is_some_and(|n| n > cap) {
         return Ok((Vec::new(), true));
     }

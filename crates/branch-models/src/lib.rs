@@ -24,6 +24,8 @@ pub mod dialect;
 mod e2e_tests;
 pub mod guard;
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod http_tests;
 mod imodel;
 pub mod json_grammar;

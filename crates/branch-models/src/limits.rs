@@ -88,6 +88,15 @@ pub fn seconds(secs: f64) -> Option<Duration> {
     Some(Duration::try_from_secs_f64(secs).map_or(MAX_CONFIG_WAIT, |d| d.min(MAX_CONFIG_WAIT)))
 }
 
+/// A computed wait in seconds as a duration: zero for NaN, zero and
+/// negative values; [`MAX_CONFIG_WAIT`] for infinite or larger ones.
+pub fn saturating_wait(secs: f64) -> Duration {
+    if secs.is_nan() || secs <= 0.0 {
+        return Duration::ZERO;
+    }
+    Duration::try_from_secs_f64(secs).map_or(MAX_CONFIG_WAIT, |d| d.min(MAX_CONFIG_WAIT))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -101,5 +110,10 @@ mod tests {
         assert_eq!(seconds(f64::NAN), None);
         assert_eq!(seconds(-1.0), None);
         assert_eq!(seconds(0.0), None);
+        assert_eq!(saturating_wait(f64::INFINITY), MAX_CONFIG_WAIT);
+        assert_eq!(saturating_wait(1e300), MAX_CONFIG_WAIT);
+        assert_eq!(saturating_wait(f64::NAN), Duration::ZERO);
+        assert_eq!(saturating_wait(-1.0), Duration::ZERO);
+        assert_eq!(saturating_wait(0.25), Duration::from_millis(250));
     }
 }

@@ -197,9 +197,7 @@ impl ReplyStream {
         if self.tool_calls.len() >= cap {
             return Err(self.fail(
                 ModelErrorKind::ReplyLimit,
-                format!(
-                    "the streamed reply asks for more than {cap} tool calls (max_tool_calls)"
-                ),
+                format!("the streamed reply asks for more than {cap} tool calls (max_tool_calls)"),
             ));
         }
         self.tool_calls.insert((index, key.clone()));
