@@ -17,6 +17,10 @@
 //! # Ok(()) }
 //! ```
 
+// Replies, headers and stored configurations are hostile: nothing outside
+// tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod address_rules;
 pub mod breaker;
 pub mod dialect;

@@ -784,9 +784,12 @@ pub(crate) fn run(
             }
             let span = st.span.clone();
             if let Err(e) = tracing::Instrument::instrument(st.start(), span).await {
-                // The buffer (if any) stays for inspection.
+                // The buffer (if any) stays for inspection. Nothing of the
+                // failed turn (its instruction, already queued) is yielded
+                // after the error.
                 st.persist = None;
                 st.done = true;
+                st.queue.clear();
                 let e = st.failed(e);
                 return Some((Err(e), (st, true)));
             }
