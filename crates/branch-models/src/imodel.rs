@@ -498,7 +498,12 @@ impl IModel {
                 let client = &self.inner.client;
                 let tags = client.get(format!("{root}/api/tags")).send().await;
                 let listed: Option<Value> = match tags {
-                    Ok(r) if r.status().is_success() => r.json().await.ok(),
+                    Ok(mut r) if r.status().is_success() => {
+                        match read_capped(&mut r, limits::MAX_LISTING_BYTES).await {
+                            Ok((bytes, false)) => serde_json::from_slice(&bytes).ok(),
+                            _ => None,
+                        }
+                    }
                     _ => None,
                 };
                 let Some(listed) = listed else {

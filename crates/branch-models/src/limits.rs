@@ -78,6 +78,12 @@ impl Default for CallLimits {
     }
 }
 
+/// Cap on an Ollama model listing (`GET /api/tags`) read before a call:
+/// a few hundred bytes per installed model, so a megabyte is thousands of
+/// models; a larger listing is ignored (the call itself then reports any
+/// missing model).
+pub const MAX_LISTING_BYTES: usize = 1024 * 1024;
+
 /// A seconds value as a duration: `None` when not a positive finite number;
 /// saturated at [`MAX_CONFIG_WAIT`]. Never panics (unlike
 /// `Duration::from_secs_f64`).

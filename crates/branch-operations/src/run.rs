@@ -248,7 +248,12 @@ impl RunState<'_> {
     }
 
     async fn start(&mut self) -> Result<()> {
-        self.deadline = self.opts.timeout.map(|d| tokio::time::Instant::now() + d);
+        // `checked_add`: a timeout too large for the clock means no deadline,
+        // not a panic.
+        self.deadline = self
+            .opts
+            .timeout
+            .and_then(|d| tokio::time::Instant::now().checked_add(d));
         if let Some(m) = self.opts.chat_model.clone() {
             self.branch.set_chat_model(m);
         }
