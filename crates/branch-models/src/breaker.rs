@@ -51,7 +51,9 @@ impl Breaker {
                 Ok(())
             }
             State::HalfOpen { trials } if trials < self.config.half_open_max_calls.max(1) => {
-                *st = State::HalfOpen { trials: trials + 1 };
+                *st = State::HalfOpen {
+                    trials: trials.saturating_add(1),
+                };
                 Ok(())
             }
             State::HalfOpen { .. } => Err(Duration::ZERO),
@@ -62,18 +64,22 @@ impl Breaker {
     /// transport failure).
     pub fn record(&self, failed: bool) {
         let mut st = self.lock();
+        // `recovery_time` may come from stored data: saturated, never a
+        // panic (`limits::seconds` caps it; `checked_add` guards the clock).
+        let wait = crate::limits::seconds(self.config.recovery_time).unwrap_or(Duration::ZERO);
+        let now = Instant::now();
         let open = State::Open {
-            until: Instant::now() + Duration::from_secs_f64(self.config.recovery_time.max(0.0)),
+            until: now.checked_add(wait).unwrap_or(now),
         };
         *st = match (*st, failed) {
             (_, false) => State::Closed { failures: 0 },
             (State::Closed { failures }, true)
-                if failures + 1 >= self.config.failure_threshold.max(1) =>
+                if failures.saturating_add(1) >= self.config.failure_threshold.max(1) =>
             {
                 open
             }
             (State::Closed { failures }, true) => State::Closed {
-                failures: failures + 1,
+                failures: failures.saturating_add(1),
             },
             (State::HalfOpen { .. } | State::Open { .. }, true) => open,
         };
@@ -105,5 +111,25 @@ mod tests {
         assert!(b.admit().is_ok());
         b.record(false);
         assert!(b.admit().is_ok() && b.admit().is_ok(), "closed again");
+    }
+
+    /// A recovery time of 1e300 s (or NaN, or negative) from a stored
+    /// configuration used to panic in `Duration::from_secs_f64`.
+    #[test]
+    fn absurd_recovery_times_never_panic() {
+        for recovery_time in [1e300, f64::MAX, f64::INFINITY, f64::NAN, -5.0] {
+            let b = Breaker::new(CircuitBreakerConfig {
+                failure_threshold: 1,
+                recovery_time,
+                half_open_max_calls: 1,
+                name: None,
+            });
+            b.record(true);
+            let open = b.admit();
+            if recovery_time.is_finite() && recovery_time > 1.0 {
+                let left = open.unwrap_err();
+                assert!(left <= crate::limits::MAX_CONFIG_WAIT, "{left:?}");
+            }
+        }
     }
 }

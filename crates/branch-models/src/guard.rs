@@ -1,20 +1,25 @@
 //! The network guard (providers.md §5.2).
 //!
 //! Without `allow_local_network`, a target is refused if any address it
-//! resolves to is loopback, private, link-local, CGNAT, unspecified,
-//! multicast or IPv4-mapped, or if it cannot be resolved. With it, only
-//! `localhost`, `127.0.0.1` and `::1` resolving to loopback are allowed
-//! (the reference's rule: LAN and public hosts are refused too).
+//! resolves to is covered by the special-purpose table of
+//! [`crate::address_rules`] (loopback, private, link-local, CGNAT,
+//! multicast, broadcast, reserved, documentation, benchmarking, IPv4
+//! disguised in IPv6 ...). With it, only `localhost`, `127.0.0.1` and `::1`
+//! resolving to loopback are allowed (the reference's rule: LAN and public
+//! hosts are refused too).
 //!
 //! The check runs inside the HTTP client's DNS resolver, so the addresses
 //! checked are the addresses connected to (no re-resolution window), and in
-//! the redirect policy for IP-literal hosts.
+//! the redirect policy for IP-literal hosts. A name that cannot be resolved
+//! is a [`DnsFailure`], not a guard refusal.
 
 use std::error::Error as StdError;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
+
+use crate::address_rules;
 
 /// Why the guard refused a host.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,47 +28,47 @@ pub struct GuardBlocked {
     pub host: String,
     /// Human-readable reason.
     pub reason: &'static str,
+    /// The range of the address table that refused it, if an address did.
+    pub range: Option<&'static str>,
 }
 
 impl fmt::Display for GuardBlocked {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "SSRF guard: request to '{}' is blocked ({})",
+            "blocked by the local-network guard: '{}' {}",
             self.host, self.reason
-        )
+        )?;
+        if let Some(range) = self.range {
+            write!(f, " ({range})")?;
+        }
+        Ok(())
     }
 }
 
 impl StdError for GuardBlocked {}
 
-/// Is `ip` in a range the guard treats as local/private?
-pub fn is_restricted(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_restricted_v4(v4),
-        IpAddr::V6(v6) => is_restricted_v6(v6),
+/// A host name that could not be resolved (no guard decision was made).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsFailure {
+    /// The host that could not be resolved.
+    pub host: String,
+    /// What the resolver said (or that it returned no address).
+    pub detail: String,
+}
+
+impl fmt::Display for DnsFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "could not resolve '{}': {}", self.host, self.detail)
     }
 }
 
-fn is_restricted_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, ..] = ip.octets();
-    a == 10
-        || (a == 172 && (16..=31).contains(&b))
-        || (a == 192 && b == 168)
-        || (a == 169 && b == 254)
-        || a == 127
-        || a == 0
-        || (a == 100 && (64..=127).contains(&b))
-}
+impl StdError for DnsFailure {}
 
-fn is_restricted_v6(ip: Ipv6Addr) -> bool {
-    let seg = ip.segments();
-    ip.is_loopback()
-        || ip.is_unspecified()
-        || (seg[0] & 0xfe00) == 0xfc00
-        || (seg[0] & 0xffc0) == 0xfe80
-        || (seg[0] & 0xff00) == 0xff00
-        || ip.to_ipv4_mapped().is_some()
+/// Is `ip` in a range the guard refuses without the local-network opt-in?
+/// (See [`address_rules::classify`] for the reason.)
+pub fn is_restricted(ip: IpAddr) -> bool {
+    address_rules::classify(ip).is_err()
 }
 
 fn is_loopback_name(host: &str) -> bool {
@@ -80,44 +85,33 @@ pub fn check_host(host: &str, allow_local: bool) -> Result<(), GuardBlocked> {
     if allow_local && !is_loopback_name(bare) {
         return Err(GuardBlocked {
             host: host.to_owned(),
-            reason: "allow_local_network permits only localhost, 127.0.0.1 and ::1",
+            reason: "is refused: allow_local_network permits only localhost, 127.0.0.1 and ::1",
+            range: None,
         });
     }
     if let Ok(ip) = bare.parse::<IpAddr>() {
-        check_addrs(host, [ip], allow_local)?;
+        check_ip(host, ip, allow_local)?;
     }
     Ok(())
 }
 
-fn check_addrs(
-    host: &str,
-    addrs: impl IntoIterator<Item = IpAddr>,
-    allow_local: bool,
-) -> Result<(), GuardBlocked> {
-    let mut any = false;
-    for ip in addrs {
-        any = true;
-        if allow_local {
-            if !ip.is_loopback() {
-                return Err(GuardBlocked {
-                    host: host.to_owned(),
-                    reason: "a loopback name resolved to a non-loopback address",
-                });
-            }
-        } else if is_restricted(ip) {
-            return Err(GuardBlocked {
-                host: host.to_owned(),
-                reason: "it resolves to a loopback, private or link-local address",
-            });
+/// Checks one address `host` resolved to (or is).
+pub fn check_ip(host: &str, ip: IpAddr, allow_local: bool) -> Result<(), GuardBlocked> {
+    if allow_local {
+        if ip.is_loopback() {
+            return Ok(());
         }
-    }
-    if !any {
         return Err(GuardBlocked {
             host: host.to_owned(),
-            reason: "it cannot be resolved",
+            reason: "is a loopback name that resolved to a non-loopback address",
+            range: None,
         });
     }
-    Ok(())
+    address_rules::classify(ip).map_err(|refusal| GuardBlocked {
+        host: host.to_owned(),
+        reason: "resolves to an address that is not publicly routable",
+        range: Some(refusal.range),
+    })
 }
 
 /// A DNS resolver that refuses guarded addresses.
@@ -135,14 +129,22 @@ impl Resolve for GuardedResolver {
             check_host(&host, allow_local).map_err(boxed)?;
             let addrs: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0))
                 .await
-                .map_err(|_| {
-                    boxed(GuardBlocked {
+                .map_err(|e| {
+                    Box::new(DnsFailure {
                         host: host.clone(),
-                        reason: "it cannot be resolved",
-                    })
+                        detail: e.to_string(),
+                    }) as Box<dyn StdError + Send + Sync>
                 })?
                 .collect();
-            check_addrs(&host, addrs.iter().map(SocketAddr::ip), allow_local).map_err(boxed)?;
+            if addrs.is_empty() {
+                return Err(Box::new(DnsFailure {
+                    host: host.clone(),
+                    detail: "no address".into(),
+                }) as Box<dyn StdError + Send + Sync>);
+            }
+            for a in &addrs {
+                check_ip(&host, a.ip(), allow_local).map_err(boxed)?;
+            }
             Ok(Box::new(addrs.into_iter()) as Addrs)
         })
     }
@@ -154,9 +156,18 @@ fn boxed(e: GuardBlocked) -> Box<dyn StdError + Send + Sync> {
 
 /// The guard error somewhere in `err`'s source chain, if any.
 pub fn find_blocked(err: &(dyn StdError + 'static)) -> Option<GuardBlocked> {
+    find_in_chain(err)
+}
+
+/// The DNS failure somewhere in `err`'s source chain, if any.
+pub fn find_dns_failure(err: &(dyn StdError + 'static)) -> Option<DnsFailure> {
+    find_in_chain(err)
+}
+
+fn find_in_chain<T: StdError + Clone + 'static>(err: &(dyn StdError + 'static)) -> Option<T> {
     let mut cur: Option<&(dyn StdError + 'static)> = Some(err);
     while let Some(e) = cur {
-        if let Some(b) = e.downcast_ref::<GuardBlocked>() {
+        if let Some(b) = e.downcast_ref::<T>() {
             return Some(b.clone());
         }
         cur = e.source();
@@ -164,13 +175,13 @@ pub fn find_blocked(err: &(dyn StdError + 'static)) -> Option<GuardBlocked> {
     None
 }
 
-/// A redirect policy that follows at most 10 redirects, only within the
+/// A redirect policy that follows at most [`crate::limits::MAX_REDIRECTS`] redirects, only within the
 /// original origin (scheme, host, port: credentials such as `x-api-key` are
 /// never forwarded to another host), and re-checks every hop (IP literals
 /// here, names in the resolver).
 pub fn redirect_policy(allow_local: bool) -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(move |attempt| {
-        if attempt.previous().len() >= 10 {
+        if attempt.previous().len() >= crate::limits::MAX_REDIRECTS {
             return attempt.error("too many redirects");
         }
         let url = attempt.url();
@@ -183,7 +194,8 @@ pub fn redirect_policy(allow_local: bool) -> reqwest::redirect::Policy {
         if !same_origin {
             return attempt.error(GuardBlocked {
                 host,
-                reason: "cross-origin redirect refused",
+                reason: "is another origin: cross-origin redirects are refused",
+                range: None,
             });
         }
         match check_host(&host, allow_local) {
@@ -226,11 +238,15 @@ mod tests {
     fn host_rules() {
         assert!(check_host("127.0.0.1", false).is_err());
         assert!(check_host("[::1]", false).is_err());
+        assert!(check_host("[::127.0.0.1]", false).is_err());
+        assert!(check_host("[64:ff9b::7f00:1]", false).is_err());
         assert!(check_host("8.8.8.8", false).is_ok());
         assert!(check_host("127.0.0.1", true).is_ok());
         assert!(check_host("localhost", true).is_ok());
         assert!(check_host("192.168.0.2", true).is_err());
         assert!(check_host("api.openai.com", true).is_err());
+        let e = check_host("[::ffff:0:7f00:1]", false).unwrap_err();
+        assert!(e.to_string().contains("SIIT"), "{e}");
     }
 
     #[tokio::test]
@@ -240,5 +256,21 @@ mod tests {
         assert!(find_blocked(err.as_ref()).is_some());
         let ok = GuardedResolver { allow_local: true };
         assert!(ok.resolve("localhost".parse().unwrap()).await.is_ok());
+    }
+
+    /// A name that does not resolve is a DNS failure, not a guard refusal
+    /// (`.invalid` never resolves: RFC 6761).
+    #[tokio::test]
+    async fn unresolvable_names_are_dns_failures() {
+        let r = GuardedResolver { allow_local: false };
+        let err = r
+            .resolve("no-such-host.invalid".parse().unwrap())
+            .await
+            .err()
+            .unwrap();
+        assert!(find_blocked(err.as_ref()).is_none(), "{err}");
+        let dns = find_dns_failure(err.as_ref()).unwrap();
+        assert_eq!(dns.host, "no-such-host.invalid");
+        assert!(!err.to_string().contains("guard"), "{err}");
     }
 }

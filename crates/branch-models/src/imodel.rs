@@ -7,8 +7,6 @@ use branch_core::model::{
     AuthType, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError,
     ModelErrorKind,
 };
-use eventsource_stream::{EventStreamError, Eventsource};
-use futures_util::StreamExt;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -16,16 +14,17 @@ use crate::breaker::Breaker;
 use crate::dialect::{self, Dialect, serialize_counting};
 use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
+use crate::limits::{self, CallLimits};
+use crate::reply_stream::ReplyStream;
 use crate::secret::ApiKey;
-use crate::sse;
 use crate::target::{Target, put_header};
 
 /// Counted estimates at or above this calibrate the input-token scale.
 const CALIBRATION_MIN_TOKENS: u64 = 4000;
 
 #[derive(Debug, Default)]
-struct State {
-    served_model: Option<String>,
+pub(crate) struct State {
+    pub(crate) served_model: Option<String>,
     input_token_scale: f64,
     cap_refusal: Option<ModelError>,
 }
@@ -43,6 +42,7 @@ struct Inner {
     max_rate_limit_wait: Option<Duration>,
     breaker: Option<Breaker>,
     ollama_ready: tokio::sync::OnceCell<()>,
+    limits: CallLimits,
 }
 
 /// A chat model connected to its provider over HTTP. Cheap to clone (shared
@@ -70,9 +70,39 @@ pub struct IModelBuilder {
     key: Option<ApiKey>,
     env_key: bool,
     max_rate_limit_wait: Option<Duration>,
+    limits: CallLimits,
 }
 
 impl IModelBuilder {
+    /// The overall deadline of one call, retries and the whole stream
+    /// included (default [`limits::DEFAULT_CALL_DEADLINE`]); saturated at
+    /// [`limits::MAX_CONFIG_WAIT`].
+    pub fn call_deadline(mut self, deadline: Duration) -> Self {
+        self.limits.deadline = deadline.min(limits::MAX_CONFIG_WAIT);
+        self
+    }
+
+    /// The largest reply accepted, in bytes (default
+    /// [`limits::DEFAULT_MAX_REPLY_BYTES`]).
+    pub fn max_reply_bytes(mut self, bytes: usize) -> Self {
+        self.limits.max_reply_bytes = bytes;
+        self
+    }
+
+    /// The most tool calls one reply may ask for (default
+    /// [`limits::DEFAULT_MAX_TOOL_CALLS`]).
+    pub fn max_tool_calls(mut self, calls: usize) -> Self {
+        self.limits.max_tool_calls = calls;
+        self
+    }
+
+    /// All three caps at once.
+    pub fn call_limits(mut self, limits: CallLimits) -> Self {
+        self.limits = limits;
+        self.limits.deadline = self.limits.deadline.min(limits::MAX_CONFIG_WAIT);
+        self
+    }
+
     /// An explicit key (see [`ApiKey::resolve`] for strings).
     pub fn api_key(mut self, key: impl Into<ApiKey>) -> Self {
         self.key = Some(key.into());
@@ -137,6 +167,7 @@ impl IModelBuilder {
                 max_rate_limit_wait: self.max_rate_limit_wait,
                 breaker: config_breaker,
                 ollama_ready: tokio::sync::OnceCell::new(),
+                limits: self.limits,
             }),
         })
     }
@@ -154,6 +185,7 @@ impl IModel {
             key: None,
             env_key: false,
             max_rate_limit_wait: None,
+            limits: CallLimits::default(),
         }
     }
 
@@ -189,6 +221,11 @@ impl IModel {
         Self::new(ModelConfig::from_dict(value).map_err(config_error)?)
     }
 
+    /// The caps and deadline of this model's calls.
+    pub fn call_limits(&self) -> CallLimits {
+        self.inner.limits
+    }
+
     /// Whether a key is attached.
     pub fn has_api_key(&self) -> bool {
         self.inner.key.is_some()
@@ -214,14 +251,14 @@ impl IModel {
         self.lock_state().cap_refusal = None;
     }
 
-    fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(crate) fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn err(&self, kind: ModelErrorKind, message: impl Into<String>) -> ModelError {
+    pub(crate) fn err(&self, kind: ModelErrorKind, message: impl Into<String>) -> ModelError {
         let msg: String = message.into();
         let msg = match &self.inner.key {
             Some(k) => k.redact(&msg),
@@ -325,9 +362,12 @@ impl IModel {
         }
     }
 
-    fn map_transport(&self, e: &reqwest::Error) -> ModelError {
+    pub(crate) fn map_transport(&self, e: &reqwest::Error) -> ModelError {
         if let Some(blocked) = guard::find_blocked(e) {
             return self.err(ModelErrorKind::NetworkGuard, blocked.to_string());
+        }
+        if let Some(dns) = guard::find_dns_failure(e) {
+            return self.err(ModelErrorKind::Connect, dns.to_string());
         }
         let text = e.to_string();
         let mut detail = text.clone();
@@ -355,13 +395,15 @@ impl IModel {
         if let Some(t) = self.inner.config.endpoint().timeout.as_duration() {
             req = req.timeout(t);
         }
-        let resp = req.send().await.map_err(|e| self.map_transport(&e))?;
+        let mut resp = req.send().await.map_err(|e| self.map_transport(&e))?;
         let status = resp.status().as_u16();
         let retry_after = retry_after(resp.headers());
-        let bytes = resp.bytes().await.map_err(|e| self.map_transport(&e))?;
-        // What `Response::text` gives, without copying a valid UTF-8 body.
-        let text = String::from_utf8_lossy(&bytes);
         if !(200..300).contains(&status) {
+            // An error body is only kept for the message: its head is enough.
+            let (bytes, _cut) = read_capped(&mut resp, limits::MAX_ERROR_BODY_BYTES)
+                .await
+                .map_err(|e| self.map_transport(&e))?;
+            let text = String::from_utf8_lossy(&bytes);
             let (kind, message) = dialect::classify(status, &text);
             let mut e = self
                 .err(kind, message)
@@ -370,17 +412,32 @@ impl IModel {
             e.retry_after = retry_after;
             return Err(e);
         }
-        let value: Value = if text.trim().is_empty() {
-            Value::Null
-        } else {
-            serde_json::from_str(&text).map_err(|_| {
-                self.err(
-                    ModelErrorKind::MalformedResponse,
-                    "the reply is not valid JSON",
+        let cap = self.inner.limits.max_reply_bytes;
+        let (bytes, cut) = read_capped(&mut resp, cap)
+            .await
+            .map_err(|e| self.map_transport(&e))?;
+        if cut {
+            return Err(self
+                .err(
+                    ModelErrorKind::ReplyLimit,
+                    format!("the reply is larger than {cap} bytes (max_reply_bytes)"),
                 )
-                .with_status(status)
-            })?
-        };
+                .with_status(status));
+        }
+        // What `Response::text` gives, without copying a valid UTF-8 body.
+        let text = String::from_utf8_lossy(&bytes);
+        if text.trim().is_empty() {
+            return Err(self
+                .err(ModelErrorKind::MalformedResponse, "the reply is empty")
+                .with_status(status));
+        }
+        let value: Value = serde_json::from_str(&text).map_err(|_| {
+            self.err(
+                ModelErrorKind::MalformedResponse,
+                "the reply is not valid JSON",
+            )
+            .with_status(status)
+        })?;
         if self.inner.dialect == Dialect::OpenAiChat {
             if let Some(eff) = dialect::error_envelope_status(&value, status) {
                 let (kind, message) = dialect::classify(eff, &text);
@@ -393,6 +450,28 @@ impl IModel {
             }
         }
         Ok(value)
+    }
+
+    /// The checks of a decoded reply: at most `max_tool_calls` tool calls,
+    /// and something to record (text or a tool call).
+    fn check_reply(&self, response: &ChatResponse) -> Result<(), ModelError> {
+        let cap = self.inner.limits.max_tool_calls;
+        if response.tool_calls.len() > cap {
+            return Err(self.err(
+                ModelErrorKind::ReplyLimit,
+                format!(
+                    "the reply asks for {} tool calls; at most {cap} are accepted (max_tool_calls)",
+                    response.tool_calls.len()
+                ),
+            ));
+        }
+        if response.text.is_empty() && response.tool_calls.is_empty() {
+            return Err(self.err(
+                ModelErrorKind::MalformedResponse,
+                empty_reply_message(response.finish_reason.as_deref()),
+            ));
+        }
+        Ok(())
     }
 
     /// For Ollama: once per model, list the local models (`GET /api/tags`)
@@ -419,7 +498,12 @@ impl IModel {
                 let client = &self.inner.client;
                 let tags = client.get(format!("{root}/api/tags")).send().await;
                 let listed: Option<Value> = match tags {
-                    Ok(r) if r.status().is_success() => r.json().await.ok(),
+                    Ok(mut r) if r.status().is_success() => {
+                        match read_capped(&mut r, limits::MAX_LISTING_BYTES).await {
+                            Ok((bytes, false)) => serde_json::from_slice(&bytes).ok(),
+                            _ => None,
+                        }
+                    }
                     _ => None,
                 };
                 let Some(listed) = listed else {
@@ -481,20 +565,46 @@ impl IModel {
                 )
             })?;
         }
-        let result = self.chat_attempts(&request, payload).await;
+        let deadline = self.inner.limits.deadline;
+        let mut attempts = 0;
+        let result = match tokio::time::timeout(
+            deadline,
+            self.chat_attempts(&request, payload, &mut attempts),
+        )
+        .await
+        {
+            Ok(r) => r,
+            Err(_) => Err(self.deadline_error().with_attempts(attempts)),
+        };
         if let Some(b) = &self.inner.breaker {
             let failed = result.as_ref().err().is_some_and(|e| {
-                e.attempts > 0 && (e.is_retryable() || e.kind == ModelErrorKind::MalformedResponse)
+                e.attempts > 0
+                    && (e.is_retryable()
+                        || matches!(
+                            e.kind,
+                            ModelErrorKind::MalformedResponse | ModelErrorKind::ReplyLimit
+                        ))
             });
             b.record(failed);
         }
         result
     }
 
+    pub(crate) fn deadline_error(&self) -> ModelError {
+        self.err(
+            ModelErrorKind::Timeout,
+            format!(
+                "the call did not finish within its overall deadline of {} s (call_deadline)",
+                self.inner.limits.deadline.as_secs_f64()
+            ),
+        )
+    }
+
     async fn chat_attempts(
         &self,
         request: &ChatRequest,
         payload: Option<&Value>,
+        attempts: &mut u32,
     ) -> Result<ChatResponse, ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(request, payload, false)?;
@@ -506,9 +616,9 @@ impl IModel {
             .await
             .map_err(|r| self.err(ModelErrorKind::LocalRateLimit, r.reason))?;
         let policy = self.retry_policy();
-        let mut attempts = 0;
         let value = loop {
-            attempts += 1;
+            *attempts += 1;
+            let attempts = *attempts;
             match self.attempt(&p).await {
                 Ok(v) => break v,
                 Err(e) => {
@@ -531,8 +641,11 @@ impl IModel {
                 }
             }
         };
+        let attempts = *attempts;
         let mut response = ChatResponse::from_raw(value);
         response.attempts = attempts;
+        self.check_reply(&response)
+            .map_err(|e| e.with_status(200).with_attempts(attempts))?;
         span.record("attempts", attempts);
         span.record("status", 200);
         if let Some(u) = &response.usage {
@@ -560,6 +673,28 @@ impl IModel {
     }
 
     async fn stream_inner(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        let now = tokio::time::Instant::now();
+        let deadline = now
+            .checked_add(self.inner.limits.deadline)
+            .unwrap_or(now + limits::MAX_CONFIG_WAIT);
+        let attempts = std::sync::atomic::AtomicU32::new(0);
+        let opened = tokio::time::timeout_at(deadline, self.open_stream(request, &attempts)).await;
+        let (resp, permit) = match opened {
+            Ok(r) => r?,
+            Err(_) => {
+                let made = attempts.load(std::sync::atomic::Ordering::Relaxed);
+                return Err(self.deadline_error().with_attempts(made));
+            }
+        };
+        Ok(ReplyStream::new(self.clone(), resp, permit, deadline).into_chat_stream())
+    }
+
+    /// Everything of a streaming call up to a 2xx response head.
+    async fn open_stream(
+        &self,
+        request: ChatRequest,
+        attempts: &std::sync::atomic::AtomicU32,
+    ) -> Result<(reqwest::Response, crate::limiter::Permit), ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(&request, None, true)?;
         self.ensure_ollama_model().await;
@@ -570,7 +705,8 @@ impl IModel {
             .await
             .map_err(|r| self.err(ModelErrorKind::LocalRateLimit, r.reason))?;
         span.record("attempts", 1);
-        let resp = self
+        attempts.store(1, std::sync::atomic::Ordering::Relaxed);
+        let mut resp = self
             .inner
             .client
             .post(p.url.clone())
@@ -583,7 +719,10 @@ impl IModel {
         span.record("status", status);
         if !(200..300).contains(&status) {
             let retry_after = retry_after(resp.headers());
-            let text = resp.text().await.unwrap_or_default();
+            let (bytes, _cut) = read_capped(&mut resp, limits::MAX_ERROR_BODY_BYTES)
+                .await
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes);
             let (kind, message) = dialect::classify(status, &text);
             let mut e = self
                 .err(kind, message)
@@ -593,80 +732,7 @@ impl IModel {
             e.retry_after = retry_after;
             return Err(e);
         }
-        let state = StreamState {
-            events: Box::pin(resp.bytes_stream().eventsource()),
-            model: self.clone(),
-            failed: None,
-            terminal: false,
-            finished: false,
-            _permit: permit,
-        };
-        let stream = futures_util::stream::unfold(state, |mut st| async move {
-            if st.finished {
-                return None;
-            }
-            match st.events.next().await {
-                Some(Ok(ev)) => {
-                    let name = if ev.event.is_empty() {
-                        "message"
-                    } else {
-                        ev.event.as_str()
-                    };
-                    let n = sse::normalize(name, &ev.data);
-                    if n.call_failed && st.failed.is_none() {
-                        st.failed = Some(
-                            n.chunk
-                                .content
-                                .clone()
-                                .unwrap_or_else(|| "the provider reported a failure".into()),
-                        );
-                    }
-                    st.terminal |= n.terminal;
-                    if let Some(m) = n
-                        .chunk
-                        .raw()
-                        .and_then(|r| r.get("model"))
-                        .and_then(Value::as_str)
-                    {
-                        st.model.lock_state().served_model = Some(m.to_owned());
-                    }
-                    Some((Ok(n.chunk), st))
-                }
-                Some(Err(e)) => {
-                    st.finished = true;
-                    let err = match e {
-                        EventStreamError::Transport(t) => st.model.map_transport(&t),
-                        EventStreamError::Utf8(_) | EventStreamError::Parser(_) => st.model.err(
-                            ModelErrorKind::MalformedResponse,
-                            "the event stream is malformed",
-                        ),
-                    };
-                    Some((Err(err.with_status(200).with_attempts(1)), st))
-                }
-                None => {
-                    st.finished = true;
-                    if let Some(msg) = st.failed.take() {
-                        let e = st
-                            .model
-                            .err(ModelErrorKind::StreamFailed, msg)
-                            .with_status(200);
-                        return Some((Err(e.with_attempts(1)), st));
-                    }
-                    if !st.terminal {
-                        let e = st
-                            .model
-                            .err(
-                                ModelErrorKind::MalformedResponse,
-                                "the stream ended before its end marker",
-                            )
-                            .with_status(200);
-                        return Some((Err(e.with_attempts(1)), st));
-                    }
-                    None
-                }
-            }
-        });
-        Ok(Box::pin(stream))
+        Ok((resp, permit))
     }
 
     fn span(&self, stream: bool) -> tracing::Span {
@@ -713,21 +779,6 @@ impl IModel {
     }
 }
 
-struct StreamState {
-    events: std::pin::Pin<
-        Box<
-            dyn futures_core::Stream<
-                    Item = Result<eventsource_stream::Event, EventStreamError<reqwest::Error>>,
-                > + Send,
-        >,
-    >,
-    model: IModel,
-    failed: Option<String>,
-    terminal: bool,
-    finished: bool,
-    _permit: crate::limiter::Permit,
-}
-
 struct Prepared {
     url: reqwest::Url,
     headers: reqwest::header::HeaderMap,
@@ -749,33 +800,87 @@ impl RetryPolicy {
     /// Delay before retry number `n` (1-based); `None` if the server asks for
     /// a longer wait than the policy allows.
     fn delay(&self, n: u32, retry_after: Option<Duration>) -> Option<Duration> {
+        // Every input may come from stored data or code: NaN is zero,
+        // infinite or huge values saturate (`limits::saturating_wait`).
+        let max = limits::saturating_wait(self.max);
         let exp = i32::try_from(n.saturating_sub(1)).unwrap_or(i32::MAX);
-        let base = (self.base * self.factor.powi(exp)).min(self.max).max(0.0);
-        let jittered = base * (1.0 + fastrand::f64() * self.jitter.max(0.0));
+        let base = limits::saturating_wait(self.base * self.factor.powi(exp)).min(max);
+        let jitter = if self.jitter.is_nan() {
+            0.0
+        } else {
+            self.jitter.max(0.0)
+        };
+        let jittered =
+            limits::saturating_wait(base.as_secs_f64() * (1.0 + fastrand::f64() * jitter));
         match retry_after {
-            Some(ra) if ra.as_secs_f64() > self.max.max(jittered) => None,
+            // A longer wait than the policy allows is not slept: the call
+            // fails at once and reports the requested wait.
+            Some(ra) if ra > max.max(jittered) => None,
             Some(ra) => Some(ra),
-            None => Some(Duration::from_secs_f64(jittered)),
+            None => Some(jittered),
         }
     }
 }
 
+/// Reads a body, at most `cap` bytes: the bytes, and whether the body was
+/// longer (reading stopped there; the rest is never buffered).
+pub(crate) async fn read_capped(
+    resp: &mut reqwest::Response,
+    cap: usize,
+) -> Result<(Vec<u8>, bool), reqwest::Error> {
+    let announced = resp.content_length().and_then(|n| usize::try_from(n).ok());
+    if announced.is_some_and(|n| n > cap) {
+        return Ok((Vec::new(), true));
+    }
+    let mut out = Vec::with_capacity(announced.unwrap_or(0).min(cap));
+    while let Some(chunk) = resp.chunk().await? {
+        let room = cap.saturating_sub(out.len());
+        if chunk.len() > room {
+            out.extend_from_slice(&chunk[..room]);
+            return Ok((out, true));
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok((out, false))
+}
+
+/// The error text of a reply with nothing to record.
+pub(crate) fn empty_reply_message(finish_reason: Option<&str>) -> String {
+    match finish_reason {
+        Some(reason) => {
+            format!("the reply has no text and no tool calls (finish_reason: {reason})")
+        }
+        None => "the reply has no text and no tool calls".to_owned(),
+    }
+}
+
+/// The wait a reply asks for (`retry-after-ms`, else `retry-after` in
+/// seconds). Negative, NaN, infinite and non-numeric values are treated as
+/// absent; huge ones saturate at [`limits::MAX_RETRY_AFTER`]. An HTTP-date
+/// `Retry-After` is treated as absent too (the policy's own backoff applies).
 fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let get = |name: &str| {
         headers
             .get(name)
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
+            .and_then(|v| v.parse::<f64>().ok())
     };
-    if let Some(ms) = get("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        if ms.is_finite() && ms >= 0.0 {
-            return Some(Duration::from_secs_f64(ms / 1000.0));
-        }
+    get("retry-after-ms")
+        .and_then(|ms| retry_after_secs(ms / 1000.0))
+        .or_else(|| get("retry-after").and_then(retry_after_secs))
+}
+
+/// A server-requested wait in seconds as a duration: `None` for nonsense,
+/// saturated at [`limits::MAX_RETRY_AFTER`].
+fn retry_after_secs(secs: f64) -> Option<Duration> {
+    if !(secs.is_finite() && secs >= 0.0) {
+        return None;
     }
-    get("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(Duration::from_secs_f64)
+    Some(
+        Duration::try_from_secs_f64(secs)
+            .map_or(limits::MAX_RETRY_AFTER, |d| d.min(limits::MAX_RETRY_AFTER)),
+    )
 }
 
 #[async_trait::async_trait]
@@ -802,6 +907,7 @@ impl ChatModel for IModel {
             key: self.inner.key.clone(),
             env_key: false,
             max_rate_limit_wait: self.inner.max_rate_limit_wait,
+            limits: self.inner.limits,
         }
         .build()
         .unwrap_or_else(|_| self.clone());

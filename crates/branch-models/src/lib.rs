@@ -17,22 +17,32 @@
 //! # Ok(()) }
 //! ```
 
+// Replies, headers and stored configurations are hostile: nothing outside
+// tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+pub mod address_rules;
 pub mod breaker;
 pub mod dialect;
 #[cfg(test)]
 mod e2e_tests;
 pub mod guard;
 #[cfg(test)]
+mod hostile_tests;
+#[cfg(test)]
 mod http_tests;
 mod imodel;
 pub mod json_grammar;
 pub mod limiter;
+pub mod limits;
 #[cfg(feature = "embedded")]
 pub mod local;
 #[cfg(any(test, feature = "test-support"))]
 pub mod mock;
+mod reply_stream;
 mod secret;
 pub mod sse;
+pub mod sse_frame;
 mod target;
 
 pub use branch_core::model::{

@@ -91,17 +91,25 @@ impl Limiter {
                 reason: "the call's token estimate exceeds limit_tokens per period",
             });
         }
-        let deadline = self.max_wait.map(|w| Instant::now() + w);
+        // `checked_add`: a caller's `Duration::MAX` means "no bound", not a panic.
+        let deadline = self.max_wait.and_then(|w| Instant::now().checked_add(w));
         if self.limit_requests.is_some() || self.limit_tokens.is_some() {
             loop {
                 let next_window = {
                     let mut b = self.budget.lock().await;
                     let now = Instant::now();
-                    if now >= b.window_start + self.period {
+                    let window_end = b
+                        .window_start
+                        .checked_add(self.period)
+                        .unwrap_or(b.window_start);
+                    if now >= window_end {
                         let periods =
                             (now - b.window_start).as_nanos() / self.period.as_nanos().max(1);
                         let skip = u32::try_from(periods).unwrap_or(u32::MAX);
-                        b.window_start += self.period.saturating_mul(skip);
+                        b.window_start = b
+                            .window_start
+                            .checked_add(self.period.saturating_mul(skip))
+                            .unwrap_or(now);
                         b.requests_left = self.limit_requests;
                         b.tokens_left = self.limit_tokens;
                     }
@@ -116,7 +124,9 @@ impl Limiter {
                         }
                         break;
                     }
-                    b.window_start + self.period
+                    b.window_start
+                        .checked_add(self.period)
+                        .unwrap_or(b.window_start)
                 };
                 if deadline.is_some_and(|d| next_window > d) {
                     return Err(Refused {

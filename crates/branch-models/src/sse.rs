@@ -43,33 +43,38 @@ fn failed(event_name: &str, obj: &Map<String, Value>) -> bool {
             == Some("error")
 }
 
+/// An event whose data is neither JSON nor the `[DONE]` marker: the
+/// providers' protocols carry only JSON, so such an event is a malformed
+/// reply, never text of the answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NotJson;
+
+impl std::fmt::Display for NotJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an event of the stream is not JSON")
+    }
+}
+
+impl std::error::Error for NotJson {}
+
 /// Normalises one SSE event (`event_name` is `message` when unnamed).
-pub fn normalize(event_name: &str, data: &str) -> Normalized {
+pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
     if data.trim() == "[DONE]" {
         let mut c = ChatChunk::new(ChunkKind::Result);
         c.metadata.insert("done".into(), true.into());
-        return Normalized {
+        return Ok(Normalized {
             chunk: c,
             call_failed: false,
             terminal: true,
-        };
+        });
     }
-    let Ok(raw) = serde_json::from_str::<Value>(data) else {
-        let mut c = ChatChunk::new(ChunkKind::Text);
-        c.content = Some(data.to_owned());
-        c.is_delta = true;
-        return Normalized {
-            chunk: c,
-            call_failed: false,
-            terminal: false,
-        };
-    };
+    let raw = serde_json::from_str::<Value>(data).map_err(|_| NotJson)?;
     let Some(obj) = raw.as_object() else {
-        return Normalized {
+        return Ok(Normalized {
             chunk: with_raw(ChunkKind::System, &raw),
             call_failed: false,
             terminal: false,
-        };
+        });
     };
     let call_failed = failed(event_name, obj);
     let ty = obj.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -157,25 +162,29 @@ pub fn normalize(event_name: &str, data: &str) -> Normalized {
     } else {
         with_raw(ChunkKind::System, &raw)
     };
-    Normalized {
+    Ok(Normalized {
         chunk,
         call_failed,
         terminal,
-    }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn n(name: &str, data: &str) -> Normalized {
+        normalize(name, data).unwrap()
+    }
+
     #[test]
     fn table() {
-        let role = normalize(
+        let role = n(
             "message",
             r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}"#,
         );
         assert_eq!(role.chunk.kind, ChunkKind::System);
-        let text = normalize("message", r#"{"choices":[{"delta":{"content":"Hi"}}]}"#);
+        let text = n("message", r#"{"choices":[{"delta":{"content":"Hi"}}]}"#);
         assert_eq!(
             (
                 text.chunk.kind,
@@ -184,18 +193,18 @@ mod tests {
             ),
             (ChunkKind::Text, Some("Hi"), true)
         );
-        let tool = normalize(
+        let tool = n(
             "message",
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"c1","function":{"name":"f","arguments":"{\"a\""}}]}}]}"#,
         );
         assert_eq!(tool.chunk.kind, ChunkKind::ToolUse);
         assert_eq!(tool.chunk.tool_input, Some(json!({"arguments": "{\"a\""})));
-        let usage = normalize("message", r#"{"choices":[],"usage":{"prompt_tokens":1}}"#);
+        let usage = n("message", r#"{"choices":[],"usage":{"prompt_tokens":1}}"#);
         assert_eq!(usage.chunk.kind, ChunkKind::Result);
-        let done = normalize("message", "[DONE]");
+        let done = n("message", "[DONE]");
         assert!(done.terminal);
         assert_eq!(done.chunk.to_value()["metadata"], json!({"done": true}));
-        let anth = normalize(
+        let anth = n(
             "content_block_delta",
             r#"{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":"hm"}}"#,
         );
@@ -203,14 +212,14 @@ mod tests {
             (anth.chunk.kind, anth.chunk.content.as_deref()),
             (ChunkKind::Thinking, Some("hm"))
         );
-        let err = normalize(
+        let err = n(
             "error",
             r#"{"type":"error","error":{"message":"overloaded"}}"#,
         );
         assert!(err.call_failed && err.chunk.is_error);
-        let plain = normalize("message", "not json");
-        assert_eq!(plain.chunk.content.as_deref(), Some("not json"));
-        let fin = normalize(
+        assert_eq!(normalize("message", "not json"), Err(NotJson));
+        assert_eq!(normalize("message", ""), Err(NotJson));
+        let fin = n(
             "message",
             r#"{"choices":[{"delta":{},"finish_reason":"error"}]}"#,
         );

@@ -253,7 +253,12 @@ impl RunState<'_> {
     }
 
     async fn start(&mut self) -> Result<()> {
-        self.deadline = self.opts.timeout.map(|d| tokio::time::Instant::now() + d);
+        // `checked_add`: a timeout too large for the clock means no deadline,
+        // not a panic.
+        self.deadline = self
+            .opts
+            .timeout
+            .and_then(|d| tokio::time::Instant::now().checked_add(d));
         if let Some(m) = self.opts.chat_model.clone() {
             self.branch.set_chat_model(m);
         }
@@ -809,9 +814,12 @@ pub(crate) fn run(
             }
             let span = st.span.clone();
             if let Err(e) = tracing::Instrument::instrument(st.start(), span).await {
-                // The buffer (if any) stays for inspection.
+                // The buffer (if any) stays for inspection. Nothing of the
+                // failed turn (its instruction, already queued) is yielded
+                // after the error.
                 st.persist = None;
                 st.done = true;
+                st.queue.clear();
                 let e = st.failed(e);
                 return Some((Err(e), (st, true)));
             }

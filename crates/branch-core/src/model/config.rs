@@ -140,10 +140,10 @@ impl Seconds {
         self.0.as_f64().unwrap_or(0.0)
     }
 
-    /// As a duration; `None` for zero or negative values ("no limit").
+    /// As a duration; `None` for zero or negative values ("no limit");
+    /// saturated at [`super::limits::MAX_CONFIG_DURATION`].
     pub fn as_duration(&self) -> Option<Duration> {
-        let s = self.as_f64();
-        (s > 0.0).then(|| Duration::from_secs_f64(s))
+        super::limits::saturating_duration(self.as_f64())
     }
 
     /// The JSON number.
@@ -527,7 +527,8 @@ impl ModelConfig {
 
     /// Restores a configuration written by `to_dict` (serialization.md §7.1).
     ///
-    /// Never restores `allow_local_network = true` by itself, API keys,
+    /// Never restores `allow_local_network = true` (for any provider, even
+    /// one whose registered address is local), API keys,
     /// credential-like or proxy headers/settings, or `user:password@` in URLs;
     /// restores only the six processor limits; keeps `id`, `created_at` and
     /// `provider_metadata` (minus credential-like keys).
@@ -1108,6 +1109,7 @@ impl ModelConfigBuilder {
 mod parse {
     //! `from_dict`: hand-written so that errors never echo values.
 
+    use super::super::limits::MAX_CONFIG_SECONDS;
     use super::*;
 
     struct Obj<'a> {
@@ -1182,10 +1184,18 @@ mod parse {
                 .transpose()
         }
 
+        /// A number of seconds, at most [`MAX_CONFIG_SECONDS`] (zero and
+        /// negative values keep their meaning, "none").
         fn seconds(&self, key: &str) -> Result<Option<Seconds>, ModelConfigError> {
             self.get(key)
                 .map(|v| match v {
-                    Value::Number(n) => Ok(Seconds(n.clone())),
+                    Value::Number(n) if n.as_f64().is_some_and(|s| s <= MAX_CONFIG_SECONDS) => {
+                        Ok(Seconds(n.clone()))
+                    }
+                    Value::Number(_) => Err(ModelConfigError::invalid(
+                        self.field(key),
+                        "must be at most 2592000 seconds (30 days)",
+                    )),
                     _ => Err(ModelConfigError::invalid(
                         self.field(key),
                         "expected a number",
@@ -1342,11 +1352,11 @@ mod parse {
         if let Some(b) = cfg.bool("serialize_by_alias")? {
             ep.serialize_by_alias = b;
         }
-        // Local-network permission is never gained from data: at most it is
-        // kept for a provider whose registered endpoint is local by design
-        // (Ollama, lattice) and whose stored URL is still the registered one.
-        let stored_allow = cfg.bool("allow_local_network")?.unwrap_or(false);
-        let registered_allow = es.is_some_and(|e| e.allow_local_network);
+        // Local-network permission is never taken from data, whatever the
+        // provider: a stored `true` (or a provider whose registered address
+        // is local, such as Ollama) would let a file make this host call its
+        // own services. Only the running program grants it, explicitly.
+        cfg.bool("allow_local_network")?;
         ep.allow_local_network = false;
 
         let retry_config = endpoint
@@ -1426,7 +1436,7 @@ mod parse {
             .map(strip_sensitive_keys)
             .unwrap_or_default();
 
-        let mut config = ModelConfig {
+        Ok(ModelConfig {
             id,
             created_at,
             provider_metadata,
@@ -1436,18 +1446,15 @@ mod parse {
             processor: Box::new(processor),
             max_input_tokens,
             input_token_scale,
-        };
-        config.endpoint.allow_local_network =
-            stored_allow && registered_allow && config.base_url_is_registered();
-        Ok(config)
+        })
     }
 
     fn parse_retry(o: &Obj<'_>) -> Result<RetryConfig, ModelConfigError> {
         let d = RetryConfig::default();
         Ok(RetryConfig {
             max_retries: o.u32("max_retries")?.unwrap_or(d.max_retries),
-            base_delay: non_negative(o, "base_delay")?.unwrap_or(d.base_delay),
-            max_delay: non_negative(o, "max_delay")?.unwrap_or(d.max_delay),
+            base_delay: wait_seconds(o, "base_delay")?.unwrap_or(d.base_delay),
+            max_delay: wait_seconds(o, "max_delay")?.unwrap_or(d.max_delay),
             backoff_factor: non_negative(o, "backoff_factor")?.unwrap_or(d.backoff_factor),
             jitter: o.bool("jitter")?.unwrap_or(d.jitter),
             jitter_factor: non_negative(o, "jitter_factor")?.unwrap_or(d.jitter_factor),
@@ -1458,7 +1465,7 @@ mod parse {
         let d = CircuitBreakerConfig::default();
         Ok(CircuitBreakerConfig {
             failure_threshold: o.u32("failure_threshold")?.unwrap_or(d.failure_threshold),
-            recovery_time: non_negative(o, "recovery_time")?.unwrap_or(d.recovery_time),
+            recovery_time: wait_seconds(o, "recovery_time")?.unwrap_or(d.recovery_time),
             half_open_max_calls: o
                 .u32("half_open_max_calls")?
                 .unwrap_or(d.half_open_max_calls),
@@ -1471,6 +1478,17 @@ mod parse {
             Some(v) if !(v.is_finite() && v >= 0.0) => Err(ModelConfigError::invalid(
                 o.field(key),
                 "must be a non-negative number",
+            )),
+            other => Ok(other),
+        }
+    }
+
+    /// A non-negative number of seconds, at most [`MAX_CONFIG_SECONDS`].
+    fn wait_seconds(o: &Obj<'_>, key: &str) -> Result<Option<f64>, ModelConfigError> {
+        match non_negative(o, key)? {
+            Some(v) if v > MAX_CONFIG_SECONDS => Err(ModelConfigError::invalid(
+                o.field(key),
+                "must be at most 2592000 seconds (30 days)",
             )),
             other => Ok(other),
         }

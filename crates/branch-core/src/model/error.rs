@@ -83,6 +83,9 @@ pub enum ModelErrorKind {
     Config,
     /// The circuit breaker is open after repeated failures.
     CircuitOpen,
+    /// The reply exceeds a cap of the model layer (its size in bytes, or
+    /// the number of tool calls it asks for): refused, not retried.
+    ReplyLimit,
 }
 
 impl ModelErrorKind {
@@ -112,6 +115,7 @@ impl ModelErrorKind {
             Self::StreamFailed => "stream failed",
             Self::Config => "model configuration error",
             Self::CircuitOpen => "circuit breaker open",
+            Self::ReplyLimit => "reply exceeds a limit",
         }
     }
 }

@@ -8,6 +8,7 @@
 mod call;
 mod config;
 mod error;
+pub mod limits;
 pub mod pyrepr;
 pub mod registry;
 pub mod sanitize;

@@ -361,21 +361,97 @@ fn credentials_never_come_back_out() {
     assert!(c.provider_metadata().is_empty());
 }
 
+/// Loading data never grants local-network access, for any provider: a
+/// file naming `ollama` or `lattice` (registered at a local address) with
+/// no `base_url`, or with `allow_local_network: true`, used to regain it.
 #[test]
-fn local_network_is_kept_only_for_registered_local_providers() {
-    let mut ollama = ModelConfig::new("ollama", "llama3").unwrap();
-    assert!(ollama.allow_local_network());
-    let restored = ModelConfig::from_dict(&ollama.to_dict(false, false)).unwrap();
-    assert!(restored.allow_local_network());
-    ollama.set_base_url("http://192.168.1.5:11434/v1").unwrap();
-    let restored = ModelConfig::from_dict(&ollama.to_dict(false, false)).unwrap();
-    assert!(!restored.allow_local_network());
-    // A stored false always wins.
-    let mut v = ModelConfig::new("ollama", "llama3")
+fn local_network_is_never_restored_from_data() {
+    for provider in ["ollama", "lattice", "openai", "anthropic", "groq"] {
+        let Ok(live) = ModelConfig::new(provider, "m") else {
+            continue;
+        };
+        let mut stored = live.to_dict(false, false);
+        stored["endpoint"]["config"]["allow_local_network"] = json!(true);
+        assert!(
+            !ModelConfig::from_dict(&stored)
+                .unwrap()
+                .allow_local_network(),
+            "{provider}"
+        );
+        // No base_url at all: the registered (local) one is used, still
+        // without local access.
+        if let Some(cfg) = stored["endpoint"]["config"].as_object_mut() {
+            cfg.remove("base_url");
+        }
+        let restored = ModelConfig::from_dict(&stored).unwrap();
+        assert!(!restored.allow_local_network(), "{provider}");
+    }
+    let ollama = ModelConfig::new("ollama", "llama3").unwrap();
+    assert!(ollama.allow_local_network(), "the program's own choice");
+    let mut v = ollama.to_dict(false, false);
+    v["endpoint"]["config"]["allow_local_network"] = json!("yes");
+    assert!(ModelConfig::from_dict(&v).is_err(), "still type-checked");
+}
+
+/// A stored timeout, delay or recovery time of 1e300 s loaded fine and
+/// panicked on first use; now the load fails naming the field.
+#[test]
+fn absurd_stored_waits_are_refused_naming_the_field() {
+    let good = ModelConfig::new("openai", "m")
         .unwrap()
-        .to_dict(false, false);
-    v["endpoint"]["config"]["allow_local_network"] = json!(false);
-    assert!(!ModelConfig::from_dict(&v).unwrap().allow_local_network());
+        .to_dict(false, true);
+    let cases: [(&str, &str); 6] = [
+        ("/endpoint/config/timeout", "endpoint.config.timeout"),
+        (
+            "/processor_config/capacity_refresh_time",
+            "processor_config.capacity_refresh_time",
+        ),
+        ("/processor_config/interval", "processor_config.interval"),
+        (
+            "/endpoint/retry_config/max_delay",
+            "endpoint.retry_config.max_delay",
+        ),
+        (
+            "/endpoint/retry_config/base_delay",
+            "endpoint.retry_config.base_delay",
+        ),
+        (
+            "/endpoint/circuit_breaker/recovery_time",
+            "endpoint.circuit_breaker.recovery_time",
+        ),
+    ];
+    for (pointer, field) in cases {
+        let mut v = good.clone();
+        v["endpoint"]["retry_config"] = json!({"base_delay": 1, "max_delay": 60});
+        v["endpoint"]["circuit_breaker"] = json!({"recovery_time": 30});
+        *v.pointer_mut(pointer).unwrap() = json!(1e300);
+        let err = ModelConfig::from_dict(&v).unwrap_err().to_string();
+        assert!(
+            err.contains(field) && err.contains("at most"),
+            "{pointer}: {err}"
+        );
+        *v.pointer_mut(pointer).unwrap() = json!(-1e300);
+        if pointer.contains("retry_config") || pointer.contains("circuit_breaker") {
+            assert!(ModelConfig::from_dict(&v).is_err(), "{pointer} negative");
+        }
+    }
+    // A negative timeout keeps its meaning ("none"); the largest allowed
+    // value saturates rather than overflowing anything.
+    let mut v = good.clone();
+    v["endpoint"]["config"]["timeout"] = json!(-1e300);
+    let c = ModelConfig::from_dict(&v).unwrap();
+    assert_eq!(c.endpoint().timeout.as_duration(), None);
+    v["endpoint"]["config"]["timeout"] = json!(2_592_000);
+    let c = ModelConfig::from_dict(&v).unwrap();
+    assert_eq!(
+        c.endpoint().timeout.as_duration(),
+        Some(crate::model::limits::MAX_CONFIG_DURATION)
+    );
+    // Programmatic values beyond the bound saturate.
+    assert_eq!(
+        Seconds::from_secs_f64(1e300).unwrap().as_duration(),
+        Some(crate::model::limits::MAX_CONFIG_DURATION)
+    );
 }
 
 #[test]

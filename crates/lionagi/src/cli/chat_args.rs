@@ -26,6 +26,8 @@ options:
                        machine or network (never granted by the stored data itself)
   --max-tokens N       longest reply, in tokens
   --temperature T      sampling temperature
+  --timeout SECS       longest a model call may take, retries and the whole streamed
+                       reply included (default 600; HTTP providers)
   -h, --help           this text
 
 The model: the flags, else (with --resume) the stored conversation's own model, else
@@ -65,6 +67,8 @@ pub(crate) struct ChatArgs {
     pub max_tokens: Option<u64>,
     /// `--temperature`.
     pub temperature: Option<f64>,
+    /// `--timeout`: the overall deadline of each model call.
+    pub timeout: Option<std::time::Duration>,
     /// `-h` / `--help`.
     pub help: bool,
 }
@@ -129,6 +133,15 @@ impl ChatArgs {
                             })?,
                     );
                 }
+                "--timeout" => {
+                    let v = value(flag)?;
+                    a.timeout = Some(parse_timeout(&v).ok_or_else(|| {
+                        ChatError::Usage(format!(
+                            "`--timeout` needs a number of seconds above 0 and at most {}, not `{v}`",
+                            MAX_TIMEOUT.as_secs()
+                        ))
+                    })?);
+                }
                 other => return Err(ChatError::Usage(format!("unknown option `{other}`"))),
             }
         }
@@ -185,6 +198,21 @@ impl ChatArgs {
     }
 }
 
+/// The longest `--timeout`: the model layer's bound on any wait.
+const MAX_TIMEOUT: std::time::Duration = branch_models::limits::MAX_CONFIG_WAIT;
+
+/// Seconds (fractions allowed) as a deadline: positive, finite, at most
+/// [`MAX_TIMEOUT`]; `None` otherwise (never a panic on `1e300` or `NaN`).
+fn parse_timeout(v: &str) -> Option<std::time::Duration> {
+    let secs = v.trim().parse::<f64>().ok()?;
+    if !(secs.is_finite() && secs > 0.0) {
+        return None;
+    }
+    std::time::Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| *d <= MAX_TIMEOUT && !d.is_zero())
+}
+
 /// `s` quoted for a POSIX shell when it needs quoting.
 pub(crate) fn shell_word(s: &str) -> String {
     let plain = !s.is_empty()
@@ -217,6 +245,8 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(a.model.as_deref(), Some("gpt-x"));
+        let t = parse(&["--timeout", "2.5"]).unwrap();
+        assert_eq!(t.timeout, Some(std::time::Duration::from_millis(2500)));
         assert_eq!(a.temperature, Some(0.5));
         assert_eq!(a.question.as_deref(), Some("What is it?"));
         assert!(a.json);
@@ -232,6 +262,12 @@ mod tests {
         assert!(msg(&["--max-tokens", "0"]).contains("positive integer"));
         assert!(msg(&["--temperature", "hot"]).contains("`--temperature`"));
         assert!(msg(&["--frobnicate"]).contains("unknown option `--frobnicate`"));
+        for bad in ["0", "-1", "NaN", "inf", "1e300", "soon", "1e-12"] {
+            assert!(
+                msg(&["--timeout", bad]).contains("`--timeout` needs a number of seconds"),
+                "{bad}"
+            );
+        }
         assert!(msg(&["--store", "s.db", "--resume", "a", "--name", "b"]).contains("--name"));
     }
 

@@ -148,7 +148,11 @@ impl ChatError {
             },
             ModelErrorKind::Timeout => Self::Unreachable {
                 url: url(),
-                reason: "no reply in time".into(),
+                reason: if e.message.contains("overall deadline") {
+                    "no complete reply within the call's deadline (--timeout SECS)".into()
+                } else {
+                    "no reply in time".into()
+                },
             },
             _ => Self::Model(Box::new(e)),
         }

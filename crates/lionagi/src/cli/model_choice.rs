@@ -121,12 +121,12 @@ fn remote(
         key_var: key_var.clone(),
     };
     let key = key_var.as_deref().and_then(ApiKey::from_env);
-    let model = match (&args.base_url, key) {
+    let mut builder = match (&args.base_url, key) {
         // A chosen server gets the provider's key when one is set (the
         // user pointed it there), and no Authorization header otherwise:
         // local servers need none.
-        (Some(_), Some(key)) => IModel::with_api_key(config, key),
-        (Some(_), None) if needs_key => IModel::new(without_auth(&config)?),
+        (Some(_), Some(key)) => IModel::builder(config).api_key(key),
+        (Some(_), None) if needs_key => IModel::builder(without_auth(&config)?),
         (None, None) if needs_key => {
             return Err(match key_var {
                 Some(var) => ChatError::MissingKey {
@@ -139,9 +139,14 @@ fn remote(
                 )),
             });
         }
-        _ => IModel::new(config),
+        _ => IModel::builder(config),
+    };
+    if let Some(deadline) = args.timeout {
+        builder = builder.call_deadline(deadline);
     }
-    .map_err(|e| ChatError::from_model(e, &info))?;
+    let model = builder
+        .build()
+        .map_err(|e| ChatError::from_model(e, &info))?;
     Ok((Arc::new(model), info))
 }
 
