@@ -39,6 +39,11 @@ USAGE = {"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18}
 MAX_BODY = 8 * 1024 * 1024
 
 
+# Past the script's end both servers answer 400 (not retried), so a
+# scenario that runs out of replies fails fast on both sides.
+EXHAUSTED = {"status": 400, "error": "mock: no scripted reply left"}
+
+
 class Script:
     def __init__(self):
         self.lock = threading.Lock()
@@ -137,8 +142,7 @@ class Handler(BaseHTTPRequestHandler):
             SCRIPT.bodies.append(body)
             SCRIPT.served += 1
             n = SCRIPT.served
-            reply = SCRIPT.queue.pop(0) if SCRIPT.queue else {
-                "status": 500, "error": "mock: no scripted reply left"}
+            reply = SCRIPT.queue.pop(0) if SCRIPT.queue else EXHAUSTED
         if "status" in reply and "error" in reply:
             data = json.dumps({"error": {"message": reply["error"], "type": "mock"}}).encode()
             self.send_response(int(reply["status"]))
@@ -290,8 +294,13 @@ def error_of(e):
 
 
 def new_branch(spec):
-    kw = {k: resolve(v) for k, v in spec.items() if k not in ("tools", "model", "parse_model")}
+    kw = {k: resolve(v) for k, v in spec.items()
+          if k not in ("tools", "model", "parse_model", "cli_model")}
     kw["chat_model"] = model(spec.get("model", "gpt-4.1-mini"))
+    if "cli_model" in spec:
+        # A CLI agent model (never run here: only built, cloned, stored).
+        provider, name = spec["cli_model"].split("/", 1)
+        kw["chat_model"] = iModel(provider=provider, model=name)
     if "parse_model" in spec:
         kw["parse_model"] = model(spec["parse_model"])
     if spec.get("tools"):
@@ -299,19 +308,23 @@ def new_branch(spec):
     return Branch(**kw)
 
 
-def register_provider(b, spec):
-    text = spec["text"]
-    kind = spec.get("kind", "text")
+class StaticProvider:
+    """A context provider with fixed text (kind: text, none, fail)."""
 
-    async def provider(branch, instruction):
-        if kind == "fail":
+    def __init__(self, text, kind):
+        self.text, self.kind = text, kind
+
+    async def provide(self, branch, instruction):
+        if self.kind == "fail":
             raise RuntimeError("provider failed on purpose")
-        if kind == "none":
+        if self.kind == "none":
             return None
-        return text
+        return self.text
 
+
+def register_provider(b, spec):
     kw = {k: spec[k] for k in ("name", "priority", "max_tokens") if k in spec}
-    b.providers.register(provider, **kw)
+    b.providers.register(StaticProvider(spec["text"], spec.get("kind", "text")), **kw)
 
 
 async def run_step(state, step):
@@ -343,7 +356,7 @@ async def run_step(state, step):
         c = b.clone()
         state["branch"] = c
         state["clones"].append(b)
-        return None
+        return {"same_chat_model": c.chat_model.id == b.chat_model.id}
     if op == "connect":
         b.connect(imodel=model(args["model"]), name=args["name"],
                   description=args.get("description"), update=args.get("update", False))

@@ -64,7 +64,7 @@ sc("chat_no_system", "chat on a branch without a system message",
 sc("chat_user_sender", "chat on a branch with a user",
    [step("chat", instruction="Hello")], [{"text": "Hi"}], branch={"system": "S", "user": "alice"})
 sc("chat_chat_model_override", "chat with another chat model for one call",
-   [step("chat", instruction="Hello", chat_model=M("gpt-4o"))], [{"text": "Hi"}])
+   [step("chat", instruction="Hello", imodel=M("gpt-4o"))], [{"text": "Hi"}])
 sc("chat_provider_error", "chat: the provider answers 400",
    [step("chat", instruction="Hello")], [{"status": 400, "error": "bad request"}])
 
@@ -108,9 +108,12 @@ sc("communicate_format_person_coerce", "Person reply with a numeric string age",
 sc("communicate_format_repair", "unparseable reply repaired by the parse model",
    [step("communicate", instruction="2+2?", response_format=F("Answer"))],
    [{"text": "four, I am quite sure"}, ANSWER], branch={"system": "S", "parse_model": "gpt-4.1-nano"})
-sc("communicate_format_repair_fails", "reply never parses (one retry)",
+sc("communicate_format_repair_fails", "a repair call fails at the provider",
    [step("communicate", instruction="2+2?", response_format=F("Answer"), num_parse_retries=1)],
-   [{"text": "four"}, {"text": "still four"}])
+   [{"text": "four"}, {"text": "still four"}], expect={"section": "§18 O2"})
+sc("communicate_format_repair_exhausted", "reply never parses (one retry)",
+   [step("communicate", instruction="2+2?", response_format=F("Answer"), num_parse_retries=1)],
+   [{"text": "four"}] * 3)
 sc("communicate_skip_validation", "skip_validation returns the raw text",
    [step("communicate", instruction="2+2?", response_format=F("Answer"), skip_validation=True)],
    [ANSWER])
@@ -230,7 +233,7 @@ sc("operate_skip_validation", "skip_validation",
 for hv in ("return_value", "return_none", "raise"):
     sc(f"operate_unparseable_{hv}", f"unparseable reply, handle_validation={hv}",
        [step("operate", instruction="2+2?", response_format=F("Answer"), handle_validation=hv)],
-       [{"text": "four"}, {"text": "four"}, {"text": "four"}, {"text": "four"}])
+       [{"text": "four"}] * 8)
 sc("operate_guidance_context", "operate with guidance and context",
    [step("operate", instruction="2+2?", guidance="Be exact.", context={"base": 10},
          response_format=F("Answer"))], [ANSWER])
@@ -248,8 +251,8 @@ sc("operate_after_actions_then_communicate", "operate with a tool, then communic
               "action_requests": [call("multiply", a=6, b=7)]}}, {"text": "Done."}], branch=T2)
 sc("operate_native_tool_calls_reply", "a native tool-calls reply to operate",
    [step("operate", instruction="6*7?", response_format=F("Answer"), actions=True)],
-   [{"tool_calls": [{"id": "c1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]},
-    {"text": "x"}, {"text": "x"}, {"text": "x"}], branch=T2)
+   [{"tool_calls": [{"id": "c1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]}]
+   + [{"text": "x"}] * 7, branch=T2)
 sc("operate_provider_error", "operate: the provider answers 400",
    [step("operate", instruction="2+2?", response_format=F("Answer"))],
    [{"status": 400, "error": "bad"}])
@@ -266,14 +269,14 @@ sc("parse_fenced", "parse a fenced JSON text",
 sc("parse_fuzzy", "parse with near-miss keys",
    [step("parse", text='{"Answer": "4", "Confidence": 0.5}', response_format=F("Answer"))], branch=P)
 sc("parse_missing_field", "parse with a missing required field (force fills)",
-   [step("parse", text='{"answer": "4"}', response_format=F("Answer"))], branch=P)
+   [step("parse", text='{"answer": "4"}', response_format=F("Answer"))], [ANSWER], branch=P)
 sc("parse_extra_key", "parse drops an undeclared key",
    [step("parse", text='{"answer": "4", "confidence": 0.5, "extra": 1}', response_format=F("Answer"))],
    branch=P)
 for hu in ("ignore", "remove", "fill", "force"):
     sc(f"parse_unmatched_{hu}", f"handle_unmatched={hu}",
        [step("parse", text='{"answer": "4", "zzz": 1}', response_format=F("Answer"),
-             handle_unmatched=hu)], branch=P)
+             handle_unmatched=hu)], [ANSWER], branch=P)
 sc("parse_repair", "unparseable text: the parse model reformats it",
    [step("parse", text="the answer is four", response_format=F("Answer"))], [ANSWER], branch=P)
 sc("parse_repair_plan", "Plan repair request",
@@ -288,7 +291,8 @@ sc("parse_repair_fails_value", "repair never parses, return_value",
    [step("parse", text="nope", response_format=F("Answer"), max_retries=1)],
    [{"text": "nope"}, {"text": "nope"}], branch=P)
 sc("parse_person_coerce", "parse coerces a numeric string",
-   [step("parse", text='{"name": "Ada", "age": "36"}', response_format=F("Person"))], branch=P)
+   [step("parse", text='{"name": "Ada", "age": "36"}', response_format=F("Person"))], [PERSON],
+   branch=P)
 sc("parse_strict_missing", "strict parse with a missing field",
    [step("parse", text='{"answer": "4"}', response_format=F("Answer"), strict=True,
          handle_unmatched="ignore", max_retries=1)], [ANSWER], branch=P)
@@ -321,10 +325,11 @@ sc("act_failing_not_suppressed", "act with a failing tool, errors not suppressed
 sc("act_unknown", "act with an unknown tool",
    [step("act", action_request=call("does_not_exist"))], branch=A)
 sc("act_string_arguments", "act with arguments as a JSON text",
-   [step("act", action_request={"function": "add", "arguments": '{"a": 5, "b": 6}'})], branch=A)
+   [step("act", action_request={"function": "add", "arguments": '{"a": 5, "b": 6}'})], branch=A,
+   expect={"section": "§20 H4"})
 sc("act_then_communicate", "act, then a turn that sees its result",
    [step("act", action_request=call("multiply", a=3, b=4)), step("communicate", instruction="Result?")],
-   [{"text": "12"}], branch=A)
+   [{"text": "12"}], branch=A, expect={"section": "§15 M3"})
 
 # ---------------------------------------------------------------- ReAct
 R = {"system": "You reason step by step.", "tools": ["multiply"]}
@@ -375,7 +380,8 @@ for op in ("ReAct", "ReActStream"):
        [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}], branch=R)
     sc(f"{p}_no_tools", f"{op}: a branch without tools",
        [step(op, instruction="Think")],
-       [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}],
+       [{"json": {"analysis": "ok", "extension_needed": False, "reason": REASON}},
+        {"json": {"answer": "x"}}],
        branch={"system": "Reason."})
     sc(f"{p}_token_usage_off", f"{op}: without the token-usage note",
        [step(op, instruction="Think", include_token_usage_to_model=False)],
@@ -400,21 +406,31 @@ for i, (inst, reply) in enumerate((("Say hi", {"text": "hi there"}),
        expect={"section": "§18 O4"})
 
 # ---------------------------------------------------------------- clone
-sc("clone_empty", "clone a fresh branch", [step("clone")])
+# The reference's clone repeats the System message (§5): the message
+# lists and the system entry differ, nothing else may.
+CLONE = {"section": "§5", "paths": [
+    f"/{side}/{mode}/{part}" for side in ("to_dict", "ours loads ref", "ref loads ours")
+    for mode in ("json", "db") for part in ("messages", "system")]}
+sc("clone_empty", "clone a fresh branch", [step("clone")], expect=CLONE)
 sc("clone_after_turns", "clone after two turns",
    [step("communicate", instruction="A"), step("communicate", instruction="B"), step("clone")],
-   [{"text": "a"}, {"text": "b"}])
+   [{"text": "a"}, {"text": "b"}], expect=CLONE)
 sc("clone_with_tools", "clone keeps tools; the clone runs an operate",
    [step("clone"), step("operate", instruction="6*7?", response_format=F("Answer"), actions=True)],
    [{"json": {"answer": "42", "confidence": 0.8, "action_required": True,
-              "action_requests": [call("multiply", a=6, b=7)]}}], branch=T2)
+              "action_requests": [call("multiply", a=6, b=7)]}}], branch=T2, expect=CLONE)
 sc("clone_then_communicate", "a turn on the clone",
    [step("communicate", instruction="A"), step("clone"), step("communicate", instruction="B")],
-   [{"text": "a"}, {"text": "b"}])
+   [{"text": "a"}, {"text": "b"}], expect=CLONE)
 sc("clone_after_actions", "clone after act (action links)",
-   [step("act", action_request=call("multiply", a=3, b=4)), step("clone")], branch=A)
+   [step("act", action_request=call("multiply", a=3, b=4)), step("clone")], branch=A, expect=CLONE)
 sc("clone_with_user_name", "clone of a named branch with a user",
-   [step("clone")], branch={"system": "S", "user": "alice", "name": "b1"})
+   [step("clone")], branch={"system": "S", "user": "alice", "name": "b1"}, expect=CLONE)
+
+CLI = {"system": "S", "cli_model": "claude_code/sonnet"}
+sc("clone_cli_model", "clone of a branch whose chat model is a CLI agent: the model is copied",
+   [step("clone")], branch=CLI, expect=CLONE)
+sc("to_dict_cli_model", "to_dict of a branch with a CLI agent model", [], branch=CLI)
 
 # ---------------------------------------------------------------- connect
 sc("connect_model_tool", "connect registers a model as a tool",

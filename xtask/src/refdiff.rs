@@ -161,6 +161,7 @@ pub fn refdiff(names: &[String]) -> Result<(), String> {
             .arg(&rs_out)
             .arg(&py_out)
             .args(names)
+            .env("LOG_AUTO_SAVE_ON_EXIT", "false")
             .env_remove("OPENAI_API_KEY"),
         "the lionagi-rs driver",
     )?;

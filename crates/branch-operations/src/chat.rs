@@ -113,7 +113,18 @@ pub(crate) async fn chat_turn(
     })
 }
 
+/// The public verbs render a typed response format as the reference's
+/// `chat` does: the model's schema titled `<Title>Request`.
+fn as_requested(mut opts: ChatOptions) -> ChatOptions {
+    opts.response_format = opts
+        .response_format
+        .as_ref()
+        .map(|f| crate::format::retitled(f, "Request"));
+    opts
+}
+
 pub(crate) async fn chat(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
+    let opts = as_requested(opts);
     let span = tracing::info_span!("chat", branch = %branch.id());
     let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
         .await?;
@@ -124,6 +135,7 @@ pub(crate) async fn chat_messages(
     branch: &mut Branch,
     opts: ChatOptions,
 ) -> Result<(Message, Message)> {
+    let opts = as_requested(opts);
     let span = tracing::info_span!("chat", branch = %branch.id());
     let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
         .await?;
@@ -131,6 +143,7 @@ pub(crate) async fn chat_messages(
 }
 
 pub(crate) async fn chat_and_record(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
+    let opts = as_requested(opts);
     let span = tracing::info_span!("chat_and_record", branch = %branch.id());
     let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
         .await?;

@@ -241,6 +241,7 @@ fn parsed_value(p: &Parsed) -> Value {
     match p {
         Parsed::Value(v) => v.clone(),
         Parsed::Unparsed(u) => Value::String(u.text.clone()),
+        Parsed::Unvalidated(t) => Value::String(t.clone()),
         Parsed::Nothing => Value::Null,
     }
 }
@@ -279,7 +280,7 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(f) = a.take("response_format") {
                 o = o.response_format(ctx.format_ref(&f)?);
             }
-            if let Some(m) = a.take("chat_model") {
+            if let Some(m) = a.take("imodel") {
                 o = o.model(ctx.model_ref(&m)?);
             }
             if let Some(on) = a.bool("include_token_usage_to_model")? {
@@ -319,7 +320,7 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
                 o = o.clear_messages(on);
             }
             if let Some(on) = a.bool("include_token_usage_to_model")? {
-                o.include_token_usage_to_model = on;
+                o = o.include_token_usage_to_model(on);
             }
             a.done(op)?;
             b.communicate(o)
@@ -358,7 +359,7 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
                 o = o.on_parse_failure(v);
             }
             if let Some(s) = strategy(a.str("action_strategy")?)? {
-                o = o.act_options(ActOptions::default().strategy(s));
+                o = o.action_strategy(s);
             }
             if let Some(on) = a.bool("include_token_usage_to_model")? {
                 o = o.include_token_usage_to_model(on);
@@ -419,8 +420,8 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(s) = a.str("sample_writing")? {
                 o = o.sample_writing(s);
             }
-            if let Some(t) = a.take("temperature") {
-                o = o.field("temperature", t);
+            if let Some(t) = a.take("temperature").and_then(|t| t.as_f64()) {
+                o = o.temperature(t);
             }
             a.done(op)?;
             b.interpret(&text, o)
@@ -430,7 +431,6 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
         }
         "act" => {
             let reqs = a.take("action_request").unwrap_or(Value::Null);
-            let single = reqs.is_object();
             let list = match reqs {
                 Value::Array(l) => l,
                 o => vec![o],
@@ -450,13 +450,7 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             a.done(op)?;
             b.act(calls, o)
                 .await
-                .map(|r| {
-                    let v = serde_json::to_value(&r).unwrap_or(Value::Null);
-                    match (single, v) {
-                        (true, Value::Array(mut l)) if l.len() == 1 => l.remove(0),
-                        (_, v) => v,
-                    }
-                })
+                .map(|r| serde_json::to_value(&r).unwrap_or(Value::Null))
                 .map_err(|e| e.to_string())
         }
         "ReAct" | "ReActStream" => {
@@ -544,10 +538,24 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
                 None => Ok(Value::Array(out)),
             }
         }
+        "connect" => {
+            let m = a.str("model")?.ok_or("connect needs model")?;
+            let name = a.str("name")?.ok_or("connect needs name")?;
+            let description = a.str("description")?;
+            let update = a.bool("update")?.unwrap_or(false);
+            a.done(op)?;
+            b.connect(ctx.model(&m)?, &name, description.as_deref(), update)
+                .map_err(|e| e.to_string())?;
+            let mut names: Vec<String> = b.tools().map(|t| t.name().to_owned()).collect();
+            names.sort();
+            Ok(json!(names))
+        }
         "clone" => {
             a.done(op)?;
-            st.branch = st.branch.clone_branch();
-            Ok(Value::Null)
+            let clone = st.branch.clone_branch();
+            let same = clone.chat_model().id() == st.branch.chat_model().id();
+            st.branch = clone;
+            Ok(json!({"same_chat_model": same}))
         }
         "register_provider" => {
             let text = a.str("text")?.unwrap_or_default();
@@ -622,13 +630,22 @@ impl lionagi::core::ContextProvider for StaticProvider {
 fn build_branch(ctx: &Ctx<'_>, spec: &Value) -> Result<Branch, String> {
     let mut bld = Branch::builder();
     let model = spec["model"].as_str().unwrap_or("gpt-4.1-mini");
-    bld = bld.chat_model(ctx.model(model)?);
+    bld = match spec["cli_model"].as_str() {
+        // A CLI agent model (never run here: only built, cloned, stored).
+        Some(cli) => {
+            let (provider, name) = cli.split_once('/').ok_or("cli_model is PROVIDER/NAME")?;
+            let m: Arc<dyn ChatModel> =
+                Arc::new(ModelConfig::new(provider, name).map_err(|e| e.to_string())?);
+            bld.chat_model(m)
+        }
+        None => bld.chat_model(ctx.model(model)?),
+    };
     if let Some(p) = spec["parse_model"].as_str() {
         bld = bld.parse_model(ctx.model(p)?);
     }
     for (k, v) in spec.as_object().into_iter().flatten() {
         bld = match (k.as_str(), v) {
-            ("model" | "parse_model", _) => bld,
+            ("model" | "parse_model" | "cli_model", _) => bld,
             ("system", v) => bld.system(v.clone()),
             ("user", Value::String(u)) => bld.user(Participant::parse(u).ok_or("bad user")?),
             ("name", Value::String(n)) => bld.name(n.clone()),
@@ -706,6 +723,12 @@ pub async fn run(sc: &Value, library: &Library) -> Value {
     let ctx = Ctx { server, library };
     let branch = match replies.and_then(|r| {
         ctx.server.script(r);
+        // Past the script's end: 400 (not retried), as the reference
+        // driver's server answers.
+        ctx.server.script(
+            std::iter::repeat_with(|| MockReply::error(400, "mock: no scripted reply left"))
+                .take(64),
+        );
         build_branch(&ctx, &sc["branch"])
     }) {
         Ok(b) => b,
