@@ -91,6 +91,7 @@ pub(crate) async fn chat_turn(
     let progression = opts.turn.progression.as_deref();
     let send_opts = SendOptions {
         progression: send_opts.progression.or(progression),
+        providers: &opts.turn.context_providers,
         token_note: send_opts.token_note || opts.include_token_usage_to_model,
         ..send_opts
     };

@@ -71,6 +71,9 @@ pub use branch_session as session;
 /// branch.providers().register_with(Prefs, ProviderOptions::default().name("prefs"));
 /// branch.grant_capabilities(Grant::new(Some("Note".into()), vec![FieldSpec::string("note")])?, true);
 /// assert!(branch.capabilities().is_some());
+/// // A provider for one call only (the branch does not keep it):
+/// let once = CommunicateOptions::new("Hi").context_provider(Prefs, ProviderOptions::default());
+/// assert_eq!(once.turn.context_providers.len(), 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub mod prelude {
