@@ -491,6 +491,24 @@ sc("providers_react", "context providers and ReAct",
    [step("register_provider", text="Tea.", name="prefs"), step("ReAct", instruction="Go")],
    [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}], branch=R)
 
+# ---------------------------------------------------------------- sessions
+# The reference gives a member the session id as user (and takes it away
+# on removal); here user is the conversation's (§7): the branch's user and
+# the senders of messages built from it differ, nothing else may.
+SESSION = {"section": "§7", "paths": [f"/to_dict/{m}/{k}" for m in ("json", "db")
+                                      for k in ("user", "messages")]}
+sc("session_include", "include a branch in a session (the reference overwrites user)",
+   [step("session")], branch={"system": "S", "user": "alice"}, expect=SESSION)
+sc("session_include_no_user", "include a branch without a user",
+   [step("session")], branch={"system": "S"}, expect=SESSION)
+sc("session_include_remove", "include, then remove: the branch is as before",
+   [step("session", remove=True)], branch={"system": "S", "user": "alice"}, expect=SESSION)
+sc("session_include_with_others", "include with two more branches, then remove",
+   [step("session", extra=["b2", "b3"], remove=True)], branch={"system": "S"})
+sc("session_include_then_turn", "a turn after leaving a session",
+   [step("session", remove=True), step("communicate", instruction="Hi")], [{"text": "Hello"}],
+   branch={"system": "S", "user": "alice"}, expect=SESSION)
+
 # ---------------------------------------------------------------- capabilities
 CAP = {"name": "Reviewer", "fields": [{"name": "note", "type": "str", "description": "A short note"},
                                       {"name": "score", "type": "int", "description": "0 to 10"}]}

@@ -557,6 +557,32 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             st.branch = clone;
             Ok(json!({"same_chat_model": same}))
         }
+        "session" => {
+            let extra = a.strings("extra")?.unwrap_or_default();
+            let remove = a.bool("remove")?.unwrap_or(false);
+            a.done(op)?;
+            let id = st.branch.id();
+            let placeholder = Branch::builder().build().map_err(|e| e.to_string())?;
+            let shared = lionagi::session::share(std::mem::replace(&mut st.branch, placeholder));
+            let mut s = lionagi::session::Session::new()
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut batch = vec![shared.clone()];
+            for n in extra {
+                let b = Branch::builder().name(n).build().map_err(|e| e.to_string())?;
+                batch.push(lionagi::session::share(b));
+            }
+            let included = s.include(batch).await.map_err(|e| e.to_string());
+            if included.is_ok() && remove {
+                s.remove(id).await.map_err(|e| e.to_string())?;
+            }
+            let facts = json!({"branches": s.len(), "default_is_branch": s.default_branch_id() == Some(id)});
+            drop(s);
+            st.branch = std::sync::Arc::try_unwrap(shared)
+                .map_err(|_| "driver: the session kept the branch".to_owned())?
+                .into_inner();
+            included.map(|()| facts)
+        }
         "register_provider" => {
             let text = a.str("text")?.unwrap_or_default();
             let kind = a.str("kind")?.unwrap_or_else(|| "text".into());
