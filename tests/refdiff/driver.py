@@ -295,7 +295,10 @@ def error_of(e):
 
 def new_branch(spec):
     kw = {k: resolve(v) for k, v in spec.items()
-          if k not in ("tools", "model", "parse_model", "cli_model")}
+          if k not in ("tools", "model", "parse_model", "cli_model", "memory")}
+    if spec.get("memory"):
+        from lionagi.protocols.memory import InMemoryStore
+        kw["memory"] = InMemoryStore()
     kw["chat_model"] = model(spec.get("model", "gpt-4.1-mini"))
     if "cli_model" in spec:
         # A CLI agent model (never run here: only built, cloned, stored).

@@ -491,6 +491,16 @@ sc("providers_react", "context providers and ReAct",
    [step("register_provider", text="Tea.", name="prefs"), step("ReAct", instruction="Go")],
    [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}], branch=R)
 
+# ---------------------------------------------------------------- memory
+MEM = {"system": "S", "memory": True}
+sc("memory_communicate", "a branch with a memory store: a turn", [step("communicate", instruction="Hi")],
+   [{"text": "Hello"}], branch=MEM)
+sc("memory_operate", "a branch with a memory store: operate",
+   [step("operate", instruction="2+2?", response_format=F("Answer"))], [ANSWER], branch=MEM)
+sc("memory_clone", "a branch with a memory store: clone", [step("clone")], branch=MEM, expect=CLONE)
+sc("memory_session", "a branch with its own memory store joins and leaves a session",
+   [step("session", remove=True)], branch=MEM)
+
 # ---------------------------------------------------------------- sessions
 # The reference gives a member the session id as user (and takes it away
 # on removal); here user is the conversation's (§7): the branch's user and

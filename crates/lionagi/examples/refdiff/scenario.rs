@@ -569,7 +569,10 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
                 .map_err(|e| e.to_string())?;
             let mut batch = vec![shared.clone()];
             for n in extra {
-                let b = Branch::builder().name(n).build().map_err(|e| e.to_string())?;
+                let b = Branch::builder()
+                    .name(n)
+                    .build()
+                    .map_err(|e| e.to_string())?;
                 batch.push(lionagi::session::share(b));
             }
             let included = s.include(batch).await.map_err(|e| e.to_string());
@@ -672,6 +675,9 @@ fn build_branch(ctx: &Ctx<'_>, spec: &Value) -> Result<Branch, String> {
     for (k, v) in spec.as_object().into_iter().flatten() {
         bld = match (k.as_str(), v) {
             ("model" | "parse_model" | "cli_model", _) => bld,
+            ("memory", Value::Bool(true)) => {
+                bld.memory(Arc::new(lionagi::core::InMemoryStore::new()))
+            }
             ("system", v) => bld.system(v.clone()),
             ("user", Value::String(u)) => bld.user(Participant::parse(u).ok_or("bad user")?),
             ("name", Value::String(n)) => bld.name(n.clone()),
