@@ -88,9 +88,9 @@ pub mod prelude {
     pub use branch_core::{ContextProvider, ProviderError};
     pub use branch_models::IModel;
     pub use branch_operations::{
-        ActOptions, BranchOperations, ChatOptions, CommunicateOptions, InterpretOptions,
-        OnParseFailure, OperateOptions, Operated, ParseOptions, Parsed, ReActOptions, ReActOutcome,
-        Reply, ResponseFormat, RunOptions, Strategy, VerbReply,
+        ActOptions, BranchOperations, ChatOptions, CommunicateOptions, InstructionBuilder,
+        InterpretOptions, OnParseFailure, OperateOptions, Operated, ParseOptions, Parsed,
+        ReActOptions, ReActOutcome, Reply, ResponseFormat, RunOptions, Strategy, VerbReply,
     };
     pub use branch_providers::{ProviderOptions, ProvidersExt};
 }
