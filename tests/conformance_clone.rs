@@ -482,3 +482,29 @@ async fn non_async_rejected() {
     assert_eq!(fx.output["entry_after_refused_update"], json!(true));
     assert_eq!(json!(om.names()), fx.output["names"]);
 }
+
+/// A CLI agent model keeps per-conversation state: the clone gets its own
+/// copy with its own id, as the reference's clone does; an API model is
+/// shared (same object, same id). (refdiff scenario clone_cli_model.)
+#[test]
+fn clone_forks_cli_models_and_shares_api_models() {
+    use branch_core::model::{ChatModel, ModelConfig};
+    use std::sync::Arc;
+    let cli: Arc<dyn ChatModel> = Arc::new(ModelConfig::new("claude_code", "sonnet").unwrap());
+    let b = Branch::builder()
+        .system("S")
+        .chat_model(cli)
+        .build()
+        .unwrap();
+    let c = b.clone_branch();
+    assert_ne!(c.chat_model().id(), b.chat_model().id());
+    assert!(c.chat_model().is_cli());
+    assert_eq!(
+        c.chat_model().to_dict(false, false)["endpoint"],
+        b.chat_model().to_dict(false, false)["endpoint"]
+    );
+    let api: Arc<dyn ChatModel> = Arc::new(ModelConfig::new("openai", "gpt-4.1-mini").unwrap());
+    let b = Branch::builder().chat_model(api).build().unwrap();
+    let c = b.clone_branch();
+    assert!(Arc::ptr_eq(c.chat_model(), b.chat_model()));
+}

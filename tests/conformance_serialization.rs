@@ -969,9 +969,16 @@ fn to_dict_modes() {
     // Unsupported modes are refused with a typed error.
     let err = "yaml".parse::<SerializationMode>().unwrap_err();
     assert!(err.to_string().contains("yaml"));
-    // compat.md §9: db-mode output reads back.
+    // compat.md §9: db-mode output reads back, also with a custom meta key
+    // (its metadata, `custom` included, comes back); an unknown key that
+    // is not a metadata object is still refused.
     let back = Branch::from_dict(&db).unwrap();
     assert_eq!(back.to_dict(&py()).unwrap(), local_network_off(&py_));
+    let back = Branch::from_dict(&dbk).unwrap();
+    assert_eq!(back.to_dict(&py()).unwrap(), local_network_off(&py_));
+    let mut odd = dbk.clone();
+    odd["meta"] = json!({"k": 1});
+    assert!(Branch::from_dict(&odd).is_err());
     assert_comes_back_the_same(&fx, "/python");
     assert_comes_back_the_same(&fx, "/json");
 }

@@ -6,6 +6,8 @@
 //!   `extensions`, `store`, `local`).
 //! - `cargo xtask fetch-model`: puts the default embedded model into the
 //!   model cache and prints its path.
+//! - `cargo xtask refdiff [NAME...]`: the differential harness against
+//!   Python lionagi 0.36.0 (tests/refdiff/README.md).
 //! - `cargo xtask demo [STORE.db]`: the README's first command. Fetches the
 //!   embedded model when absent, builds in release mode and runs a short
 //!   conversation with it (`crates/lionagi/examples/demo.rs`).
@@ -13,6 +15,7 @@
 use std::process::{Command, ExitCode};
 
 mod fetch_model;
+mod refdiff;
 
 /// Benchmarks: name → (package, example program, features).
 const BENCHES: &[(&str, &str, &str, &str)] = &[
@@ -31,8 +34,10 @@ fn main() -> ExitCode {
         Some("bench") => bench(&args[1..]),
         Some("fetch-model") => fetch_model::fetch_model(),
         Some("demo") => demo(&args[1..]),
+        Some("refdiff") => refdiff::refdiff(&args[1..]),
         _ => Err(format!(
             "usage: cargo xtask ci | cargo xtask demo [STORE.db] | cargo xtask fetch-model | \
+             cargo xtask refdiff [NAME...] | \
              cargo xtask bench <{}> [args]",
             BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join("|")
         )),

@@ -901,6 +901,17 @@ impl ChatModel for IModel {
         self.inner.config.is_cli()
     }
 
+    fn fork(&self) -> Arc<dyn ChatModel> {
+        IModelBuilder {
+            config: self.current_config().forked(),
+            key: self.inner.key.clone(),
+            env_key: false,
+            max_rate_limit_wait: self.inner.max_rate_limit_wait,
+        }
+        .build()
+        .map_or_else(|_| self.duplicate(), |m| Arc::new(m) as Arc<dyn ChatModel>)
+    }
+
     fn duplicate(&self) -> Arc<dyn ChatModel> {
         let copy = IModelBuilder {
             config: self.current_config(),

@@ -91,6 +91,7 @@ pub(crate) async fn chat_turn(
     let progression = opts.turn.progression.as_deref();
     let send_opts = SendOptions {
         progression: send_opts.progression.or(progression),
+        providers: &opts.turn.context_providers,
         token_note: send_opts.token_note || opts.include_token_usage_to_model,
         ..send_opts
     };
@@ -113,7 +114,18 @@ pub(crate) async fn chat_turn(
     })
 }
 
+/// The public verbs render a typed response format as the reference's
+/// `chat` does: the model's schema titled `<Title>Request`.
+fn as_requested(mut opts: ChatOptions) -> ChatOptions {
+    opts.response_format = opts
+        .response_format
+        .as_ref()
+        .map(|f| crate::format::retitled(f, "Request"));
+    opts
+}
+
 pub(crate) async fn chat(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
+    let opts = as_requested(opts);
     let span = tracing::info_span!("chat", branch = %branch.id());
     let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
         .await?;
@@ -124,6 +136,7 @@ pub(crate) async fn chat_messages(
     branch: &mut Branch,
     opts: ChatOptions,
 ) -> Result<(Message, Message)> {
+    let opts = as_requested(opts);
     let span = tracing::info_span!("chat", branch = %branch.id());
     let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
         .await?;
@@ -131,6 +144,7 @@ pub(crate) async fn chat_messages(
 }
 
 pub(crate) async fn chat_and_record(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
+    let opts = as_requested(opts);
     let span = tracing::info_span!("chat_and_record", branch = %branch.id());
     let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
         .await?;

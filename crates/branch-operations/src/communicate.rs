@@ -72,14 +72,9 @@ impl Default for CommunicateOptions {
 }
 
 turn_setters!(CommunicateOptions);
+crate::options::shared_setters!(CommunicateOptions: native_format, chat_model, parse_model, skip_validation, num_parse_retries, on_parse_failure, repair_backoff, include_token_usage_to_model);
 
 impl CommunicateOptions {
-    /// Switches native structured output on (see the `native_format` field).
-    pub fn native_format(mut self, on: bool) -> Self {
-        self.native_format = on;
-        self
-    }
-
     /// Options for this instruction.
     pub fn new(instruction: impl Into<Value>) -> Self {
         Self::default().instruction(instruction)
@@ -102,45 +97,9 @@ impl CommunicateOptions {
         self
     }
 
-    /// Uses this chat model.
-    pub fn chat_model(mut self, m: Arc<dyn ChatModel>) -> Self {
-        self.chat_model = Some(m);
-        self
-    }
-
-    /// Uses this repair model.
-    pub fn parse_model(mut self, m: Arc<dyn ChatModel>) -> Self {
-        self.parse_model = Some(m);
-        self
-    }
-
-    /// Returns the text unparsed.
-    pub fn skip_validation(mut self, on: bool) -> Self {
-        self.skip_validation = on;
-        self
-    }
-
-    /// Sets the repair retries.
-    pub fn num_parse_retries(mut self, n: usize) -> Self {
-        self.num_parse_retries = n;
-        self
-    }
-
     /// Clears the history first.
     pub fn clear_messages(mut self, on: bool) -> Self {
         self.clear_messages = on;
-        self
-    }
-
-    /// Sets the parse failure policy.
-    pub fn on_parse_failure(mut self, v: OnParseFailure) -> Self {
-        self.on_parse_failure = v;
-        self
-    }
-
-    /// Sets the waits between repairs.
-    pub fn repair_backoff(mut self, first: std::time::Duration, factor: f64) -> Self {
-        self.repair_backoff = (first, factor);
         self
     }
 }
@@ -336,6 +295,7 @@ pub(crate) async fn communicate(branch: &mut Branch, opts: CommunicateOptions) -
                 Ok(Parsed::Value(v)) => Reply::Structured(v),
                 Ok(Parsed::Unparsed(u)) => Reply::Unparsed(u),
                 Ok(Parsed::Nothing) => Reply::Nothing,
+                Ok(Parsed::Unvalidated(t)) => Reply::Text(t),
                 Err(e) => {
                     return Err(e.with_committed(Committed {
                         messages: committed,

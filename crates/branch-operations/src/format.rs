@@ -102,16 +102,14 @@ pub fn retitled(format: &ResponseFormat, suffix: &str) -> ResponseFormat {
     }
 }
 
-/// The operative schema of `operate`: the user's schema (or an empty one
-/// forbidding extra keys) plus `reason` and the action fields, titled
+/// The operative schema of `operate`: the user's schema (or an empty one)
+/// plus `reason` and the action fields, titled
 /// `<Title>ResponseRequest`, keys ordered as pydantic writes them.
 pub fn operative_schema(base: Option<&ResponseFormat>, reason: bool, actions: bool) -> Value {
     let mut schema = match base {
         Some(ResponseFormat::Schema(s)) => s.clone(),
         Some(ResponseFormat::Fields(m)) => fields_schema(m),
-        None => {
-            json!({"additionalProperties": false, "properties": {}, "title": "Operative", "type": "object"})
-        }
+        None => json!({"properties": {}, "title": "Operative", "type": "object"}),
     };
     let title = schema
         .get("title")
@@ -327,7 +325,10 @@ mod tests {
         let top: Vec<_> = s.as_object().unwrap().keys().cloned().collect();
         assert_eq!(top, ["$defs", "properties", "required", "title", "type"]);
         let plain = operative_schema(None, true, false);
-        assert_eq!(plain["additionalProperties"], false);
+        // The reference's operative schema without a base format does not
+        // forbid extra keys (refdiff scenarios operate_reason_only,
+        // operate_actions_no_format).
+        assert!(plain.get("additionalProperties").is_none());
         assert!(plain["$defs"]["Reason"].is_object());
     }
 

@@ -64,6 +64,19 @@ impl InterpretOptions {
         self
     }
 
+    /// Sets the sampling temperature (the reference's `temperature`
+    /// keyword; 0.1 by default).
+    ///
+    /// ```
+    /// use branch_operations::InterpretOptions;
+    ///
+    /// let o = InterpretOptions::default().domain("math").temperature(0.5);
+    /// assert_eq!(o.fields["temperature"], 0.5);
+    /// ```
+    pub fn temperature(self, t: f64) -> Self {
+        self.field("temperature", t)
+    }
+
     /// Adds a provider payload field.
     pub fn field(mut self, k: &str, v: impl Into<Value>) -> Self {
         self.fields.insert(k.to_owned(), v.into());

@@ -32,18 +32,22 @@ mod act;
 mod approval;
 mod chat;
 mod communicate;
+mod connect;
 mod display;
 mod error;
 mod field_models;
 mod format;
 pub mod fuzzy;
+mod instruction;
 mod interpret;
 mod middle;
 mod operate;
+mod options;
 mod parse;
 mod pending;
 mod persist;
 mod react;
+mod reply;
 mod run;
 mod signals;
 mod turn;
@@ -73,6 +77,7 @@ pub use format::{
     analysis_schema, format_of, native_response_format, operative_schema, react_analysis_schema,
     schema_of,
 };
+pub use instruction::InstructionBuilder;
 pub use interpret::InterpretOptions;
 pub use middle::{CallModel, ModelCallFuture, OperateMiddle};
 pub use operate::{OperateOptions, Operated};
@@ -85,6 +90,7 @@ pub use persist::default_persist_dir;
 pub use react::{
     BetweenRounds, BetweenRoundsFn, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound,
 };
+pub use reply::VerbReply;
 pub use run::{RunOptions, TextHook};
 pub use turn::{TurnInput, request_token_estimate};
 
@@ -168,6 +174,33 @@ pub trait BranchOperations {
     /// A streamed turn: the Instruction, then the reply's messages as they
     /// arrive (CLI agent endpoints, or HTTP providers through SSE).
     fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + Unpin + '_;
+
+    /// Registers `model` as the tool `name` (the reference's
+    /// `Branch.connect(imodel, name, description, update)`): its parameters
+    /// are the provider's chat request schema, and a call sends the
+    /// arguments as one request and returns the provider's raw reply. A
+    /// name already registered is refused unless `update`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use branch_core::Branch;
+    /// use branch_core::model::{ChatModel, ModelConfig};
+    /// use branch_operations::BranchOperations;
+    ///
+    /// let mut branch = Branch::builder().build()?;
+    /// let helper: Arc<dyn ChatModel> = Arc::new(ModelConfig::new("openai", "gpt-4o-mini")?);
+    /// branch.connect(helper.clone(), "helper", Some("Ask another model"), false)?;
+    /// assert!(branch.acts().contains("helper"));
+    /// assert!(branch.connect(helper, "helper", None, false).is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn connect(
+        &mut self,
+        model: std::sync::Arc<dyn branch_core::model::ChatModel>,
+        name: &str,
+        description: Option<&str>,
+        update: bool,
+    ) -> Result<()>;
 }
 
 impl BranchOperations for Branch {
@@ -271,6 +304,16 @@ impl BranchOperations for Branch {
 
     fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + Unpin + '_ {
         Box::pin(run::run(self, opts))
+    }
+
+    fn connect(
+        &mut self,
+        model: std::sync::Arc<dyn branch_core::model::ChatModel>,
+        name: &str,
+        description: Option<&str>,
+        update: bool,
+    ) -> Result<()> {
+        connect::connect(self, model, name, description, update)
     }
 }
 

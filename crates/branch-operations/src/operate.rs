@@ -115,6 +115,7 @@ impl Default for OperateOptions {
 }
 
 turn_setters!(OperateOptions);
+crate::options::shared_setters!(OperateOptions: chat_model, parse_model, skip_validation, on_parse_failure, act_options, action_strategy, native_tools, native_format, num_parse_retries, repair_backoff, include_token_usage_to_model);
 
 impl OperateOptions {
     /// Options for this instruction.
@@ -157,66 +158,6 @@ impl OperateOptions {
         self
     }
 
-    /// Uses this chat model.
-    pub fn chat_model(mut self, m: Arc<dyn ChatModel>) -> Self {
-        self.chat_model = Some(m);
-        self
-    }
-
-    /// Uses this repair model.
-    pub fn parse_model(mut self, m: Arc<dyn ChatModel>) -> Self {
-        self.parse_model = Some(m);
-        self
-    }
-
-    /// Returns the text unparsed.
-    pub fn skip_validation(mut self, on: bool) -> Self {
-        self.skip_validation = on;
-        self
-    }
-
-    /// Sets the parse failure policy.
-    pub fn on_parse_failure(mut self, v: OnParseFailure) -> Self {
-        self.on_parse_failure = v;
-        self
-    }
-
-    /// Sets how tool calls run.
-    pub fn act_options(mut self, a: ActOptions) -> Self {
-        self.act = a;
-        self
-    }
-
-    /// Switches native function calling on.
-    pub fn native_tools(mut self, on: bool) -> Self {
-        self.native_tools = on;
-        self
-    }
-
-    /// Switches native structured output on (see the `native_format` field).
-    pub fn native_format(mut self, on: bool) -> Self {
-        self.native_format = on;
-        self
-    }
-
-    /// Sets the repair retries.
-    pub fn num_parse_retries(mut self, n: usize) -> Self {
-        self.num_parse_retries = n;
-        self
-    }
-
-    /// Sets the waits between repairs.
-    pub fn repair_backoff(mut self, first: std::time::Duration, factor: f64) -> Self {
-        self.repair_backoff = (first, factor);
-        self
-    }
-
-    /// Appends the estimated token usage to the request.
-    pub fn include_token_usage_to_model(mut self, on: bool) -> Self {
-        self.include_token_usage_to_model = on;
-        self
-    }
-
     /// Uses this middle.
     pub fn middle(mut self, m: OperateMiddle) -> Self {
         self.middle = m;
@@ -244,7 +185,8 @@ impl OperateOptions {
 pub struct Operated<T = Value> {
     /// The parsed structure, the unparsed text, or nothing. Without any
     /// structure requested (no format, reason or prompt actions) this is
-    /// the reply text as [`Parsed::Unparsed`]; see also [`Operated::text`].
+    /// the reply text as [`Parsed::Unparsed`]; with `skip_validation` it is
+    /// [`Parsed::Unvalidated`]; see also [`Operated::text`].
     pub parsed: Parsed<T>,
     /// The reply text.
     pub text: String,
@@ -430,6 +372,8 @@ async fn finish(
                 }
             }
         }
+        // A structure was requested but not parsed on purpose.
+        (None, Some(_)) if opts.skip_validation => (Parsed::Unvalidated(text.clone()), None),
         _ => (
             Parsed::Unparsed(crate::parse::Unparsed {
                 text: text.clone(),

@@ -47,6 +47,17 @@ pub enum Parsed<T = Value> {
     Unparsed(Unparsed),
     /// Nothing (with [`OnParseFailure::ReturnNone`]).
     Nothing,
+    /// The reply text, returned as it came because `skip_validation` was
+    /// set: no parse was attempted, so nothing failed.
+    ///
+    /// ```
+    /// use branch_operations::Parsed;
+    ///
+    /// let p: Parsed = Parsed::Unvalidated("{\"answer\": \"4\"}".into());
+    /// assert!(!p.is_value());
+    /// assert_eq!(p.text(), Some("{\"answer\": \"4\"}"));
+    /// ```
+    Unvalidated(String),
 }
 
 impl<T> Parsed<T> {
@@ -61,6 +72,16 @@ impl<T> Parsed<T> {
     /// Whether parsing succeeded.
     pub fn is_value(&self) -> bool {
         matches!(self, Parsed::Value(_))
+    }
+
+    /// The text of a reply that was not parsed into a value (unparsed or
+    /// unvalidated).
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Parsed::Unparsed(u) => Some(&u.text),
+            Parsed::Unvalidated(t) => Some(t),
+            _ => None,
+        }
     }
 }
 
@@ -211,8 +232,28 @@ pub(crate) fn parse_local(
         ) {
             obj.retain(|k, _| props.contains_key(k));
         }
+        obj = with_declared_defaults(obj, schema);
     }
     Ok(obj)
+}
+
+/// The object as the reference's model instance dumps it: every declared
+/// field in declared order, a missing one as its schema default (`null`
+/// when the schema gives none), then any extra keys the schema allows.
+fn with_declared_defaults(mut obj: Map<String, Value>, schema: &Value) -> Map<String, Value> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return obj;
+    };
+    let mut out = Map::with_capacity(props.len().max(obj.len()));
+    for (name, prop) in props {
+        let v = obj
+            .shift_remove(name)
+            .or_else(|| prop.get("default").cloned())
+            .unwrap_or(Value::Null);
+        out.insert(name.clone(), v);
+    }
+    out.extend(obj);
+    out
 }
 
 /// The guidance of repair attempt `n` (1-based).
@@ -361,6 +402,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
         },
         Parsed::Unparsed(u) => Ok(Parsed::Unparsed(u)),
         Parsed::Nothing => Ok(Parsed::Nothing),
+        Parsed::Unvalidated(t) => Ok(Parsed::Unvalidated(t)),
     }
 }
 
@@ -371,8 +413,12 @@ pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -
     } else {
         opts.max_retries
     };
+    // The reformat request shows the structure as the reference's `parse`
+    // names it: `<Title>Request`.
+    let mut requested = opts.clone();
+    requested.format = crate::format::retitled(&opts.format, "Request");
     let repaired = tracing::Instrument::instrument(
-        parse_with_repairs(branch, text, &opts, retries, &[], None),
+        parse_with_repairs(branch, text, &requested, retries, &[], None),
         span,
     )
     .await?;

@@ -144,6 +144,7 @@ impl Default for ReActOptions {
 }
 
 turn_setters!(ReActOptions);
+crate::options::shared_setters!(ReActOptions: include_token_usage_to_model, act_options, action_strategy, native_tools, native_format, repair_backoff);
 
 impl ReActOptions {
     /// Options for this task.
@@ -199,30 +200,6 @@ impl ReActOptions {
         self
     }
 
-    /// Switches the token-usage note.
-    pub fn include_token_usage_to_model(mut self, on: bool) -> Self {
-        self.include_token_usage_to_model = on;
-        self
-    }
-
-    /// Sets how tool calls run.
-    pub fn act_options(mut self, a: ActOptions) -> Self {
-        self.act = a;
-        self
-    }
-
-    /// Switches native function calling on.
-    pub fn native_tools(mut self, on: bool) -> Self {
-        self.native_tools = on;
-        self
-    }
-
-    /// Switches native structured output on (see the `native_format` field).
-    pub fn native_format(mut self, on: bool) -> Self {
-        self.native_format = on;
-        self
-    }
-
     /// Runs `f(branch, rounds_done)` before each extension round; text it
     /// returns is sent as that round's instruction.
     pub fn between_rounds<F>(mut self, f: F) -> Self
@@ -230,12 +207,6 @@ impl ReActOptions {
         F: Fn(&Branch, usize) -> Option<String> + Send + Sync + 'static,
     {
         self.between_rounds = Some(BetweenRounds(Arc::new(f)));
-        self
-    }
-
-    /// Sets the waits between parse repairs.
-    pub fn repair_backoff(mut self, first: std::time::Duration, factor: f64) -> Self {
-        self.repair_backoff = (first, factor);
         self
     }
 
@@ -305,8 +276,9 @@ impl ReActRound {
 /// What `ReAct` returns.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReActOutcome {
-    /// The final answer: the `answer` field of the default format, else
-    /// the whole final structure, else the last reply text.
+    /// The final answer: the final structure's `answer` field when it has
+    /// one (the default format always does), else the whole structure,
+    /// else the last reply text.
     pub answer: Value,
     /// Every yielded result, the final one last.
     pub rounds: Vec<ReActRound>,
@@ -318,7 +290,10 @@ pub struct ReActOutcome {
 struct State<'b> {
     branch: &'b mut Branch,
     opts: ReActOptions,
+    /// The first round's instruction (with the interpretation, if any).
     instruction: String,
+    /// The caller's instruction, which the final answer restates.
+    original: String,
     actions: bool,
     round: usize,
     extensions: usize,
@@ -369,20 +344,22 @@ impl State<'_> {
         let mut turn = o.turn.clone();
         turn.instruction = Some(Value::String(instruction));
         turn.image_detail.get_or_insert(ImageDetail::Auto);
+        // Every round keeps the caller's guidance, as the reference's
+        // round instructions do; the reasoning effort applies to the
+        // extension rounds only.
         if !first {
-            turn.guidance = None;
-        }
-        if let Some(p) = effort_prefix(o.reasoning_effort.as_deref()) {
-            let g = turn
-                .guidance
-                .as_ref()
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            turn.guidance = Some(Value::String(format!("{p}{g}")));
-        }
-        if let Some(e) = &o.reasoning_effort {
-            turn.fields
-                .insert("reasoning_effort".into(), e.clone().into());
+            if let Some(p) = effort_prefix(o.reasoning_effort.as_deref()) {
+                let g = turn
+                    .guidance
+                    .as_ref()
+                    .and_then(Value::as_str)
+                    .unwrap_or_default();
+                turn.guidance = Some(Value::String(format!("{p}{g}")));
+            }
+            if let Some(e) = &o.reasoning_effort {
+                turn.fields
+                    .insert("reasoning_effort".into(), e.clone().into());
+            }
         }
         OperateOptions {
             turn,
@@ -472,7 +449,20 @@ impl State<'_> {
     }
 
     async fn analysis_round(&mut self, opts: OperateOptions) -> Result<ReActRound> {
-        let o = operate(self.branch, opts).await?;
+        let mut o = operate(self.branch, opts).await?;
+        // The reference's analysis defaults its action fields to "no
+        // action": `false`, no requests, no responses.
+        if let Parsed::Value(Value::Object(m)) = &mut o.parsed {
+            for (k, default) in [
+                ("action_required", Value::Bool(false)),
+                ("action_requests", Value::Array(Vec::new())),
+                ("action_responses", Value::Array(Vec::new())),
+            ] {
+                if m.get(k).is_some_and(Value::is_null) {
+                    m.insert(k.into(), default);
+                }
+            }
+        }
         self.round += 1;
         self.last_needs_extension = o
             .structured
@@ -496,12 +486,15 @@ impl State<'_> {
             .unwrap_or_else(|| ResponseFormat::Schema(analysis_schema()));
         let o = &self.opts;
         let mut turn = o.turn.clone();
-        turn.instruction = Some(Value::String(answer_prompt(&self.instruction)));
-        turn.guidance = None;
-        turn.context = Vec::new();
+        turn.instruction = Some(Value::String(answer_prompt(&self.original)));
         turn.image_detail.get_or_insert(ImageDetail::Auto);
+        // The answer's instruction keeps the guidance and stores the
+        // caller's context, which the request de-duplicates as in the
+        // extension rounds.
+        let react_context = (!o.turn.context.is_empty()).then(|| o.turn.context.clone());
         let opts = OperateOptions {
             turn,
+            react_context,
             response_format: Some(format),
             chat_model: o.analysis_model.clone(),
             parse_model: o.analysis_model.clone(),
@@ -539,6 +532,7 @@ async fn setup(branch: &mut Branch, opts: ReActOptions) -> Result<State<'_>> {
         Some(other) => other.to_string(),
         None => String::new(),
     };
+    let original = instruction.clone();
     if opts.interpret {
         let rewritten = interpret(branch, &instruction, opts.interpret_options.clone()).await?;
         instruction = format!("{instruction}\n\nInterpreted instruction: {rewritten}");
@@ -549,6 +543,7 @@ async fn setup(branch: &mut Branch, opts: ReActOptions) -> Result<State<'_>> {
         branch,
         opts,
         instruction,
+        original,
         actions,
         round: 0,
         extensions: max,
@@ -603,8 +598,13 @@ pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReA
     let rounds = tracing::Instrument::instrument(fut, span).await?;
     let last = rounds.last();
     let answer = match last.map(|r| &r.result) {
-        Some(Parsed::Value(v)) if default_format => v.get("answer").cloned().unwrap_or(Value::Null),
-        Some(Parsed::Value(v)) => v.clone(),
+        // The reference answers with the final structure's `answer` field
+        // whenever it has one (its own Analysis or the caller's format).
+        Some(Parsed::Value(v)) => match v.get("answer") {
+            Some(a) => a.clone(),
+            None if default_format => Value::Null,
+            None => v.clone(),
+        },
         _ => Value::String(last.map(|r| r.text.clone()).unwrap_or_default()),
     };
     let analyses = return_analysis.then(|| rounds.iter().map(ReActRound::result_value).collect());

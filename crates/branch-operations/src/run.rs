@@ -270,6 +270,7 @@ impl RunState<'_> {
             .content(Vec::new(), self.opts.response_format.as_ref());
         let send_opts = SendOptions {
             progression: self.opts.turn.progression.as_deref(),
+            providers: &self.opts.turn.context_providers,
             ..SendOptions::default()
         };
         let instruction = instruction_message(self.branch, &self.opts.turn, content);

@@ -14,6 +14,7 @@ use branch_core::{Branch, Participant, Role};
 use branch_messages::{
     CompileOptions, ResponseFormat, ToolMode, compile_request, token_usage_note,
 };
+use branch_providers::ProviderEntry;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -74,6 +75,9 @@ pub struct TurnInput {
     pub progression: Option<Vec<Uuid>>,
     /// Provider payload fields (`temperature`, ...).
     pub fields: Map<String, Value>,
+    /// Context providers for this call only, run after the branch's own
+    /// (they share the turn's budget).
+    pub context_providers: Vec<ProviderEntry>,
 }
 
 /// Builder-style setters shared by the option structs that embed a
@@ -134,6 +138,22 @@ macro_rules! turn_setters {
             /// Adds a provider payload field (`temperature`, ...).
             pub fn field(mut self, k: &str, v: impl Into<serde_json::Value>) -> Self {
                 self.turn.fields.insert(k.to_owned(), v.into());
+                self
+            }
+            /// Adds a context provider for this call only: it runs after
+            /// the branch's registered providers, within the same budget,
+            /// and is not kept by the branch.
+            pub fn context_provider<P: branch_core::ContextProvider>(
+                mut self,
+                provider: P,
+                options: branch_providers::ProviderOptions,
+            ) -> Self {
+                self.turn
+                    .context_providers
+                    .push(branch_providers::ProviderEntry::new(
+                        std::sync::Arc::new(provider),
+                        options,
+                    ));
                 self
             }
         }
@@ -200,6 +220,8 @@ pub(crate) fn response_message(branch: &Branch, text: &str, raw: Value) -> Messa
 #[derive(Debug, Clone, Default)]
 pub(crate) struct SendOptions<'a> {
     pub progression: Option<&'a [Uuid]>,
+    /// Context providers of this call, after the branch's own.
+    pub providers: &'a [ProviderEntry],
     pub react_context: Option<&'a [Value]>,
     pub token_note: bool,
     /// Messages of the current call not yet in the branch, compiled as
@@ -223,7 +245,7 @@ pub(crate) async fn compile(
     fields: &Map<String, Value>,
     opts: &SendOptions<'_>,
 ) -> Result<ChatRequest> {
-    let pass = branch_providers::gather(branch, instruction).await;
+    let pass = branch_providers::gather_with(branch, instruction, opts.providers).await;
     let blocks: Vec<String> = pass
         .map(|p| p.blocks_text)
         .filter(|t| !t.is_empty())

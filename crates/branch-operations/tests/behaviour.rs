@@ -1017,3 +1017,54 @@ async fn native_format_sends_the_structure_as_response_format() {
         .unwrap();
     assert!(server.bodies()[3].get("response_format").is_none());
 }
+
+/// `connect`: the model becomes a tool whose parameters are the chat
+/// request schema; calling it sends the arguments as one request (the
+/// model's own name wins) and returns the provider's raw reply. A second
+/// `connect` under the same name needs `update`; malformed arguments are
+/// a failed call, never a request.
+#[tokio::test]
+async fn connect_registers_a_model_as_a_tool() {
+    let server = MockServer::start().await;
+    server.push(MockReply::text("from helper"));
+    let mut b = Branch::builder()
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    let helper = model(&server, "gpt-4o-mini");
+    b.connect(helper.clone(), "helper", Some("Ask another model"), false)
+        .unwrap();
+    assert!(b.connect(helper.clone(), "helper", None, false).is_err());
+    b.connect(helper, "helper", Some("Ask another model"), true)
+        .unwrap();
+    let schema = b.acts().get("helper").unwrap().tool().schema().clone();
+    assert_eq!(
+        schema["function"]["parameters"],
+        *branch_core::model::openai_chat_request_schema()
+    );
+    let call = ToolCall::new(
+        "helper",
+        json!({"model": "other", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.2})
+            .as_object()
+            .unwrap()
+            .clone(),
+    );
+    let out = b.act(vec![call], ActOptions::default()).await.unwrap();
+    assert_eq!(
+        out[0].output.as_ref().unwrap()["choices"][0]["message"]["content"],
+        "from helper"
+    );
+    let body = &server.bodies()[0];
+    assert_eq!(body["model"], "gpt-4o-mini");
+    assert_eq!(body["messages"], json!([{"role": "user", "content": "hi"}]));
+    assert_eq!(body["temperature"], 0.2);
+    let bad = ToolCall::new(
+        "helper",
+        json!({"messages": "hi"}).as_object().unwrap().clone(),
+    );
+    let out = b.act(vec![bad], ActOptions::default()).await.unwrap();
+    // Refused by the request schema before any request is built.
+    let err = out[0].output.as_ref().unwrap()["error"].as_str().unwrap();
+    assert!(err.contains("`$.messages`"), "{err}");
+    assert_eq!(server.request_count(), 1);
+}

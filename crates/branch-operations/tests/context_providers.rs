@@ -821,3 +821,50 @@ fn futures_executor_block_on<F: std::future::Future>(f: F) -> F::Output {
         }
     }
 }
+
+/// Providers given for one call run after the branch's own, fold into that
+/// request's guidance, count in the turn's report, and are not kept: the
+/// next call sees only the registered ones.
+#[tokio::test]
+async fn per_call_providers_join_one_request_only() {
+    let server = branch_models::mock::MockServer::start().await;
+    server.script([
+        branch_models::mock::MockReply::text("one"),
+        branch_models::mock::MockReply::text("two"),
+    ]);
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    b.providers()
+        .register_with(TestProvider::text("REGISTERED"), opts().name("kept"));
+    b.communicate(
+        CommunicateOptions::new("first")
+            .context_provider(TestProvider::text("ONCE"), opts().name("once")),
+    )
+    .await
+    .unwrap();
+    let report = b.last_context_report().unwrap();
+    let fired: Vec<&str> = report
+        .fired
+        .iter()
+        .map(|f| f.provider_name.as_str())
+        .collect();
+    assert_eq!(fired, ["kept", "once"]);
+    b.communicate(CommunicateOptions::new("second"))
+        .await
+        .unwrap();
+    let bodies = server.bodies();
+    let first = bodies[0]["messages"][0]["content"].as_str().unwrap();
+    let second = bodies[1]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        first.contains("REGISTERED") && first.contains("ONCE"),
+        "{first}"
+    );
+    assert!(
+        second.contains("REGISTERED") && !second.contains("ONCE"),
+        "{second}"
+    );
+    assert_eq!(b.try_providers().unwrap().len(), 1);
+}

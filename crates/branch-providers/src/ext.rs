@@ -6,7 +6,7 @@ use std::sync::Arc;
 use branch_core::{Branch, Message};
 
 use crate::gather::{WritebackSummary, record_pass, run_pass, run_writeback};
-use crate::registry::ContextProviderRegistry;
+use crate::registry::{ContextProviderRegistry, DEFAULT_BUDGET, ProviderEntry};
 use crate::report::ProviderReport;
 
 /// The report of the latest pass, kept in the branch's extensions.
@@ -70,10 +70,24 @@ pub struct ContextPass {
 /// Failing or panicking providers are contained, logged and named under
 /// `failed`; this function itself cannot fail.
 pub async fn gather(branch: &mut Branch, instruction: &Message) -> Option<ContextPass> {
-    let snapshot = branch
+    gather_with(branch, instruction, &[]).await
+}
+
+/// [`gather`] over the branch's registry followed by `extra`, providers
+/// given for this one call (they share the turn budget, and the registry's
+/// budget applies; without a registry, the default one). The pass's
+/// counters go to the branch's registry, created if needed.
+pub async fn gather_with(
+    branch: &mut Branch,
+    instruction: &Message,
+    extra: &[ProviderEntry],
+) -> Option<ContextPass> {
+    let registered = branch
         .try_providers()
-        .filter(|r| !r.is_empty())
         .map(|r| (r.entries.clone(), r.budget()));
+    let (mut entries, budget) = registered.unwrap_or((Vec::new(), DEFAULT_BUDGET));
+    entries.extend(extra.iter().cloned());
+    let snapshot = (!entries.is_empty()).then_some((entries, budget));
     let Some((entries, budget)) = snapshot else {
         branch.extensions_mut().remove::<LastContextReport>();
         return None;

@@ -46,7 +46,7 @@ mod registry;
 mod report;
 mod tokens;
 
-pub use ext::{ContextPass, ProvidersExt, gather, gather_writeback};
+pub use ext::{ContextPass, ProvidersExt, gather, gather_with, gather_writeback};
 pub use fold::fold_guidance;
 pub use gather::WritebackSummary;
 pub use registry::{ContextProviderRegistry, DEFAULT_BUDGET, ProviderEntry, ProviderOptions};

@@ -65,6 +65,22 @@ impl std::fmt::Debug for ProviderEntry {
 }
 
 impl ProviderEntry {
+    /// An entry for `provider`, named by the options, else by the
+    /// provider, else by its type. Registries hold these; a verb can also
+    /// take some for one call (`context_provider` on the verbs' options).
+    pub fn new<P: ContextProvider>(provider: Arc<P>, options: ProviderOptions) -> Self {
+        let name = options
+            .name
+            .or_else(|| provider.name())
+            .unwrap_or_else(short_type_name::<P>);
+        Self {
+            provider,
+            name,
+            priority: options.priority,
+            max_tokens: options.max_tokens,
+        }
+    }
+
     /// The registered name.
     pub fn name(&self) -> &str {
         &self.name
@@ -148,16 +164,7 @@ impl ContextProviderRegistry {
         provider: Arc<P>,
         options: ProviderOptions,
     ) -> &mut Self {
-        let name = options
-            .name
-            .or_else(|| provider.name())
-            .unwrap_or_else(short_type_name::<P>);
-        self.entries.push(ProviderEntry {
-            provider,
-            name,
-            priority: options.priority,
-            max_tokens: options.max_tokens,
-        });
+        self.entries.push(ProviderEntry::new(provider, options));
         self
     }
 

@@ -51,9 +51,33 @@ pub use branch_operations as operations;
 pub use branch_providers as providers;
 pub use branch_session as session;
 
-/// The names most programs need: the aggregate, its data types, and the
-/// verbs (`BranchOperations`) with their option structs.
+/// The names most programs need: the aggregate, its data types, the verbs
+/// (`BranchOperations`) with their option structs and replies, and the
+/// extension traits the README uses (context providers, capabilities).
+///
+/// ```
+/// use lionagi::prelude::*;
+///
+/// struct Prefs;
+///
+/// #[async_trait::async_trait]
+/// impl ContextProvider for Prefs {
+///     async fn provide(&self, _: &Branch, _: &Message) -> Result<Option<String>, ProviderError> {
+///         Ok(Some("The user likes tea.".into()))
+///     }
+/// }
+///
+/// let mut branch = Branch::builder().system("S").build()?;
+/// branch.providers().register_with(Prefs, ProviderOptions::default().name("prefs"));
+/// branch.grant_capabilities(Grant::new(Some("Note".into()), vec![FieldSpec::string("note")])?, true);
+/// assert!(branch.capabilities().is_some());
+/// // A provider for one call only (the branch does not keep it):
+/// let once = CommunicateOptions::new("Hi").context_provider(Prefs, ProviderOptions::default());
+/// assert_eq!(once.turn.context_providers.len(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub mod prelude {
+    pub use branch_capabilities::{CapabilitiesExt, FieldSpec, Grant};
     pub use branch_core::message::{InstructionContent, SystemContent};
     pub use branch_core::model::{ChatModel, ModelConfig};
     pub use branch_core::{
@@ -61,9 +85,12 @@ pub mod prelude {
         MemoryQuery, MemoryStore, Message, MessageContent, MessageKind, Participant, Role,
         SerializationMode, SystemDatetime, ToDictOptions, Tool,
     };
+    pub use branch_core::{ContextProvider, ProviderError};
     pub use branch_models::IModel;
     pub use branch_operations::{
-        ActOptions, BranchOperations, ChatOptions, CommunicateOptions, InterpretOptions,
-        OperateOptions, ParseOptions, ReActOptions, ResponseFormat, RunOptions,
+        ActOptions, BranchOperations, ChatOptions, CommunicateOptions, InstructionBuilder,
+        InterpretOptions, OnParseFailure, OperateOptions, Operated, ParseOptions, Parsed,
+        ReActOptions, ReActOutcome, Reply, ResponseFormat, RunOptions, Strategy, VerbReply,
     };
+    pub use branch_providers::{ProviderOptions, ProvidersExt};
 }

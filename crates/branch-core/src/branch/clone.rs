@@ -21,7 +21,8 @@ impl Branch {
     /// A new branch with a copy of this conversation: every message cloned
     /// (new ids, `metadata.clone_from` = the original id, sender = this
     /// branch, recipient = the clone), the same tools, the same model
-    /// objects (CLI models are copied), and `metadata.clone_from` describing
+    /// objects (a CLI model, which keeps per-conversation state, is copied
+    /// with its own id: [`ChatModel::fork`]), and `metadata.clone_from` describing
     /// this branch. Logs, log configuration, memory, extensions, named
     /// operations, observer and session ownership are not carried over.
     ///
@@ -93,7 +94,7 @@ impl Branch {
             msgs.set_view_raw(Some(Progression::from_ids(mapped)));
         }
 
-        let copy = |m: &Arc<dyn ChatModel>| if m.is_cli() { m.duplicate() } else { m.clone() };
+        let copy = |m: &Arc<dyn ChatModel>| if m.is_cli() { m.fork() } else { m.clone() };
         let chat = copy(self.models.chat());
         let parse = (!self.models.parse_is_chat()).then(|| copy(self.models.parse()));
 

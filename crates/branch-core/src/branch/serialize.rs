@@ -299,7 +299,10 @@ impl Branch {
                 "a stored branch must be a JSON object",
             ));
         }
-        let wire: BranchWire = crate::load::from_value(data)?;
+        let wire: BranchWire = match custom_meta_key(data) {
+            Some(renamed) => crate::load::from_value(&renamed)?,
+            None => crate::load::from_value(data)?,
+        };
         wire.into_branch(opts)
     }
 
@@ -308,6 +311,51 @@ impl Branch {
         let wire: BranchWire = crate::load::from_slice(bytes)?;
         wire.into_branch(FromDictOptions::default())
     }
+}
+
+/// The keys a stored branch may have besides its metadata.
+const BRANCH_KEYS: &[&str] = &[
+    "id",
+    "created_at",
+    "metadata",
+    "node_metadata",
+    "user",
+    "name",
+    "messages",
+    "logs",
+    "system",
+    "log_config",
+    "chat_model",
+    "parse_model",
+];
+
+/// A db-mode document written with a custom `db_meta_key` keeps the
+/// branch's metadata under that key: with no `metadata`/`node_metadata`
+/// and exactly one other key holding an object tagged with a
+/// `lion_class`, that key is read as the metadata. Anything else is left
+/// to the strict reader (an unknown key stays an error).
+fn custom_meta_key(data: &Value) -> Option<Value> {
+    let m = data.as_object()?;
+    if m.contains_key("metadata") || m.contains_key("node_metadata") {
+        return None;
+    }
+    let mut extra = m.keys().filter(|k| !BRANCH_KEYS.contains(&k.as_str()));
+    let key = extra.next()?;
+    if extra.next().is_some() || m.get(key)?.get("lion_class").is_none() {
+        return None;
+    }
+    let renamed: Map<String, Value> = m
+        .iter()
+        .map(|(k, v)| {
+            let k = if k == key {
+                "node_metadata"
+            } else {
+                k.as_str()
+            };
+            (k.to_owned(), v.clone())
+        })
+        .collect();
+    Some(Value::Object(renamed))
 }
 
 #[derive(Deserialize)]

@@ -590,6 +590,15 @@ impl ModelConfig {
         self.id
     }
 
+    /// The same configuration under a new id and creation time (a model
+    /// for another conversation; see `ChatModel::fork`).
+    pub fn forked(&self) -> Self {
+        let mut c = self.clone();
+        c.id = Uuid::new_v4();
+        c.created_at = now_timestamp();
+        c
+    }
+
     /// Creation time, float seconds since the epoch.
     pub fn created_at(&self) -> f64 {
         self.created_at

@@ -68,8 +68,31 @@ pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
         false
     }
 
-    /// A copy of this model (used for CLI models on clone).
+    /// The model's id (what `to_dict` writes as `id`; a clone of a branch
+    /// shares it for an API model and gets a new one for a CLI agent).
+    ///
+    /// ```
+    /// use branch_core::model::{ChatModel, ModelConfig};
+    ///
+    /// let m = ModelConfig::new("openai", "gpt-4.1-mini")?;
+    /// assert_eq!(ChatModel::id(&m).to_string(), m.to_dict(false, false)["id"]);
+    /// assert_ne!(ChatModel::id(&*ChatModel::fork(&m)), ChatModel::id(&m));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    fn id(&self) -> uuid::Uuid {
+        self.config().id()
+    }
+
+    /// A copy of this model, same id and state.
     fn duplicate(&self) -> Arc<dyn ChatModel>;
+
+    /// A copy for another conversation, with its own id: what
+    /// `Branch::clone` gives the clone for a model that keeps
+    /// per-conversation state (a CLI agent), as the reference does.
+    /// Defaults to [`ChatModel::duplicate`].
+    fn fork(&self) -> Arc<dyn ChatModel> {
+        self.duplicate()
+    }
 
     /// One complete (non-streaming) call, retried per the model's policy.
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError>;
@@ -109,6 +132,10 @@ impl ChatModel for ModelConfig {
 
     fn duplicate(&self) -> Arc<dyn ChatModel> {
         Arc::new(self.clone())
+    }
+
+    fn fork(&self) -> Arc<dyn ChatModel> {
+        Arc::new(self.forked())
     }
 
     fn is_connected(&self) -> bool {

@@ -1,0 +1,551 @@
+"""Writes tests/refdiff/scenarios/*.json: the verb × option matrix of the
+differential harness. The scenario files are the data (committed); this
+script only saves typing them one by one. Hand-written scenarios live in
+the same folder under names this script does not produce; it never
+deletes a file.
+
+    python3 tests/refdiff/generate.py
+"""
+
+import json
+import os
+
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
+SCENARIOS = {}
+
+
+def sc(name, about, steps, replies=(), branch=None, to_dict=None, expect=None):
+    d = {"about": about, "branch": branch or {"system": "You are terse."}, "steps": steps,
+         "replies": list(replies)}
+    if to_dict:
+        d["to_dict"] = to_dict
+    if expect:
+        d["expect_deviation"] = expect
+    assert name not in SCENARIOS, name
+    SCENARIOS[name] = d
+
+
+def step(op, **args):
+    return {"op": op, "args": args}
+
+
+F = lambda n: {"$format": n}  # noqa: E731
+M = lambda n: {"$model": n}  # noqa: E731
+ANSWER = {"json": {"answer": "4", "confidence": 0.9}}
+PLAN = {"json": {"goal": "ship", "steps": ["build", "test"], "priority": 2, "notes": "soon"}}
+PERSON = {"json": {"name": "Ada", "age": 36, "verified": True}}
+
+
+def call(fn, **args):
+    return {"function": fn, "arguments": args}
+
+
+# ---------------------------------------------------------------- chat
+CONTEXTS = {"str": "The user is in Paris.", "list": ["Europe", "2024"],
+            "dict": {"city": "Paris", "n": 3}, "nested": [{"a": [1, 2]}, "x"]}
+sc("chat_plain", "chat: one call, nothing recorded",
+   [step("chat", instruction="Say hello")], [{"text": "Hello!"}])
+sc("chat_guidance", "chat with guidance",
+   [step("chat", instruction="Say hello", guidance="One word.")], [{"text": "Hi"}])
+for k, v in CONTEXTS.items():
+    sc(f"chat_context_{k}", f"chat with a {k} context",
+       [step("chat", instruction="Where am I?", context=v)], [{"text": "Paris"}])
+sc("chat_and_record", "chat_and_record records the turn",
+   [{"op": "chat", "args": {"instruction": "Remember this", "record": True}}],
+   [{"text": "Noted."}])
+sc("chat_response_format", "chat with a response format rendered into the prompt",
+   [step("chat", instruction="2+2?", response_format=F("Answer"))], [ANSWER])
+sc("chat_temperature", "chat with a payload keyword",
+   [step("chat", instruction="Be creative", temperature=0.7)], [{"text": "Sky"}])
+sc("chat_token_usage", "chat with the token-usage note",
+   [step("chat", instruction="Count", include_token_usage_to_model=True)], [{"text": "ok"}])
+sc("chat_no_system", "chat on a branch without a system message",
+   [step("chat", instruction="Hello")], [{"text": "Hi"}], branch={})
+sc("chat_user_sender", "chat on a branch with a user",
+   [step("chat", instruction="Hello")], [{"text": "Hi"}], branch={"system": "S", "user": "alice"})
+sc("chat_chat_model_override", "chat with another chat model for one call",
+   [step("chat", instruction="Hello", imodel=M("gpt-4o"))], [{"text": "Hi"}])
+sc("chat_provider_error", "chat: the provider answers 400",
+   [step("chat", instruction="Hello")], [{"status": 400, "error": "bad request"}])
+
+# ---------------------------------------------------------------- communicate
+sc("communicate_plain", "communicate, recorded",
+   [step("communicate", instruction="What is the capital of France?")], [{"text": "Paris."}])
+sc("communicate_guidance_context", "communicate with guidance and context",
+   [step("communicate", instruction="Capital of France?", guidance="One sentence.",
+         context=["Europe"])], [{"text": "Paris is the capital."}],
+   branch={"system": "You answer geography questions.", "user": "alice"})
+for k, v in CONTEXTS.items():
+    sc(f"communicate_context_{k}", f"communicate with a {k} context",
+       [step("communicate", instruction="Use the context", context=v)], [{"text": "ok"}])
+sc("communicate_no_system", "communicate without a system message",
+   [step("communicate", instruction="Hi")], [{"text": "Hello"}], branch={})
+sc("communicate_lion_system", "communicate with the Lion system message",
+   [step("communicate", instruction="Hi")], [{"text": "Hello"}],
+   branch={"system": "Be kind.", "use_lion_system_message": True})
+sc("communicate_two_turns", "two communicate turns: history is sent",
+   [step("communicate", instruction="First?"), step("communicate", instruction="Second?")],
+   [{"text": "One"}, {"text": "Two"}])
+sc("communicate_three_turns_context", "three turns, context on the second",
+   [step("communicate", instruction="A"), step("communicate", instruction="B", context={"k": 1}),
+    step("communicate", instruction="C")], [{"text": "a"}, {"text": "b"}, {"text": "c"}])
+for fmt, reply in (("Answer", ANSWER), ("Plan", PLAN), ("Person", PERSON),
+                   ("Summary", {"json": {"title": "T", "summary": "S."}})):
+    sc(f"communicate_format_{fmt.lower()}", f"communicate with response_format={fmt}",
+       [step("communicate", instruction="Answer in the format", response_format=F(fmt))], [reply])
+sc("communicate_format_fenced", "the structured reply inside a json code fence",
+   [step("communicate", instruction="2+2?", response_format=F("Answer"))],
+   [{"text": "Sure:\n```json\n{\"answer\": \"4\", \"confidence\": 0.5}\n```"}])
+sc("communicate_format_fuzzy_keys", "structured reply with near-miss keys",
+   [step("communicate", instruction="2+2?", response_format=F("Answer"))],
+   [{"json": {"Answer": "4", "confidense": 0.5}}])
+sc("communicate_format_plan_defaults", "Plan reply omitting fields with defaults",
+   [step("communicate", instruction="Plan it", response_format=F("Plan"))],
+   [{"json": {"goal": "ship", "steps": ["a"]}}])
+sc("communicate_format_person_coerce", "Person reply with a numeric string age",
+   [step("communicate", instruction="Who?", response_format=F("Person"))],
+   [{"json": {"name": "Ada", "age": "36"}}])
+sc("communicate_format_repair", "unparseable reply repaired by the parse model",
+   [step("communicate", instruction="2+2?", response_format=F("Answer"))],
+   [{"text": "four, I am quite sure"}, ANSWER], branch={"system": "S", "parse_model": "gpt-4.1-nano"})
+sc("communicate_format_repair_fails", "a repair call fails at the provider",
+   [step("communicate", instruction="2+2?", response_format=F("Answer"), num_parse_retries=1)],
+   [{"text": "four"}, {"text": "still four"}], expect={"section": "§18 O2"})
+sc("communicate_format_repair_exhausted", "reply never parses (one retry)",
+   [step("communicate", instruction="2+2?", response_format=F("Answer"), num_parse_retries=1)],
+   [{"text": "four"}] * 3)
+sc("communicate_skip_validation", "skip_validation returns the raw text",
+   [step("communicate", instruction="2+2?", response_format=F("Answer"), skip_validation=True)],
+   [ANSWER])
+sc("communicate_request_fields", "request_fields",
+   [step("communicate", instruction="Name a novel", request_fields=["title", "year"])],
+   [{"json": {"title": "Emma", "year": 1815}}])
+sc("communicate_request_fields_partial", "request_fields, one missing",
+   [step("communicate", instruction="Name a novel", request_fields=["title", "author"])],
+   [{"json": {"title": "Emma"}}])
+sc("communicate_clear_messages", "clear_messages before the turn",
+   [step("communicate", instruction="A"), step("communicate", instruction="B", clear_messages=True)],
+   [{"text": "a"}, {"text": "b"}])
+sc("communicate_token_usage", "include_token_usage_to_model",
+   [step("communicate", instruction="Hi", include_token_usage_to_model=True)], [{"text": "ok"}])
+sc("communicate_chat_model_override", "a chat model for one turn",
+   [step("communicate", instruction="Hi", chat_model=M("gpt-4o"))], [{"text": "ok"}])
+sc("communicate_parse_model_arg", "a parse model argument used for the repair",
+   [step("communicate", instruction="2+2?", response_format=F("Answer"), parse_model=M("gpt-4o-mini"))],
+   [{"text": "four"}, ANSWER])
+sc("communicate_provider_error", "the provider answers 400: nothing recorded",
+   [step("communicate", instruction="Hi")], [{"status": 400, "error": "bad request"}])
+sc("communicate_error_then_turn", "a failed turn, then a good one",
+   [step("communicate", instruction="Hi"), step("communicate", instruction="Again")],
+   [{"status": 404, "error": "no such model"}, {"text": "ok"}])
+sc("communicate_retry_500", "a 500 is retried",
+   [step("communicate", instruction="Hi")], [{"status": 500, "error": "boom"}, {"text": "ok"}])
+sc("communicate_retry_429", "a 429 is retried",
+   [step("communicate", instruction="Hi")], [{"status": 429, "error": "slow down"}, {"text": "ok"}])
+sc("communicate_tool_calls_reply", "a native tool-calls reply to communicate",
+   [step("communicate", instruction="Multiply")],
+   [{"tool_calls": [{"id": "call_1", "name": "multiply", "arguments": {"a": 2, "b": 3}}]}],
+   branch={"system": "S", "tools": ["multiply"]})
+sc("communicate_unicode", "non-ASCII text both ways",
+   [step("communicate", instruction="Résumé — ça va? 日本")], [{"text": "Très bien — 元気"}])
+sc("communicate_multiline", "multi-line instruction and reply",
+   [step("communicate", instruction="Line one\nLine two\n\n- item")], [{"text": "A\nB\n\nC"}])
+
+# ---------------------------------------------------------------- operate
+T2 = {"system": "Use tools when helpful.", "tools": ["multiply", "lookup_capital"]}
+sc("operate_format", "operate with a response format",
+   [step("operate", instruction="2+2?", response_format=F("Answer"))], [ANSWER])
+sc("operate_no_format", "operate without any structure: the text",
+   [step("operate", instruction="Hi")], [{"text": "Hello"}])
+sc("operate_reason", "operate with reason",
+   [step("operate", instruction="2+2?", response_format=F("Answer"), reason=True)],
+   [{"json": {"answer": "4", "confidence": 0.9,
+              "reason": {"title": "math", "content": "2+2", "confidence_score": 0.99}}}])
+sc("operate_reason_missing", "operate with reason, the reply omits reason",
+   [step("operate", instruction="2+2?", response_format=F("Answer"), reason=True)], [ANSWER])
+sc("operate_reason_only", "operate with reason and no format",
+   [step("operate", instruction="Think", reason=True)],
+   [{"json": {"reason": {"title": "t", "content": "c", "confidence_score": 0.5}}}])
+sc("operate_actions_one", "operate runs one tool",
+   [step("operate", instruction="6*7?", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "42", "confidence": 0.8, "action_required": True,
+              "action_requests": [call("multiply", a=6, b=7)]}}], branch=T2)
+sc("operate_actions_two", "operate runs two tools",
+   [step("operate", instruction="6*7 and capital of France", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "w", "confidence": 0.6, "action_required": True,
+              "action_requests": [call("multiply", a=6, b=7), call("lookup_capital", country="France")]}}],
+   branch=T2)
+sc("operate_actions_sequential", "action_strategy sequential",
+   [step("operate", instruction="go", response_format=F("Answer"), actions=True,
+         action_strategy="sequential")],
+   [{"json": {"answer": "w", "confidence": 0.6, "action_required": True,
+              "action_requests": [call("multiply", a=2, b=3), call("lookup_capital", country="Japan")]}}],
+   branch=T2)
+sc("operate_actions_missing_fields", "actions offered, the reply omits the action fields",
+   [step("operate", instruction="2+2?", response_format=F("Answer"), actions=True)], [ANSWER],
+   branch=T2)
+sc("operate_actions_not_required", "action_required false with requests: nothing runs",
+   [step("operate", instruction="go", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "x", "confidence": 0.1, "action_required": False,
+              "action_requests": [call("multiply", a=1, b=2)]}}], branch=T2)
+sc("operate_actions_empty", "action_required true, no requests",
+   [step("operate", instruction="go", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "x", "confidence": 0.1, "action_required": True, "action_requests": []}}],
+   branch=T2)
+sc("operate_actions_no_format", "actions without a response format",
+   [step("operate", instruction="6*7?", actions=True)],
+   [{"json": {"action_required": True, "action_requests": [call("multiply", a=6, b=7)]}}],
+   branch=T2)
+sc("operate_actions_reason", "actions and reason",
+   [step("operate", instruction="6*7?", response_format=F("Answer"), actions=True, reason=True)],
+   [{"json": {"answer": "42", "confidence": 0.9,
+              "reason": {"title": "r", "content": "mult", "confidence_score": 0.9},
+              "action_required": True, "action_requests": [call("multiply", a=6, b=7)]}}],
+   branch=T2)
+sc("operate_invoke_actions_false", "actions declared but not invoked",
+   [step("operate", instruction="Do not call", response_format=F("Answer"), actions=True,
+         invoke_actions=False)], [ANSWER], branch=T2)
+sc("operate_tool_fails", "a tool that raises",
+   [step("operate", instruction="fail", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "x", "confidence": 0.1, "action_required": True,
+              "action_requests": [call("fail_tool", reason="test")]}}],
+   branch={"system": "S", "tools": ["fail_tool"]})
+sc("operate_unknown_tool", "the model asks for a tool that does not exist",
+   [step("operate", instruction="go", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "x", "confidence": 0.1, "action_required": True,
+              "action_requests": [call("nope", x=1)]}}], branch=T2)
+sc("operate_tools_subset", "tools= limits the offered tools",
+   [step("operate", instruction="6*7?", response_format=F("Answer"), actions=True, tools=["multiply"])],
+   [{"json": {"answer": "42", "confidence": 0.8, "action_required": True,
+              "action_requests": [call("multiply", a=6, b=7)]}}], branch=T2)
+sc("operate_echo_tool", "a tool returning an object",
+   [step("operate", instruction="echo", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "x", "confidence": 0.1, "action_required": True,
+              "action_requests": [call("echo", text="hi")]}}], branch={"system": "S", "tools": ["echo"]})
+for fmt, reply in (("Plan", PLAN), ("Person", PERSON)):
+    sc(f"operate_format_{fmt.lower()}", f"operate with response_format={fmt}",
+       [step("operate", instruction="Fill it", response_format=F(fmt))], [reply])
+sc("operate_plan_partial", "Plan reply omitting defaulted fields",
+   [step("operate", instruction="Plan", response_format=F("Plan"))],
+   [{"json": {"goal": "g", "steps": []}}])
+sc("operate_skip_validation", "skip_validation",
+   [step("operate", instruction="2+2?", response_format=F("Answer"), skip_validation=True)], [ANSWER])
+for hv in ("return_value", "return_none", "raise"):
+    sc(f"operate_unparseable_{hv}", f"unparseable reply, handle_validation={hv}",
+       [step("operate", instruction="2+2?", response_format=F("Answer"), handle_validation=hv)],
+       [{"text": "four"}] * 8)
+sc("operate_guidance_context", "operate with guidance and context",
+   [step("operate", instruction="2+2?", guidance="Be exact.", context={"base": 10},
+         response_format=F("Answer"))], [ANSWER])
+sc("operate_token_usage", "operate with the token-usage note",
+   [step("operate", instruction="2+2?", response_format=F("Answer"),
+         include_token_usage_to_model=True)], [ANSWER])
+sc("operate_twice", "two operate turns",
+   [step("operate", instruction="2+2?", response_format=F("Answer")),
+    step("operate", instruction="3+3?", response_format=F("Answer"))],
+   [ANSWER, {"json": {"answer": "6", "confidence": 1.0}}])
+sc("operate_after_actions_then_communicate", "operate with a tool, then communicate",
+   [step("operate", instruction="6*7?", response_format=F("Answer"), actions=True),
+    step("communicate", instruction="And now?")],
+   [{"json": {"answer": "42", "confidence": 0.8, "action_required": True,
+              "action_requests": [call("multiply", a=6, b=7)]}}, {"text": "Done."}], branch=T2)
+sc("operate_native_tool_calls_reply", "a native tool-calls reply to operate",
+   [step("operate", instruction="6*7?", response_format=F("Answer"), actions=True)],
+   [{"tool_calls": [{"id": "c1", "name": "multiply", "arguments": {"a": 6, "b": 7}}]}]
+   + [{"text": "x"}] * 7, branch=T2)
+sc("operate_provider_error", "operate: the provider answers 400",
+   [step("operate", instruction="2+2?", response_format=F("Answer"))],
+   [{"status": 400, "error": "bad"}])
+sc("operate_chat_model_override", "operate with a chat model for one turn",
+   [step("operate", instruction="2+2?", response_format=F("Answer"), chat_model=M("gpt-4o"))], [ANSWER])
+
+# ---------------------------------------------------------------- parse
+P = {"system": "S"}
+sc("parse_valid", "parse a JSON text",
+   [step("parse", text='{"answer": "4", "confidence": 0.5}', response_format=F("Answer"))], branch=P)
+sc("parse_fenced", "parse a fenced JSON text",
+   [step("parse", text='Here:\n```json\n{"answer": "4", "confidence": 0.5}\n```',
+         response_format=F("Answer"))], branch=P)
+sc("parse_fuzzy", "parse with near-miss keys",
+   [step("parse", text='{"Answer": "4", "Confidence": 0.5}', response_format=F("Answer"))], branch=P)
+sc("parse_missing_field", "parse with a missing required field (force fills)",
+   [step("parse", text='{"answer": "4"}', response_format=F("Answer"))], [ANSWER], branch=P)
+sc("parse_extra_key", "parse drops an undeclared key",
+   [step("parse", text='{"answer": "4", "confidence": 0.5, "extra": 1}', response_format=F("Answer"))],
+   branch=P)
+for hu in ("ignore", "remove", "fill", "force"):
+    sc(f"parse_unmatched_{hu}", f"handle_unmatched={hu}",
+       [step("parse", text='{"answer": "4", "zzz": 1}', response_format=F("Answer"),
+             handle_unmatched=hu)], [ANSWER], branch=P)
+sc("parse_repair", "unparseable text: the parse model reformats it",
+   [step("parse", text="the answer is four", response_format=F("Answer"))], [ANSWER], branch=P)
+sc("parse_repair_plan", "Plan repair request",
+   [step("parse", text="ship it: build then test", response_format=F("Plan"))], [PLAN], branch=P)
+sc("parse_repair_fails_return_none", "repair never parses, return_none",
+   [step("parse", text="nope", response_format=F("Answer"), handle_validation="return_none",
+         max_retries=1)], [{"text": "nope"}, {"text": "nope"}], branch=P)
+sc("parse_repair_fails_raise", "repair never parses, raise",
+   [step("parse", text="nope", response_format=F("Answer"), handle_validation="raise",
+         max_retries=1)], [{"text": "nope"}, {"text": "nope"}], branch=P)
+sc("parse_repair_fails_value", "repair never parses, return_value",
+   [step("parse", text="nope", response_format=F("Answer"), max_retries=1)],
+   [{"text": "nope"}, {"text": "nope"}], branch=P)
+sc("parse_person_coerce", "parse coerces a numeric string",
+   [step("parse", text='{"name": "Ada", "age": "36"}', response_format=F("Person"))], [PERSON],
+   branch=P)
+sc("parse_strict_missing", "strict parse with a missing field",
+   [step("parse", text='{"answer": "4"}', response_format=F("Answer"), strict=True,
+         handle_unmatched="ignore", max_retries=1)], [ANSWER], branch=P)
+
+# ---------------------------------------------------------------- interpret
+sc("interpret_default", "interpret with defaults",
+   [step("interpret", text="gimme primes")], [{"text": "List prime numbers."}])
+sc("interpret_domain_style", "interpret with domain and style",
+   [step("interpret", text="gimme primes >10", domain="math", style="precise")],
+   [{"text": "List the primes above 10."}])
+sc("interpret_sample", "interpret with a writing sample",
+   [step("interpret", text="fix my essay", sample_writing="Concise, formal prose.")],
+   [{"text": "Edit the essay."}])
+sc("interpret_temperature", "interpret with a temperature",
+   [step("interpret", text="plan a trip", temperature=0.5)], [{"text": "Plan a trip."}])
+
+# ---------------------------------------------------------------- act
+A = {"system": "S", "tools": ["multiply", "add", "lookup_capital", "fail_tool"]}
+sc("act_single", "act with one request",
+   [step("act", action_request=call("multiply", a=3, b=4))], branch=A)
+sc("act_list", "act with two requests",
+   [step("act", action_request=[call("multiply", a=3, b=4), call("add", a=1, b=2)])], branch=A)
+sc("act_sequential", "act sequentially",
+   [step("act", action_request=[call("add", a=1, b=2), call("lookup_capital", country="Japan")],
+         strategy="sequential")], branch=A)
+sc("act_failing", "act with a failing tool",
+   [step("act", action_request=call("fail_tool", reason="x"))], branch=A)
+sc("act_failing_not_suppressed", "act with a failing tool, errors not suppressed",
+   [step("act", action_request=call("fail_tool", reason="x"), suppress_errors=False)], branch=A)
+sc("act_unknown", "act with an unknown tool",
+   [step("act", action_request=call("does_not_exist"))], branch=A)
+sc("act_string_arguments", "act with arguments as a JSON text",
+   [step("act", action_request={"function": "add", "arguments": '{"a": 5, "b": 6}'})], branch=A,
+   expect={"section": "§21 H4"})
+sc("act_then_communicate", "act, then a turn that sees its result",
+   [step("act", action_request=call("multiply", a=3, b=4)), step("communicate", instruction="Result?")],
+   [{"text": "12"}], branch=A, expect={"section": "§15 M3"})
+
+# ---------------------------------------------------------------- ReAct
+R = {"system": "You reason step by step.", "tools": ["multiply"]}
+
+
+def analysis(text, ext, reqs=(), **extra):
+    d = {"analysis": text, "extension_needed": ext, "action_required": bool(reqs),
+         "action_requests": list(reqs)}
+    d.update(extra)
+    return {"json": d}
+
+
+REASON = {"title": "plan", "content": "go", "confidence_score": 0.9}
+for op in ("ReAct", "ReActStream"):
+    p = op.lower()
+    sc(f"{p}_one_round", f"{op}: one analysis, no extension, then the answer",
+       [step(op, instruction="What is 2+2?")],
+       [analysis("Simple.", False, reason=REASON), {"json": {"answer": "4"}}], branch=R)
+    sc(f"{p}_two_rounds_tool", f"{op}: a tool round, then done",
+       [step(op, instruction="What is 6 times 7?", max_extensions=2)],
+       [analysis("Need product.", True, [call("multiply", a=6, b=7)], action_strategy="concurrent",
+                 reason=REASON),
+        analysis("42, done.", False, reason=REASON), {"json": {"answer": "42"}}], branch=R)
+    sc(f"{p}_max_extensions_reached", f"{op}: extensions exhausted",
+       [step(op, instruction="Keep going", max_extensions=1)],
+       [analysis("more", True, reason=REASON), analysis("more", True, reason=REASON),
+        {"json": {"answer": "stopped"}}], branch=R)
+    sc(f"{p}_extension_not_allowed", f"{op}: extension_allowed false",
+       [step(op, instruction="Try", extension_allowed=False)],
+       [analysis("more", True, reason=REASON), {"json": {"answer": "a"}}], branch=R)
+    sc(f"{p}_missing_fields", f"{op}: analyses omit optional fields",
+       [step(op, instruction="Go", max_extensions=2)],
+       [{"json": {"analysis": "a", "extension_needed": True}},
+        {"json": {"analysis": "b", "extension_needed": False}}, {"json": {"answer": "x"}}], branch=R)
+    sc(f"{p}_context", f"{op}: context and guidance given once",
+       [step(op, instruction="Use it", context={"fact": "sky is blue"}, guidance="Be brief.",
+             max_extensions=2)],
+       [analysis("a", True, reason=REASON), analysis("b", False, reason=REASON),
+        {"json": {"answer": "blue"}}], branch=R)
+    sc(f"{p}_response_format", f"{op}: a final response format",
+       [step(op, instruction="2+2?", response_format=F("Answer"))],
+       [analysis("easy", False, reason=REASON), ANSWER], branch=R)
+    sc(f"{p}_response_format_extension", f"{op}: extension rounds with a final format",
+       [step(op, instruction="2+2?", response_format=F("Answer"), max_extensions=2)],
+       [analysis("a", True, reason=REASON), analysis("b", False, reason=REASON), ANSWER], branch=R)
+    sc(f"{p}_reasoning_effort", f"{op}: reasoning_effort",
+       [step(op, instruction="Think", reasoning_effort="high")],
+       [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}], branch=R)
+    sc(f"{p}_no_tools", f"{op}: a branch without tools",
+       [step(op, instruction="Think")],
+       [{"json": {"analysis": "ok", "extension_needed": False, "reason": REASON}},
+        {"json": {"answer": "x"}}],
+       branch={"system": "Reason."})
+    sc(f"{p}_token_usage_off", f"{op}: without the token-usage note",
+       [step(op, instruction="Think", include_token_usage_to_model=False)],
+       [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}], branch=R)
+    sc(f"{p}_provider_error", f"{op}: the provider fails in round two",
+       [step(op, instruction="Go", max_extensions=2)],
+       [analysis("a", True, reason=REASON), {"status": 400, "error": "bad"}], branch=R)
+sc("react_return_analysis", "ReAct return_analysis",
+   [step("ReAct", instruction="Go", return_analysis=True)],
+   [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}], branch=R,
+   expect={"section": "§18 ReAct return_analysis", "paths": ["/steps/0(ReAct)"]})
+sc("react_interpret", "ReAct with interpret",
+   [step("ReAct", instruction="gimme answer", interpret=True)],
+   [{"text": "Give the answer."}, analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}],
+   branch=R)
+
+# ---------------------------------------------------------------- run (HTTP model)
+for i, (inst, reply) in enumerate((("Say hi", {"text": "hi there"}),
+                                   ("Long", {"text": "x" * 50, "chunk_size": 7}))):
+    sc(f"run_api_model_{i}", "run with an HTTP model: the reference refuses, lionagi-rs streams",
+       [step("run", instruction=inst)], [reply],
+       expect={"section": "§18 O4"})
+
+# ---------------------------------------------------------------- clone
+# The reference's clone repeats the System message (§5): the message
+# lists and the system entry differ, nothing else may.
+CLONE = {"section": "§5", "paths": [
+    f"/{side}/{mode}/{part}" for side in ("to_dict", "ours loads ref", "ref loads ours")
+    for mode in ("json", "db") for part in ("messages", "system")]}
+sc("clone_empty", "clone a fresh branch", [step("clone")], expect=CLONE)
+sc("clone_after_turns", "clone after two turns",
+   [step("communicate", instruction="A"), step("communicate", instruction="B"), step("clone")],
+   [{"text": "a"}, {"text": "b"}], expect=CLONE)
+sc("clone_with_tools", "clone keeps tools; the clone runs an operate",
+   [step("clone"), step("operate", instruction="6*7?", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "42", "confidence": 0.8, "action_required": True,
+              "action_requests": [call("multiply", a=6, b=7)]}}], branch=T2, expect=CLONE)
+sc("clone_then_communicate", "a turn on the clone",
+   [step("communicate", instruction="A"), step("clone"), step("communicate", instruction="B")],
+   [{"text": "a"}, {"text": "b"}], expect=CLONE)
+sc("clone_after_actions", "clone after act (action links)",
+   [step("act", action_request=call("multiply", a=3, b=4)), step("clone")], branch=A, expect=CLONE)
+sc("clone_with_user_name", "clone of a named branch with a user",
+   [step("clone")], branch={"system": "S", "user": "alice", "name": "b1"}, expect=CLONE)
+
+CLI = {"system": "S", "cli_model": "claude_code/sonnet"}
+sc("clone_cli_model", "clone of a branch whose chat model is a CLI agent: the model is copied",
+   [step("clone")], branch=CLI, expect=CLONE)
+sc("to_dict_cli_model", "to_dict of a branch with a CLI agent model", [], branch=CLI)
+
+# ---------------------------------------------------------------- connect
+sc("connect_model_tool", "connect registers a model as a tool",
+   [step("connect", model="gpt-4o-mini", name="helper", description="Ask another model")])
+sc("connect_update", "connect twice with update",
+   [step("connect", model="gpt-4o-mini", name="helper"),
+    step("connect", model="gpt-4o", name="helper", update=True)])
+sc("connect_then_operate", "the connected model's schema is offered to operate",
+   [step("connect", model="gpt-4o-mini", name="helper", description="Ask another model"),
+    step("operate", instruction="Use the helper", response_format=F("Answer"), actions=True)],
+   [ANSWER])
+
+# ---------------------------------------------------------------- serialization
+MODES = {
+    "python": {"mode": "python"},
+    "json": {"mode": "json"},
+    "db": {"mode": "db"},
+    "db_meta_key": {"mode": "db", "db_meta_key": "meta"},
+    "request_options": {"mode": "json", "include_request_options": True},
+    "no_logs": {"mode": "json", "include_logs": False},
+    "log_config": {"mode": "json", "include_log_config": True},
+    "processor_config": {"mode": "json", "include_processor_config": True},
+    "db_all_flags": {"mode": "db", "db_meta_key": "node", "include_log_config": True,
+                     "include_processor_config": True},
+}
+for k, m in MODES.items():
+    m = dict(m, key=k)
+    sc(f"to_dict_{k}_empty", f"to_dict {k} of a fresh branch", [], to_dict=[m])
+    sc(f"to_dict_{k}_after_turn", f"to_dict {k} after a turn",
+       [step("communicate", instruction="Hi")], [{"text": "Hello"}], to_dict=[m])
+sc("to_dict_after_actions", "json and db after act",
+   [step("act", action_request=call("multiply", a=3, b=4))], branch=A)
+sc("to_dict_named_user", "a named branch with a user",
+   [step("communicate", instruction="Hi")], [{"text": "Hello"}],
+   branch={"system": "S", "user": "alice", "name": "b1"})
+sc("to_dict_parse_model", "a branch with its own parse model",
+   [step("communicate", instruction="Hi")], [{"text": "Hello"}],
+   branch={"system": "S", "parse_model": "gpt-4.1-nano"})
+sc("to_dict_no_system", "a branch without a system message",
+   [step("communicate", instruction="Hi")], [{"text": "Hello"}], branch={})
+
+# ---------------------------------------------------------------- context providers
+for name, regs in {
+    "one": [{"text": "Remember: the user likes tea.", "name": "prefs"}],
+    "two_priority": [{"text": "low", "name": "a", "priority": 1},
+                     {"text": "high", "name": "b", "priority": 5}],
+    "none_result": [{"text": "", "kind": "none", "name": "empty"}],
+    "failing": [{"text": "", "kind": "fail", "name": "broken"}, {"text": "ok", "name": "fine"}],
+    "max_tokens": [{"text": "word " * 50, "name": "big", "max_tokens": 5}],
+}.items():
+    sc(f"providers_{name}", f"context providers: {name}",
+       [step("register_provider", **r) for r in regs] + [step("communicate", instruction="Hi")],
+       [{"text": "Hello"}])
+sc("providers_operate", "context providers and operate",
+   [step("register_provider", text="Tea.", name="prefs"),
+    step("operate", instruction="2+2?", response_format=F("Answer"))], [ANSWER])
+sc("providers_react", "context providers and ReAct",
+   [step("register_provider", text="Tea.", name="prefs"), step("ReAct", instruction="Go")],
+   [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}], branch=R)
+
+# ---------------------------------------------------------------- memory
+MEM = {"system": "S", "memory": True}
+sc("memory_communicate", "a branch with a memory store: a turn", [step("communicate", instruction="Hi")],
+   [{"text": "Hello"}], branch=MEM)
+sc("memory_operate", "a branch with a memory store: operate",
+   [step("operate", instruction="2+2?", response_format=F("Answer"))], [ANSWER], branch=MEM)
+sc("memory_clone", "a branch with a memory store: clone", [step("clone")], branch=MEM, expect=CLONE)
+sc("memory_session", "a branch with its own memory store joins and leaves a session",
+   [step("session", remove=True)], branch=MEM)
+
+# ---------------------------------------------------------------- sessions
+# The reference gives a member the session id as user (and takes it away
+# on removal); here user is the conversation's (§7): the branch's user and
+# the senders of messages built from it differ, nothing else may.
+SESSION = {"section": "§7", "paths": [f"/to_dict/{m}/{k}" for m in ("json", "db")
+                                      for k in ("user", "messages")]}
+sc("session_include", "include a branch in a session (the reference overwrites user)",
+   [step("session")], branch={"system": "S", "user": "alice"}, expect=SESSION)
+sc("session_include_no_user", "include a branch without a user",
+   [step("session")], branch={"system": "S"}, expect=SESSION)
+sc("session_include_remove", "include, then remove: the branch is as before",
+   [step("session", remove=True)], branch={"system": "S", "user": "alice"}, expect=SESSION)
+sc("session_include_with_others", "include with two more branches, then remove",
+   [step("session", extra=["b2", "b3"], remove=True)], branch={"system": "S"})
+sc("session_include_then_turn", "a turn after leaving a session",
+   [step("session", remove=True), step("communicate", instruction="Hi")], [{"text": "Hello"}],
+   branch={"system": "S", "user": "alice"}, expect=SESSION)
+
+# ---------------------------------------------------------------- capabilities
+CAP = {"name": "Reviewer", "fields": [{"name": "note", "type": "str", "description": "A short note"},
+                                      {"name": "score", "type": "int", "description": "0 to 10"}]}
+sc("capabilities_grant", "grant: the system message gains the block",
+   [step("grant_capabilities", **CAP)])
+sc("capabilities_grant_no_prompt", "grant without prompt",
+   [step("grant_capabilities", prompt=False, **CAP)])
+sc("capabilities_communicate", "grant then communicate",
+   [step("grant_capabilities", **CAP), step("communicate", instruction="Review: x=1")],
+   [{"text": "Fine.\n```json\n{\"note\": \"ok\", \"score\": 8}\n```"}])
+sc("capabilities_regrant", "grant twice",
+   [step("grant_capabilities", **CAP), step("grant_capabilities", **CAP)])
+sc("capabilities_no_system", "grant on a branch without a system message",
+   [step("grant_capabilities", **CAP)], branch={})
+sc("capabilities_operate", "grant then operate",
+   [step("grant_capabilities", **CAP), step("operate", instruction="2+2?", response_format=F("Answer"))],
+   [ANSWER])
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for name, d in SCENARIOS.items():
+        with open(os.path.join(OUT, name + ".json"), "w") as f:
+            json.dump(d, f, indent=2, ensure_ascii=False)
+            f.write("\n")
+    print(f"{len(SCENARIOS)} scenarios written to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,197 @@
+//! `cargo xtask refdiff [NAME...]`: the differential harness
+//! (tests/refdiff/README.md). Runs every scenario of tests/refdiff/scenarios
+//! in Python lionagi 0.36.0 (a venv created on first use under the target
+//! dir) and in lionagi-rs (`crates/lionagi/examples/refdiff`), one process
+//! each, and prints the comparison; fails when a difference is neither
+//! fixed nor documented.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+
+use crate::{cargo, run};
+
+/// The reference, pinned: the fixtures and docs/compat.md are about it.
+const REFERENCE: &str = "lionagi==0.36.0";
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+/// The venv with the reference, created once; a marker file says the
+/// install finished (an interrupted one is redone).
+fn venv(work: &Path) -> Result<PathBuf, String> {
+    let venv = work.join("venv");
+    let python = venv.join("bin/python");
+    let marker = venv.join(format!(".{REFERENCE}"));
+    if !marker.exists() {
+        run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+        run(Command::new(&python).args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            REFERENCE,
+        ]))?;
+        std::fs::write(&marker, "").map_err(|e| format!("{}: {e}", marker.display()))?;
+    }
+    Ok(python)
+}
+
+/// tiktoken-rs's copy of the `o200k_base` encoding: the reference counts
+/// request tokens with it and would download it otherwise. Found through
+/// `cargo metadata` (the crate is a dependency of branch-providers).
+fn o200k_file() -> Result<PathBuf, String> {
+    let out = cargo()
+        .args(["metadata", "--format-version", "1", "--locked"])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("cargo metadata: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let key = "\"manifest_path\":\"";
+    for part in text.split(key).skip(1) {
+        let path = part.split('"').next().unwrap_or_default();
+        if path.contains("/tiktoken-rs-") {
+            let file = Path::new(path).with_file_name("assets/o200k_base.tiktoken");
+            if file.exists() {
+                return Ok(file);
+            }
+        }
+    }
+    Err("cargo metadata lists no tiktoken-rs with assets/o200k_base.tiktoken".into())
+}
+
+/// Reads `child`'s stdout until the line `want`, echoing nothing else.
+fn wait_for(out: &mut BufReader<ChildStdout>, want: &str, who: &str) -> Result<(), String> {
+    let mut line = String::new();
+    loop {
+        line.clear();
+        let n = out
+            .read_line(&mut line)
+            .map_err(|e| format!("{who}: {e}"))?;
+        if n == 0 {
+            return Err(format!("{who} ended before saying {want}"));
+        }
+        if line.trim() == want {
+            return Ok(());
+        }
+        print!("{line}");
+    }
+}
+
+fn spawn(cmd: &mut Command, who: &str) -> Result<(Child, BufReader<ChildStdout>), String> {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("cannot start {who}: {e}"))?;
+    let out = child.stdout.take().ok_or(format!("{who}: no stdout"))?;
+    Ok((child, BufReader::new(out)))
+}
+
+fn send(child: &mut Child, line: &str, who: &str) -> Result<(), String> {
+    let stdin = child.stdin.as_mut().ok_or(format!("{who}: no stdin"))?;
+    writeln!(stdin, "{line}").map_err(|e| format!("{who}: {e}"))?;
+    stdin.flush().map_err(|e| format!("{who}: {e}"))
+}
+
+pub fn refdiff(names: &[String]) -> Result<(), String> {
+    let root = std::env::current_dir().map_err(|e| e.to_string())?;
+    let suite = root.join("tests/refdiff");
+    let target = target_dir();
+    let target = if target.is_absolute() {
+        target
+    } else {
+        root.join(target)
+    };
+    let work = target.join("refdiff");
+    std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
+    let python = venv(&work)?;
+    let o200k = o200k_file()?;
+
+    let mut build = cargo();
+    build.args([
+        "build",
+        "--quiet",
+        "--package",
+        "lionagi",
+        "--example",
+        "refdiff",
+    ]);
+    if std::env::var_os("CI").is_some() {
+        build.arg("--locked");
+    }
+    run(&mut build)?;
+    let driver = target.join("debug/examples/refdiff");
+
+    let out = work.join("out");
+    let _ = std::fs::remove_dir_all(&out);
+    let (py_out, rs_out) = (out.join("reference"), out.join("ours"));
+    let scenarios = suite.join("scenarios");
+
+    // The reference's working directory is a scratch dir, so nothing it
+    // might write lands in the repository.
+    let scratch = work.join("scratch");
+    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let (mut py, mut py_stdout) = spawn(
+        Command::new(&python)
+            .arg(suite.join("driver.py"))
+            .arg(&scenarios)
+            .arg(&py_out)
+            .args(names)
+            .current_dir(&scratch)
+            .env("LOG_AUTO_SAVE_ON_EXIT", "false")
+            .env("TIKTOKEN_CACHE_DIR", work.join("tiktoken"))
+            .env("REFDIFF_O200K", &o200k)
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("LIONAGI_CHAT_PROVIDER")
+            .env_remove("LIONAGI_CHAT_MODEL"),
+        "the reference driver",
+    )?;
+    wait_for(&mut py_stdout, "READY", "the reference driver")?;
+
+    let (mut rs, mut rs_stdout) = spawn(
+        Command::new(&driver)
+            .arg(&scenarios)
+            .arg(suite.join("library.json"))
+            .arg(&rs_out)
+            .arg(&py_out)
+            .args(names)
+            .env("LOG_AUTO_SAVE_ON_EXIT", "false")
+            .env_remove("OPENAI_API_KEY"),
+        "the lionagi-rs driver",
+    )?;
+    wait_for(&mut rs_stdout, "READY", "the lionagi-rs driver")?;
+
+    send(
+        &mut py,
+        &format!("CROSS {}", rs_out.display()),
+        "the reference driver",
+    )?;
+    wait_for(&mut py_stdout, "CROSSED", "the reference driver")?;
+    drop(py.stdin.take());
+    let status = py.wait().map_err(|e| e.to_string())?;
+    if !status.success() {
+        return Err(format!("the reference driver failed with {status}"));
+    }
+
+    send(&mut rs, "COMPARE", "the lionagi-rs driver")?;
+    let mut line = String::new();
+    while rs_stdout.read_line(&mut line).map_err(|e| e.to_string())? > 0 {
+        print!("{line}");
+        line.clear();
+    }
+    let status = rs.wait().map_err(|e| e.to_string())?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "differences neither fixed nor documented (outputs under {})",
+            out.display()
+        ))
+    }
+}
