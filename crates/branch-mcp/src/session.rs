@@ -157,10 +157,13 @@ impl McpServer {
                     Ok(Ok(service)) => (service, Some(process), "stdio"),
                     Ok(Err(e)) => {
                         let status = process.exited(Duration::from_millis(500)).await;
-                        let mut reason = failure.get().unwrap_or_else(|| e.to_string());
-                        if let Some(s) = status {
-                            reason = format!("it exited ({s}) during initialize");
-                        }
+                        // Our own finding (a malformed or oversized message)
+                        // is the cause; the exit that follows is its effect.
+                        let mut reason = match (failure.get(), status) {
+                            (Some(f), _) => f,
+                            (None, Some(s)) => format!("it exited ({s}) during initialize"),
+                            (None, None) => e.to_string(),
+                        };
                         let tail = process.stderr.text();
                         if !tail.is_empty() {
                             reason.push_str(&format!("; its stderr ends: {tail}"));
