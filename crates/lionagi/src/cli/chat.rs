@@ -16,13 +16,17 @@ use super::chat_args::{CHAT_USAGE, ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
 use super::conversation::Conversation;
 use super::input::{Input, Line};
+use super::mcp_tools;
 use super::model_choice;
+use super::tool_turn;
 use super::turn::{self, Display};
+use branch_mcp::McpServers;
 
 /// The commands of an interactive conversation.
 const SLASH_HELP: &str = "/help   this text
 /clear  start a new conversation (a stored one stays in the store)
 /id     the conversation's id (and its store)
+/tools  the tools of the MCP servers (--mcp FILE)
 /exit   leave (also Ctrl-D); Ctrl-C cancels the turn being answered";
 
 /// Runs `lionagi chat` with the words after `chat`; returns the exit
@@ -69,14 +73,31 @@ fn report(e: &ChatError, json: bool) -> i32 {
 fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
     let (model, info) = model_choice::choose(args)?;
     let mut conv = rt.block_on(Conversation::open(args, model))?;
+    let servers = rt.block_on(mcp_tools::connect(&args.mcp, conv.branch_mut(), !args.json))?;
+    let result = converse_or_ask(args, rt, &mut conv, &info, servers.as_ref());
+    if let Some(s) = &servers {
+        // Every server ends with the session: children reaped, HTTP
+        // sessions closed.
+        rt.block_on(s.shutdown());
+    }
+    result
+}
+
+fn converse_or_ask(
+    args: &ChatArgs,
+    rt: &Runtime,
+    conv: &mut Conversation,
+    info: &ModelInfo,
+    servers: Option<&McpServers>,
+) -> Result<(), ChatError> {
     let display = Display {
         stream: !args.json,
         // Only for a person watching: never into a file or a pipe.
         spinner: !args.json && std::io::stdout().is_terminal() && std::io::stderr().is_terminal(),
     };
     if let Some(question) = &args.question {
-        let result = one_turn(rt, &mut conv, question, &info, display, args);
-        resume_hint(&conv, args);
+        let result = one_turn(rt, conv, question, info, display, args, servers);
+        resume_hint(conv, args);
         return result;
     }
     let mut input = if std::io::stdin().is_terminal() {
@@ -95,9 +116,9 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
             info.label
         );
     }
-    let result = converse(rt, &mut conv, &mut input, &info, display, args);
+    let result = converse(rt, conv, &mut input, info, display, args, servers);
     input.save_history();
-    resume_hint(&conv, args);
+    resume_hint(conv, args);
     result
 }
 
@@ -110,6 +131,7 @@ fn converse(
     info: &ModelInfo,
     display: Display,
     args: &ChatArgs,
+    servers: Option<&McpServers>,
 ) -> Result<(), ChatError> {
     let person = input.is_terminal();
     let mut interrupts = 0;
@@ -143,13 +165,21 @@ fn converse(
                 "clear" => {
                     resume_hint(conv, args);
                     conv.restart()?;
+                    if let Some(s) = servers {
+                        rt.block_on(s.register(conv.branch_mut()))
+                            .map_err(|e| ChatError::Mcp(e.to_string()))?;
+                    }
                     eprintln!("new conversation {}", conv.id());
                 }
+                "tools" => eprintln!(
+                    "{}",
+                    mcp_tools::listing(&servers.map(McpServers::registered).unwrap_or_default())
+                ),
                 other => eprintln!("unknown command /{other}; /help lists them"),
             }
             continue;
         }
-        match one_turn(rt, conv, line, info, display, args) {
+        match one_turn(rt, conv, line, info, display, args, servers) {
             Ok(()) => {}
             // A person goes on: the conversation is as before the turn.
             Err(e) if person => {
@@ -169,17 +199,35 @@ fn one_turn(
     info: &ModelInfo,
     display: Display,
     args: &ChatArgs,
+    servers: Option<&McpServers>,
 ) -> Result<(), ChatError> {
     let before = conv.len();
-    let answer = rt.block_on(turn::ask(conv.branch_mut(), question, info, display))?;
+    let answer = match servers {
+        Some(s) => {
+            // A server may have announced new tools since the last turn.
+            rt.block_on(s.refresh(conv.branch_mut()))
+                .map_err(|e| ChatError::Mcp(e.to_string()))?;
+            rt.block_on(tool_turn::ask(conv.branch_mut(), question, info, display))?
+        }
+        None => rt.block_on(turn::ask(conv.branch_mut(), question, info, display))?,
+    };
     rt.block_on(conv.record_turn(before))?;
     if args.json {
+        let branch = conv.branch_mut();
+        let calls = mcp_tools::calls_of(
+            branch
+                .progression()
+                .iter()
+                .skip(before)
+                .filter_map(|id| branch.messages().get(id)),
+        );
         let line = json!({
             "branch_id": conv.id().to_string(),
             "reply": answer.text,
             "model": info.label,
             "served_model": answer.served_model,
             "usage": answer.usage,
+            "tool_calls": calls,
         });
         turn::say(&format!("{line}\n"));
     }

@@ -19,13 +19,17 @@ options:
   --json               one JSON object per turn on stdout, errors as JSON on stderr
   --max-tokens N       longest reply, in tokens
   --temperature T      sampling temperature
+  --mcp FILE           tools from the MCP servers in FILE ({\"mcpServers\": ...}); repeatable.
+                       Their commands run as configured (no shell, only their `env`)
+  --mcp-path           look up bare MCP command names (npx, uvx) on the PATH
+  --mcp-local          let HTTP MCP servers be on this machine or the local network
   -h, --help           this text
 
 The model: the flags, else LIONAGI_CHAT_PROVIDER / LIONAGI_CHAT_MODEL, else the embedded
 model (lionagi built with --features embedded, model fetched by `cargo xtask fetch-model`),
 else openai when OPENAI_API_KEY is set.
 
-In a conversation: /help, /clear (start a new conversation), /id (the conversation's id),
+In a conversation: /help, /clear (start a new conversation), /id (the conversation's id), /tools,
 /exit or Ctrl-D. Ctrl-C cancels the turn being answered (nothing of it is kept).";
 
 /// What `lionagi chat` was asked to do.
@@ -53,6 +57,8 @@ pub(crate) struct ChatArgs {
     pub max_tokens: Option<u64>,
     /// `--temperature`.
     pub temperature: Option<f64>,
+    /// `--mcp`, `--mcp-path`, `--mcp-local`.
+    pub mcp: super::mcp_tools::McpArgs,
     /// `-h` / `--help`.
     pub help: bool,
 }
@@ -94,6 +100,9 @@ impl ChatArgs {
                 "--store" => a.store = Some(value(flag)?),
                 "--resume" => a.resume = Some(value(flag)?),
                 "--name" => a.name = Some(value(flag)?),
+                "--mcp" => a.mcp.files.push(value(flag)?),
+                "--mcp-path" => a.mcp.search_path = true,
+                "--mcp-local" => a.mcp.local = true,
                 "--max-tokens" => {
                     let v = value(flag)?;
                     a.max_tokens = Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -200,6 +209,9 @@ mod tests {
         assert_eq!(a.temperature, Some(0.5));
         assert_eq!(a.question.as_deref(), Some("What is it?"));
         assert!(a.json);
+        let a = parse(&["--mcp", "a.json", "--mcp=b.json", "--mcp-path", "q"]).unwrap();
+        assert_eq!(a.mcp.files, ["a.json", "b.json"]);
+        assert!(a.mcp.search_path && !a.mcp.local);
         let a = parse(&["--", "--not-a-flag"]).unwrap();
         assert_eq!(a.question.as_deref(), Some("--not-a-flag"));
     }

@@ -1,0 +1,100 @@
+//! A turn of `lionagi chat` with tools registered: the model may call
+//! tools (natively where the provider has function calling, prompt-embedded
+//! otherwise), their results go back in the next request, until it answers
+//! without calling one. The rounds are one turn: a failure or Ctrl-C in any
+//! of them rolls the whole turn back.
+
+use branch_core::{Branch, MessageContent};
+use branch_operations::{BranchOperations, OperateOptions};
+use serde_json::Value;
+
+use super::chat_error::{ChatError, ModelInfo};
+use super::spinner::Spinner;
+use super::turn::{Answer, Display, say};
+
+/// Most model calls one turn makes: a model that keeps calling tools is
+/// stopped here with an error instead of looping.
+pub(crate) const MAX_TOOL_ROUNDS: usize = 8;
+
+/// The instruction of the rounds after the first.
+const FOLLOW_UP: &str = "Continue with my request using the tool results above.";
+
+/// Providers without native function calling: tools are described in the
+/// prompt and requested as JSON instead.
+fn native_calling(info: &ModelInfo) -> bool {
+    !matches!(info.provider.as_str(), "local" | "embedded" | "claude_code")
+}
+
+/// Asks `question` with the branch's tools offered.
+pub(crate) async fn ask(
+    branch: &mut Branch,
+    question: &str,
+    info: &ModelInfo,
+    display: Display,
+) -> Result<Answer, ChatError> {
+    let before = branch.msgs().len();
+    let native = native_calling(info);
+    let spinner = display.spinner.then(|| Spinner::start("thinking"));
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    let outcome = {
+        let rounds = async {
+            let mut instruction = question.to_owned();
+            for _ in 0..MAX_TOOL_ROUNDS {
+                let opts = OperateOptions::new(instruction.clone())
+                    .actions(true)
+                    .native_tools(native)
+                    .skip_validation(native);
+                let done = branch
+                    .operate(opts)
+                    .await
+                    .map_err(|e| ChatError::from_operation(e, info))?;
+                if done.action_responses.is_empty() {
+                    return Ok(done.text);
+                }
+                instruction = FOLLOW_UP.to_owned();
+            }
+            Err(ChatError::Turn(format!(
+                "the model was still calling tools after {MAX_TOOL_ROUNDS} rounds"
+            )))
+        };
+        tokio::select! {
+            biased;
+            _ = &mut ctrl_c => Err(ChatError::Interrupted),
+            r = rounds => r,
+        }
+    };
+    drop(spinner);
+    let text = match outcome {
+        Ok(t) => t,
+        Err(e) => {
+            // Earlier rounds committed; the turn as a whole did not.
+            branch.msgs_mut().truncate(before);
+            return Err(e);
+        }
+    };
+    if display.stream && !text.is_empty() {
+        say(&format!("{text}\n"));
+    }
+    let response = branch
+        .msgs()
+        .last_response()
+        .and_then(|m| match &m.content {
+            MessageContent::AssistantResponse(_) => m.element.metadata.get("model_response"),
+            _ => None,
+        })
+        .cloned();
+    Ok(Answer {
+        text,
+        served_model: response
+            .as_ref()
+            .and_then(|r| r.get("model"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        usage: response
+            .as_ref()
+            .and_then(|r| r.get("usage"))
+            .filter(|u| !u.is_null())
+            .cloned(),
+    })
+}
