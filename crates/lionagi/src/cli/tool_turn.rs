@@ -43,8 +43,7 @@ pub(crate) async fn ask(
             for _ in 0..MAX_TOOL_ROUNDS {
                 let opts = OperateOptions::new(instruction.clone())
                     .actions(true)
-                    .native_tools(native)
-                    .skip_validation(native);
+                    .native_tools(native);
                 let done = branch
                     .operate(opts)
                     .await
