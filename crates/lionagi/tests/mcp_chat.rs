@@ -142,7 +142,6 @@ async fn kinds(db: &str) -> Vec<Vec<&'static str>> {
                     MessageContent::AssistantResponse(_) => "assistant",
                     MessageContent::ActionRequest(_) => "action_request",
                     MessageContent::ActionResponse(_) => "action_response",
-                    _ => "other",
                 })
                 .collect(),
         );
