@@ -202,3 +202,19 @@ async fn a_command_outside_the_policy_never_starts() {
         .unwrap_err();
     assert!(err.to_string().contains("PATH search is off"), "{err}");
 }
+
+#[tokio::test]
+async fn secrets_in_env_never_reach_an_error() {
+    let tag = support::tag("leak");
+    let config = McpConfig::from_value(&json!({"mcpServers": {"raw": {
+        "command": python3().display().to_string(),
+        "args": [support::script("raw_server.py"), "leak", tag],
+        "env": {"API_TOKEN": "sk-live-abcdef123456"}
+    }}}))
+    .unwrap();
+    assert!(!format!("{config:?}").contains("sk-live"));
+    let err = McpServers::connect(&config, &policy()).await.unwrap_err();
+    let shown = format!("{err} {err:?}");
+    assert!(shown.contains("refusing token [redacted]"), "{shown}");
+    assert!(!shown.contains("sk-live"), "{shown}");
+}

@@ -2,6 +2,7 @@
 JSON-RPC by hand, for the failure cases an SDK server would never show.
 Usage: raw_server.py MODE, MODE one of:
   exit       exits with status 7 before reading anything
+  leak       prints its API_TOKEN on stderr and exits
   hang       reads initialize and never answers
   garbage    answers initialize with a line that is not JSON
   huge       answers tools/call with a 9 MiB line
@@ -17,6 +18,9 @@ import sys
 import time
 
 mode = sys.argv[1]
+if mode == "leak":
+    sys.stderr.write("refusing token " + os.environ.get("API_TOKEN", "") + "\n")
+    sys.exit(1)
 if mode == "exit":
     sys.stderr.write("fatal: no configuration\n")
     sys.exit(7)

@@ -91,7 +91,23 @@ pub(crate) async fn connect(
             let _ = writeln!(err, "{line}");
         }) as branch_mcp::CallHook
     });
-    let servers = McpServers::connect_with(&config, &policy(args), None, hook)
+    let progress: Option<branch_mcp::ProgressHook> = show.then(|| {
+        Arc::new(|p: &branch_mcp::Progress| {
+            let of = p.total.map(|t| format!("/{t}")).unwrap_or_default();
+            let note = p
+                .message
+                .as_deref()
+                .map(|m| format!(" {m}"))
+                .unwrap_or_default();
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "[tool] {}: progress {}{of}{note}",
+                p.server, p.progress
+            );
+        }) as branch_mcp::ProgressHook
+    });
+    let servers = McpServers::connect_with(&config, &policy(args), progress, hook)
         .await
         .map_err(|e| ChatError::Mcp(e.to_string()))?;
     if let Err(e) = servers.register(branch).await {
