@@ -135,6 +135,11 @@ async fn a_server_that_dies_mid_call() {
 async fn tools_list_follows_every_page() {
     let tag = support::tag("paged");
     let (servers, branch) = connected("paged", &tag).await;
+    // Negotiated down to the version the server speaks.
+    assert_eq!(
+        servers.servers()[0].protocol_version().as_deref(),
+        Some("2024-11-05")
+    );
     let names: Vec<String> = servers.registered().into_iter().map(|t| t.name).collect();
     assert_eq!(names, ["t1", "t2", "t3", "t4", "t5"]);
     let out = branch

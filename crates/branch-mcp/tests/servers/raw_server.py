@@ -53,7 +53,8 @@ for line in sys.stdin:
             sys.stdout.flush()
             continue
         send({"jsonrpc": "2.0", "id": mid, "result": {
-            "protocolVersion": msg["params"]["protocolVersion"],
+            # The paged server only knows the first protocol version.
+            "protocolVersion": "2024-11-05" if mode == "paged" else msg["params"]["protocolVersion"],
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "raw", "version": "0"}}})
     elif method == "tools/list":

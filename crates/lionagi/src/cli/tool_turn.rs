@@ -19,10 +19,10 @@ pub(crate) const MAX_TOOL_ROUNDS: usize = 8;
 /// The instruction of the rounds after the first.
 const FOLLOW_UP: &str = "Continue with my request using the tool results above.";
 
-/// Providers without native function calling: tools are described in the
-/// prompt and requested as JSON instead.
-fn native_calling(info: &ModelInfo) -> bool {
-    !matches!(info.provider.as_str(), "local" | "embedded" | "claude_code")
+/// Models without native function calling (the embedded model, CLI
+/// agents): tools are described in the prompt and requested as JSON.
+fn native_calling(branch: &Branch, info: &ModelInfo) -> bool {
+    info.provider != "local" && !branch.chat_model().is_cli()
 }
 
 /// Asks `question` with the branch's tools offered.
@@ -33,7 +33,7 @@ pub(crate) async fn ask(
     display: Display,
 ) -> Result<Answer, ChatError> {
     let before = branch.msgs().len();
-    let native = native_calling(info);
+    let native = native_calling(branch, info);
     let spinner = display.spinner.then(|| Spinner::start("thinking"));
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
