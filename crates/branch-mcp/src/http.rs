@@ -6,7 +6,6 @@
 //! over a client built like every model client (guarded resolver, the
 //! same-origin redirect policy, no proxy), with every body size-capped.
 
-use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU16, Ordering};
@@ -464,14 +463,35 @@ impl StreamableHttpClient for GuardedHttp {
     }
 }
 
-/// A short description of an HTTP transport error for our error type.
-pub(crate) fn describe(e: &(dyn std::error::Error + 'static)) -> Cow<'static, str> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(f) = err.downcast_ref::<HttpFailure>() {
-            return Cow::Owned(f.to_string());
-        }
-        cur = err.source();
+/// What a transport error says, without rmcp's type names: our own HTTP
+/// failure when it is one, "malformed JSON-RPC" for a body that does not
+/// parse.
+pub(crate) fn transport_reason(e: &rmcp::transport::DynamicTransportError) -> String {
+    let inner = e.error.as_ref();
+    if let Some(h) = inner.downcast_ref::<StreamableHttpError<HttpFailure>>() {
+        return match h {
+            StreamableHttpError::Client(f) => f.to_string(),
+            StreamableHttpError::Deserialize(d) => format!("malformed JSON-RPC: {d}"),
+            other => other.to_string(),
+        };
     }
-    Cow::Owned(e.to_string())
+    inner.to_string()
+}
+
+/// A short description of a failed start.
+pub(crate) fn init_reason(e: &rmcp::service::ClientInitializeError) -> String {
+    match e {
+        rmcp::service::ClientInitializeError::TransportError { error, context } => {
+            format!("{} ({context})", transport_reason(error))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// A short description of a failed request.
+pub(crate) fn service_reason(e: &rmcp::service::ServiceError) -> String {
+    match e {
+        rmcp::service::ServiceError::TransportSend(t) => transport_reason(t),
+        other => other.to_string(),
+    }
 }

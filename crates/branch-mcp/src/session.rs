@@ -21,7 +21,7 @@ use tokio::sync::Mutex;
 
 use crate::config::{ServerSpec, TransportSpec};
 use crate::error::McpError;
-use crate::http::{GuardedHttp, HttpFailure};
+use crate::http::{GuardedHttp, HttpFailure, init_reason, service_reason};
 use crate::legacy_sse::LegacySse;
 use crate::limits;
 use crate::policy::McpPolicy;
@@ -470,7 +470,7 @@ impl McpServer {
                 reason: scrub(&reason, &self.secrets),
             };
         }
-        let mut reason = format!("{what} failed: {}", crate::http::describe(&e));
+        let mut reason = format!("{what} failed: {}", service_reason(&e));
         if let Some(p) = self.process.lock().await.as_mut() {
             if let Some(status) = p.exited(Duration::from_millis(500)).await {
                 reason = format!("it exited ({status}) during {what}");
@@ -498,8 +498,4 @@ fn http_refusal(server: &str, e: HttpFailure) -> McpError {
             reason: other.to_string(),
         },
     }
-}
-
-fn init_reason(e: &rmcp::service::ClientInitializeError) -> String {
-    crate::http::describe(e).into_owned()
 }
