@@ -468,3 +468,76 @@ async fn mcp_serve_answers_the_python_sdk_client() {
         vec![vec!["instruction", "assistant", "instruction", "assistant"]]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_a_tool_call_cancels_it_and_keeps_the_conversation() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-chat-cancel-{}", std::process::id());
+    let model = MockServer::start().await;
+    model.push(MockReply::text("Noted."));
+    let sb = Sandbox::new();
+    let db = sb.path("chat.db");
+    let url = model.base_url();
+    let first = sb
+        .chat(&["--base-url", &url, "--store", &db, "--name", "c", "Hello."])
+        .await;
+    assert!(first.status.success(), "{}", text(&first.stderr));
+
+    let marker = sb.path("cancelled");
+    model.push(MockReply::tool_calls(vec![MockToolCall {
+        id: "c1".into(),
+        name: "slow".into(),
+        arguments: json!({"seconds": 60, "marker": marker}),
+    }]));
+    let cfg = sb.config(
+        "mcp.json",
+        json!({"py": {"command": python.display().to_string(),
+                      "args": [server_script("py_server.py"), "stdio", tag]}}),
+    );
+    let child = sb
+        .command(&[
+            "chat",
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--resume",
+            "c",
+            "--mcp",
+            &cfg,
+            "Wait.",
+        ])
+        .spawn()
+        .unwrap();
+    while model.request_count() < 2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The tool is running in the server (it reports progress at once).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().unwrap().to_string()])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("[tool] slow"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(kinds(&db).await, vec![vec!["instruction", "assistant"]]);
+    let start = std::time::Instant::now();
+    while !std::path::Path::new(&marker).exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the running tool was never ended (cancelled or shut down)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(running_with(&tag).is_empty(), "orphaned MCP server");
+}
