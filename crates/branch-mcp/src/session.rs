@@ -164,7 +164,7 @@ impl McpServer {
                             (None, Some(s)) => format!("it exited ({s}) during initialize"),
                             (None, None) => e.to_string(),
                         };
-                        let tail = process.stderr.text();
+                        let tail = process.stderr_tail().await;
                         if !tail.is_empty() {
                             reason.push_str(&format!("; its stderr ends: {tail}"));
                         }
@@ -475,7 +475,7 @@ impl McpServer {
             if let Some(status) = p.exited(Duration::from_millis(500)).await {
                 reason = format!("it exited ({status}) during {what}");
             }
-            let tail = p.stderr.text();
+            let tail = p.stderr_tail().await;
             if !tail.is_empty() {
                 reason.push_str(&format!("; its stderr ends: {tail}"));
             }

@@ -62,7 +62,8 @@ pub(crate) struct ServerProcess {
     child: Child,
     pid: Option<u32>,
     group: Option<rustix::process::Pid>,
-    pub(crate) stderr: StderrTail,
+    stderr: StderrTail,
+    stderr_reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// What [`spawn`] hands to the protocol layer.
@@ -106,10 +107,11 @@ pub(crate) fn spawn(
         .take()
         .ok_or_else(|| io::Error::other("no stdin pipe"))?;
     let tail = StderrTail::default();
+    let mut stderr_reader = None;
     if let Some(stderr) = child.stderr.take() {
         let tail = tail.clone();
         let secrets: Vec<Secret> = env.iter().map(|(_, v)| v.clone()).collect();
-        tokio::spawn(async move {
+        stderr_reader = Some(tokio::spawn(async move {
             let mut lines = BufReader::new(stderr);
             let mut buf = Vec::new();
             loop {
@@ -125,7 +127,7 @@ pub(crate) fn spawn(
                     }
                 }
             }
-        });
+        }));
     }
     Ok((
         ServerProcess {
@@ -133,6 +135,7 @@ pub(crate) fn spawn(
             child,
             group,
             stderr: tail,
+            stderr_reader,
         },
         Pipes {
             stdout: CheckedLines::new(stdout, failure),
@@ -165,6 +168,17 @@ impl ServerProcess {
         // The group may hold grandchildren that outlived the leader.
         self.signal(rustix::process::Signal::KILL);
         self.group = None;
+    }
+
+    /// The end of the child's stderr; once it has exited, everything it
+    /// wrote (the reader is given a moment to reach the end).
+    pub(crate) async fn stderr_tail(&mut self) -> String {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            if let Some(reader) = self.stderr_reader.take() {
+                let _ = tokio::time::timeout(Duration::from_millis(500), reader).await;
+            }
+        }
+        self.stderr.text()
     }
 
     /// Ends the group at once and reaps the child (a broken server).

@@ -27,8 +27,9 @@ fn raw(mode: &str, tag: &str) -> McpConfig {
 fn policy() -> McpPolicy {
     McpPolicy::new()
         .allow_command(python3())
-        .init_timeout(Duration::from_secs(3))
-        .call_timeout(Duration::from_secs(5))
+        // Generous: a loaded CI machine starts python slowly.
+        .init_timeout(Duration::from_secs(15))
+        .call_timeout(Duration::from_secs(15))
 }
 
 #[tokio::test]
@@ -50,7 +51,8 @@ async fn a_server_that_exits_at_start() {
 async fn a_server_that_hangs_at_initialize() {
     let tag = support::tag("hang");
     let start = Instant::now();
-    let err = McpServers::connect(&raw("hang", &tag), &policy())
+    let short = policy().init_timeout(Duration::from_secs(3));
+    let err = McpServers::connect(&raw("hang", &tag), &short)
         .await
         .unwrap_err();
     assert!(matches!(err, McpError::Timeout { .. }), "{err:?}");
@@ -72,7 +74,7 @@ async fn a_server_that_sends_malformed_json_rpc() {
         .unwrap_err();
     assert!(err.to_string().contains("malformed JSON-RPC"), "{err}");
     assert!(
-        start.elapsed() < Duration::from_secs(3),
+        start.elapsed() < Duration::from_secs(10),
         "not at once: {:?}",
         start.elapsed()
     );
@@ -102,7 +104,8 @@ async fn a_huge_result_is_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("larger than the cap"), "{err}");
-    assert!(start.elapsed() < Duration::from_secs(5));
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(!err.to_string().contains("did not finish"), "{err}");
     servers.shutdown().await;
     support::assert_gone(&tag).await;
 }
@@ -123,7 +126,7 @@ async fn a_server_that_dies_mid_call() {
     let text = err.to_string();
     assert!(text.contains("exited") || text.contains("gone"), "{text}");
     assert!(
-        start.elapsed() < Duration::from_secs(5),
+        start.elapsed() < Duration::from_secs(10),
         "{:?}",
         start.elapsed()
     );
