@@ -148,3 +148,45 @@ fn capped(mut text: String, cap: usize) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(v: Value) -> CallToolResult {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn results_map_to_what_the_conversation_keeps() {
+        let text = result(json!({"content": [{"type": "text", "text": "hi"}]}));
+        assert_eq!(map_result(&text, None, 100), Ok(json!("hi")));
+
+        let failed =
+            result(json!({"content": [{"type": "text", "text": "disk full"}], "isError": true}));
+        assert_eq!(map_result(&failed, None, 100), Err("disk full".into()));
+
+        let mixed = result(json!({"content": [
+            {"type": "text", "text": "a"},
+            {"type": "resource", "resource": {"uri": "file:///x", "text": "body"}}
+        ]}));
+        let v = map_result(&mixed, None, 1000).unwrap();
+        assert_eq!(v["content"][1]["resource"]["text"], "body");
+
+        let schema = ArgSchema::from_value(json!({
+            "type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]
+        }))
+        .unwrap();
+        let good = result(json!({"content": [], "structuredContent": {"n": 1}}));
+        assert_eq!(map_result(&good, Some(&schema), 100), Ok(json!({"n": 1})));
+        let bad = result(json!({"content": [], "structuredContent": {"n": "one"}}));
+        let e = map_result(&bad, Some(&schema), 100).unwrap_err();
+        assert!(e.contains("does not match its outputSchema"), "{e}");
+        let missing = result(json!({"content": [{"type": "text", "text": "x"}]}));
+        assert!(map_result(&missing, Some(&schema), 100).is_err());
+
+        let big = result(json!({"content": [{"type": "text", "text": "x".repeat(500)}]}));
+        let e = map_result(&big, None, 100).unwrap_err();
+        assert!(e.contains("exceeds the cap of 100 bytes"), "{e}");
+    }
+}
