@@ -202,6 +202,26 @@ fn arrows_point_inward_without_cycles() {
             "{krate} must depend on branch-core"
         );
     }
+    // branch-mcp composes the tool, model (client and guard) and provider
+    // crates, and nothing above them: not the verbs, not storage.
+    let allowed = [
+        "branch-core",
+        "branch-actions",
+        "branch-models",
+        "branch-providers",
+    ];
+    for d in workspace_deps("branch-mcp", &all) {
+        assert!(
+            allowed.contains(&d.as_str()),
+            "branch-mcp must not depend on {d}"
+        );
+    }
+    for krate in all.iter().filter(|k| *k != "lionagi") {
+        assert!(
+            !workspace_deps(krate, &all).contains(&"branch-mcp".to_owned()),
+            "only the umbrella depends on branch-mcp, not {krate}"
+        );
+    }
     // Depth-first search for a cycle, dev-dependencies included.
     fn visit(k: &str, all: &[String], stack: &mut Vec<String>, done: &mut Vec<String>) {
         if done.iter().any(|d| d == k) {

@@ -907,6 +907,7 @@ impl ChatModel for IModel {
             key: self.inner.key.clone(),
             env_key: false,
             max_rate_limit_wait: self.inner.max_rate_limit_wait,
+            limits: self.inner.limits,
         }
         .build()
         .map_or_else(|_| self.duplicate(), |m| Arc::new(m) as Arc<dyn ChatModel>)

@@ -45,6 +45,7 @@ pub mod cli;
 pub use branch_actions as actions;
 pub use branch_capabilities as capabilities;
 pub use branch_core as core;
+pub use branch_mcp as mcp;
 pub use branch_messages as messages;
 pub use branch_models as models;
 pub use branch_operations as operations;

@@ -17,13 +17,17 @@ use super::chat_args::{CHAT_USAGE, ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
 use super::conversation::{self, Conversation};
 use super::input::{Input, Line};
+use super::mcp_tools;
 use super::model_choice;
+use super::tool_turn;
 use super::turn::{self, Display};
+use branch_mcp::McpServers;
 
 /// The commands of an interactive conversation.
 const SLASH_HELP: &str = "/help   this text
 /clear  start a new conversation (a stored one stays in the store)
 /id     the conversation's id (and its store)
+/tools  the tools of the MCP servers (--mcp FILE)
 /exit   leave (also Ctrl-D); Ctrl-C cancels the turn being answered";
 
 /// Runs `lionagi chat` with the words after `chat`; returns the exit
@@ -75,6 +79,23 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
         model_choice::choose(args)?
     };
     let mut conv = rt.block_on(Conversation::open(args, model))?;
+    let servers = rt.block_on(mcp_tools::connect(&args.mcp, conv.branch_mut(), !args.json))?;
+    let result = converse_or_ask(args, rt, &mut conv, &info, servers.as_ref());
+    if let Some(s) = &servers {
+        // Every server ends with the session: children reaped, HTTP
+        // sessions closed.
+        rt.block_on(s.shutdown());
+    }
+    result
+}
+
+fn converse_or_ask(
+    args: &ChatArgs,
+    rt: &Runtime,
+    conv: &mut Conversation,
+    info: &ModelInfo,
+    servers: Option<&McpServers>,
+) -> Result<(), ChatError> {
     let display = Display {
         stream: !args.json,
         // Only for a person watching: never into a file or a pipe.
@@ -87,21 +108,22 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
             None
         };
         // A turn left paused in the store is settled before a new one.
-        approve::settle(rt, &mut conv, answers.as_mut())?;
+        approve::settle(rt, conv, answers.as_mut())?;
         let result = one_turn(
             rt,
-            &mut conv,
+            conv,
             question,
-            &info,
+            info,
             display,
             args,
+            servers,
             answers.as_mut(),
         );
-        resume_hint(&conv, args);
+        resume_hint(conv, args);
         return result;
     }
     let mut input = open_input()?;
-    approve::settle(rt, &mut conv, Some(&mut input))?;
+    approve::settle(rt, conv, Some(&mut input))?;
     if input.is_terminal() {
         let resumed = if conv.is_stored() {
             format!(", resuming {} ({} messages)", conv.id(), conv.len())
@@ -113,9 +135,9 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
             info.label
         );
     }
-    let result = converse(rt, &mut conv, &mut input, &info, display, args);
+    let result = converse(rt, conv, &mut input, info, display, args, servers);
     input.save_history();
-    resume_hint(&conv, args);
+    resume_hint(conv, args);
     result
 }
 
@@ -137,6 +159,7 @@ fn converse(
     info: &ModelInfo,
     display: Display,
     args: &ChatArgs,
+    servers: Option<&McpServers>,
 ) -> Result<(), ChatError> {
     let person = input.is_terminal();
     let mut interrupts = 0;
@@ -170,13 +193,21 @@ fn converse(
                 "clear" => {
                     resume_hint(conv, args);
                     conv.restart()?;
+                    if let Some(s) = servers {
+                        rt.block_on(s.register(conv.branch_mut()))
+                            .map_err(|e| ChatError::Mcp(e.to_string()))?;
+                    }
                     eprintln!("new conversation {}", conv.id());
                 }
+                "tools" => eprintln!(
+                    "{}",
+                    mcp_tools::listing(&servers.map(McpServers::registered).unwrap_or_default())
+                ),
                 other => eprintln!("unknown command /{other}; /help lists them"),
             }
             continue;
         }
-        match one_turn(rt, conv, line, info, display, args, Some(input)) {
+        match one_turn(rt, conv, line, info, display, args, servers, Some(input)) {
             Ok(()) => {}
             // A person goes on: the conversation is as before the turn.
             Err(e) if person => {
@@ -196,22 +227,47 @@ fn one_turn(
     info: &ModelInfo,
     display: Display,
     args: &ChatArgs,
-    input: Option<&mut Input>,
+    servers: Option<&McpServers>,
+    mut input: Option<&mut Input>,
 ) -> Result<(), ChatError> {
-    let answer = rt.block_on(turn::ask(conv.branch_mut(), question, info, display))?;
-    if answer.paused {
+    let before = conv.len();
+    let mut answer = match servers {
+        Some(s) => {
+            // A server may have announced new tools since the last turn.
+            rt.block_on(s.refresh(conv.branch_mut()))
+                .map_err(|e| ChatError::Mcp(e.to_string()))?;
+            rt.block_on(tool_turn::ask(conv.branch_mut(), question, info, display))?
+        }
+        None => rt.block_on(turn::ask(conv.branch_mut(), question, info, display))?,
+    };
+    while answer.paused {
         // Written whole before the question, and again once settled.
-        approve::settle(rt, conv, input)?;
-    } else {
-        rt.block_on(conv.record_turn())?;
+        approve::settle(rt, conv, input.as_deref_mut())?;
+        match servers {
+            // The approved calls ran: the model answers with their results.
+            Some(_) => {
+                answer = rt.block_on(tool_turn::follow_up(conv.branch_mut(), info, display))?;
+            }
+            None => break,
+        }
     }
+    rt.block_on(conv.record_turn())?;
     if args.json {
+        let branch = conv.branch_mut();
+        let calls = mcp_tools::calls_of(
+            branch
+                .progression()
+                .iter()
+                .skip(before)
+                .filter_map(|id| branch.messages().get(id)),
+        );
         let line = json!({
             "branch_id": conv.id().to_string(),
             "reply": answer.text,
             "model": info.label,
             "served_model": answer.served_model,
             "usage": answer.usage,
+            "tool_calls": calls,
         });
         turn::say(&format!("{line}\n"));
     }

@@ -28,6 +28,10 @@ options:
   --temperature T      sampling temperature
   --timeout SECS       longest a model call may take, retries and the whole streamed
                        reply included (default 600; HTTP providers)
+  --mcp FILE           tools from the MCP servers in FILE ({\"mcpServers\": ...}); repeatable.
+                       Their commands run as configured (no shell, only their `env`)
+  --mcp-path           look up bare MCP command names (npx, uvx) on the PATH
+  --mcp-local          let HTTP MCP servers be on this machine or the local network
   -h, --help           this text
 
 The model: the flags, else (with --resume) the stored conversation's own model, else
@@ -35,7 +39,7 @@ LIONAGI_CHAT_PROVIDER / LIONAGI_CHAT_MODEL, else the embedded
 model (lionagi built with --features embedded, model fetched by `cargo xtask fetch-model`),
 else openai when OPENAI_API_KEY is set.
 
-In a conversation: /help, /clear (start a new conversation), /id (the conversation's id),
+In a conversation: /help, /clear (start a new conversation), /id (the conversation's id), /tools,
 /exit or Ctrl-D. Ctrl-C cancels the turn being answered (nothing of it is kept).";
 
 /// What `lionagi chat` was asked to do.
@@ -69,6 +73,8 @@ pub(crate) struct ChatArgs {
     pub temperature: Option<f64>,
     /// `--timeout`: the overall deadline of each model call.
     pub timeout: Option<std::time::Duration>,
+    /// `--mcp`, `--mcp-path`, `--mcp-local`.
+    pub mcp: super::mcp_tools::McpArgs,
     /// `-h` / `--help`.
     pub help: bool,
 }
@@ -112,6 +118,9 @@ impl ChatArgs {
                 "--store" => a.store = Some(value(flag)?),
                 "--resume" => a.resume = Some(value(flag)?),
                 "--name" => a.name = Some(value(flag)?),
+                "--mcp" => a.mcp.files.push(value(flag)?),
+                "--mcp-path" => a.mcp.search_path = true,
+                "--mcp-local" => a.mcp.local = true,
                 "--max-tokens" => {
                     let v = value(flag)?;
                     a.max_tokens = Some(v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
@@ -250,6 +259,9 @@ mod tests {
         assert_eq!(a.temperature, Some(0.5));
         assert_eq!(a.question.as_deref(), Some("What is it?"));
         assert!(a.json);
+        let a = parse(&["--mcp", "a.json", "--mcp=b.json", "--mcp-path", "q"]).unwrap();
+        assert_eq!(a.mcp.files, ["a.json", "b.json"]);
+        assert!(a.mcp.search_path && !a.mcp.local);
         let a = parse(&["--", "--not-a-flag"]).unwrap();
         assert_eq!(a.question.as_deref(), Some("--not-a-flag"));
     }

@@ -11,6 +11,9 @@ pub(crate) enum ChatError {
     /// The command line is wrong.
     #[error("{0} (lionagi chat --help lists the options)")]
     Usage(String),
+    /// An MCP server could not be configured, started or used.
+    #[error("{0}")]
+    Mcp(String),
     /// The provider needs a key and none is set.
     #[error(
         "no API key for {provider}: set {var} (or use --base-url for a server that needs none)"
@@ -114,6 +117,7 @@ impl ChatError {
             Self::Turn(_) => "turn",
             Self::Io { .. } => "io",
             Self::Interrupted => "cancelled",
+            Self::Mcp(_) => "mcp",
         }
     }
 

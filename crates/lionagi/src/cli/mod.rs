@@ -15,9 +15,12 @@ mod chat_args;
 mod chat_error;
 mod conversation;
 mod input;
+pub mod mcp_serve;
+mod mcp_tools;
 mod model_choice;
 mod spinner;
 mod store;
+mod tool_turn;
 mod turn;
 
 pub use branch::{listing, load_branch};
@@ -93,6 +96,7 @@ impl CliError {
 /// The help text.
 pub const USAGE: &str = "usage:
   lionagi chat [QUESTION] [OPTIONS]      (lionagi chat --help for the options)
+  lionagi mcp serve --store DB --branch ID|NAME   (lionagi mcp serve --help)
   lionagi branch show FILE
   lionagi branch roundtrip FILE [--mode python|json|db] [--db-meta-key KEY]
   lionagi branch list --store DB

@@ -1,0 +1,57 @@
+//! Model Context Protocol for lionagi branches.
+//!
+//! Charter: the MCP client and server of lionagi-rs, over the official Rust
+//! SDK `rmcp`. It owns the transports (a stdio child process in its own
+//! process group with only the configured environment; streamable HTTP
+//! over `branch-models`' guarded reqwest client, falling back to the older
+//! HTTP+SSE transport), the session with a server (initialize, version
+//! negotiation, ping, paginated listings, calls with deadlines, progress
+//! and cancellation, shutdown that reaps the child), the configuration
+//! format (`{"mcpServers": ...}`) and the fail-closed [`McpPolicy`], MCP
+//! tools behind `branch-actions`' dynamic-tool seam, resources as a
+//! `branch-core` context provider, and the server half that offers a
+//! conversation as an `ask` tool. It must not know the verbs, storage or
+//! the command line: answering a question is the caller's [`Ask`].
+//!
+//! ```no_run
+//! # async fn demo(branch: &mut branch_core::Branch) -> Result<(), branch_mcp::McpError> {
+//! use branch_mcp::{McpConfig, McpPolicy, McpServers};
+//! let config = McpConfig::from_json_str(
+//!     r#"{"mcpServers": {"files": {"command": "/usr/local/bin/files-server", "args": ["/srv"]}}}"#,
+//! )?;
+//! let policy = McpPolicy::new().allow_command("/usr/local/bin/files-server");
+//! let servers = McpServers::connect(&config, &policy).await?;
+//! servers.register(branch).await?; // every verb can now call the tools
+//! servers.shutdown().await;
+//! # Ok(()) }
+//! ```
+
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+mod config;
+mod error;
+mod http;
+mod hub;
+mod legacy_sse;
+pub mod limits;
+mod naming;
+mod policy;
+mod redact;
+mod resources;
+mod serve;
+mod session;
+mod stdio;
+mod tool;
+
+pub use config::{McpConfig, ServerSpec, TransportSpec};
+pub use error::McpError;
+pub use http::{GuardedHttp, HttpFailure};
+pub use hub::{McpServers, McpToolInfo};
+pub use naming::{assign as assign_names, sanitize as sanitize_name};
+pub use policy::McpPolicy;
+pub use redact::{REDACTED, Secret, scrub};
+pub use resources::McpResources;
+pub use serve::{Ask, BranchServer};
+pub use session::{McpServer, Progress, ProgressHook};
+pub use tool::{CallEvent, CallHook, map_result};

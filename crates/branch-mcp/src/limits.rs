@@ -1,0 +1,62 @@
+//! Every cap and deadline of the MCP client and server, with the reason
+//! beside it. Documented in `docs/security.md` ("MCP servers"); the
+//! per-server ones can be changed through [`crate::McpPolicy`].
+
+use std::time::Duration;
+
+/// Longest wait for a server to answer `initialize` (and for an HTTP
+/// server's first reply): a server that hangs at start must not hold a
+/// conversation hostage.
+pub const INIT_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Default deadline of one `tools/call`; the call is cancelled
+/// (`notifications/cancelled`) when it passes. Long enough for a tool that
+/// searches or builds, short enough that a stuck server is noticed.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Longest per-call deadline a policy may set: a day-long call is a bug.
+pub const MAX_CALL_TIMEOUT: Duration = Duration::from_secs(3600);
+
+/// Deadline of `ping`, `tools/list` pages and `resources/*` requests.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a stdio server gets to exit after its stdin is closed before it
+/// is sent SIGTERM, and again before SIGKILL (the MCP shutdown sequence).
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Largest single JSON-RPC message read from a server (one stdio line, one
+/// HTTP body, one SSE event): larger is refused and ends the connection,
+/// so a hostile server cannot exhaust memory.
+pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Default cap on one tool result as it enters the conversation (its JSON
+/// form): every byte is sent to the model again on each later request.
+pub const MAX_RESULT_BYTES: usize = 1024 * 1024;
+
+/// Default cap on the tools one server may register: each schema is sent
+/// with every request, and providers refuse long tool lists.
+pub const MAX_TOOLS_PER_SERVER: usize = 128;
+
+/// Cap on the tools all servers of one configuration register together.
+pub const MAX_TOOLS_TOTAL: usize = 256;
+
+/// Most `tools/list` / `resources/list` pages followed: a server that
+/// always returns a next cursor must not loop us forever.
+pub const MAX_LIST_PAGES: usize = 64;
+
+/// Largest configuration file read (`{"mcpServers": ...}`).
+pub const MAX_CONFIG_BYTES: u64 = 1024 * 1024;
+
+/// Most servers one configuration may name.
+pub const MAX_SERVERS: usize = 64;
+
+/// Bytes of a stdio server's stderr kept for error messages (the tail);
+/// the rest is logged at debug level and dropped.
+pub const STDERR_TAIL_BYTES: usize = 4096;
+
+/// Bytes of an HTTP error body kept for the error message.
+pub const MAX_ERROR_BODY_BYTES: usize = 4096;
+
+/// Default cap on the text one resource provider injects per request,
+/// before the provider registry's own token budget applies.
+pub const MAX_RESOURCE_TEXT_BYTES: usize = 256 * 1024;

@@ -1,0 +1,134 @@
+//! The server half: a lionagi conversation offered to any MCP client as a
+//! tool `ask`. What answering means (loading the branch, one recorded
+//! turn, storage) is the caller's [`Ask`]; this module only speaks MCP.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Value, json};
+
+use crate::error::McpError;
+
+/// The longest question accepted (it becomes one instruction).
+const MAX_QUESTION_BYTES: usize = 256 * 1024;
+
+/// Answers one question with one recorded turn.
+pub trait Ask: Send + Sync + 'static {
+    /// The reply text, or the failure the client sees (`isError`).
+    fn ask(
+        &self,
+        question: String,
+    ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>>;
+}
+
+/// The MCP server of one conversation.
+pub struct BranchServer<A> {
+    asker: Arc<A>,
+    description: String,
+}
+
+impl<A> Clone for BranchServer<A> {
+    fn clone(&self) -> Self {
+        Self {
+            asker: Arc::clone(&self.asker),
+            description: self.description.clone(),
+        }
+    }
+}
+
+impl<A: Ask> BranchServer<A> {
+    /// A server whose `ask` tool is described by `description`.
+    pub fn new(asker: A, description: impl Into<String>) -> Self {
+        Self {
+            asker: Arc::new(asker),
+            description: description.into(),
+        }
+    }
+
+    fn ask_tool(&self) -> Tool {
+        let schema = json!({
+            "type": "object",
+            "properties": {"question": {"type": "string", "description": "What to ask the conversation"}},
+            "required": ["question"]
+        });
+        let Value::Object(schema) = schema else {
+            return Tool::new(
+                "ask",
+                self.description.clone(),
+                Arc::new(Default::default()),
+            );
+        };
+        Tool::new("ask", self.description.clone(), Arc::new(schema))
+    }
+
+    /// Serves MCP over this process's stdin/stdout until the client hangs up.
+    pub async fn serve_stdio(self) -> Result<(), McpError> {
+        let running = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| McpError::Start {
+                server: "lionagi".into(),
+                reason: e.to_string(),
+            })?;
+        running.waiting().await.map_err(|e| McpError::Closed {
+            server: "lionagi".into(),
+            reason: e.to_string(),
+        })?;
+        Ok(())
+    }
+}
+
+impl<A: Ask> ServerHandler for BranchServer<A> {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("lionagi", env!("CARGO_PKG_VERSION")))
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![self.ask_tool()]))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != "ask" {
+            return Err(ErrorData::invalid_params(
+                format!("no tool `{}`", request.name),
+                None,
+            ));
+        }
+        let question = request
+            .arguments
+            .as_ref()
+            .and_then(|a| a.get("question"))
+            .and_then(Value::as_str)
+            .filter(|q| !q.trim().is_empty())
+            .ok_or_else(|| {
+                ErrorData::invalid_params("`question` must be a non-empty string", None)
+            })?;
+        if question.len() > MAX_QUESTION_BYTES {
+            return Err(ErrorData::invalid_params(
+                format!("`question` is longer than {MAX_QUESTION_BYTES} bytes"),
+                None,
+            ));
+        }
+        Ok(match self.asker.ask(question.to_owned()).await {
+            Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
+            Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
+        }
+        .into())
+    }
+}

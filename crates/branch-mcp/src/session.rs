@@ -1,0 +1,501 @@
+//! One connected MCP server: start (stdio child or HTTP), `initialize`
+//! with version negotiation, `ping`, paginated listings, calls with a
+//! deadline and a progress token, and shutdown. Dropping a call's future
+//! makes rmcp send `notifications/cancelled` for it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
+    ReadResourceRequestParams, RequestMetaObject, Resource,
+};
+use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use crate::config::{ServerSpec, TransportSpec};
+use crate::error::McpError;
+use crate::http::{GuardedHttp, HttpFailure, init_reason, service_reason};
+use crate::legacy_sse::LegacySse;
+use crate::limits;
+use crate::policy::McpPolicy;
+use crate::redact::{Secret, scrub};
+use crate::stdio::{self, Failure, ServerProcess};
+
+/// A progress notification of a running call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Progress {
+    /// The server's name.
+    pub server: String,
+    /// The progress so far.
+    pub progress: f64,
+    /// The total, when known.
+    pub total: Option<f64>,
+    /// The server's message, when it sent one.
+    pub message: Option<String>,
+}
+
+/// Called with each progress notification (for a display).
+pub type ProgressHook = Arc<dyn Fn(&Progress) + Send + Sync>;
+
+/// The client side's handler of what a server sends unasked.
+#[derive(Clone)]
+struct Handler {
+    server: String,
+    tools_changed: Arc<AtomicBool>,
+    progress: Option<ProgressHook>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("lionagi-rs", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        tracing::info!(
+            server = %self.server,
+            progress = params.progress,
+            total = ?params.total,
+            message = ?params.message,
+            "MCP progress"
+        );
+        if let Some(hook) = &self.progress {
+            hook(&Progress {
+                server: self.server.clone(),
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::info!(server = %self.server, "MCP tool list changed");
+        self.tools_changed.store(true, Ordering::SeqCst);
+    }
+}
+
+/// A connected server.
+pub struct McpServer {
+    name: String,
+    peer: Peer<RoleClient>,
+    service: Mutex<Option<RunningService<RoleClient, Handler>>>,
+    process: Mutex<Option<ServerProcess>>,
+    failure: Failure,
+    secrets: Vec<Secret>,
+    call_timeout: Duration,
+    result_cap: usize,
+    tool_cap: usize,
+    tools_changed: Arc<AtomicBool>,
+    next_token: AtomicU64,
+    transport: &'static str,
+}
+
+impl std::fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.name)
+            .field("transport", &self.transport)
+            .finish_non_exhaustive()
+    }
+}
+
+impl McpServer {
+    /// Starts (or reaches) the server and completes `initialize`, all
+    /// within the policy's start deadline.
+    pub async fn connect(
+        spec: &ServerSpec,
+        policy: &McpPolicy,
+        progress: Option<ProgressHook>,
+    ) -> Result<Self, McpError> {
+        let tools_changed = Arc::new(AtomicBool::new(false));
+        let handler = Handler {
+            server: spec.name.clone(),
+            tools_changed: Arc::clone(&tools_changed),
+            progress,
+        };
+        let failure = Failure::default();
+        let secrets: Vec<Secret> = spec.transport.secrets().into_iter().cloned().collect();
+        let deadline = policy.start_timeout();
+        let name = spec.name.clone();
+        let start_err = |reason: String| McpError::Start {
+            server: name.clone(),
+            reason: scrub(&reason, &secrets),
+        };
+        let timed_out = || McpError::Timeout {
+            server: name.clone(),
+            what: "start and initialize".into(),
+            limit: deadline,
+        };
+        let (service, process, transport) = match &spec.transport {
+            TransportSpec::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                let program = policy.resolve_command(&spec.name, command)?;
+                let (mut process, pipes) =
+                    stdio::spawn(&program, args, env, cwd.as_ref(), failure.clone())
+                        .map_err(|e| start_err(format!("cannot run {}: {e}", program.display())))?;
+                match tokio::time::timeout(deadline, handler.serve((pipes.stdout, pipes.stdin)))
+                    .await
+                {
+                    Ok(Ok(service)) => (service, Some(process), "stdio"),
+                    Ok(Err(e)) => {
+                        let status = process.exited(Duration::from_millis(500)).await;
+                        // Our own finding (a malformed or oversized message)
+                        // is the cause; the exit that follows is its effect.
+                        let mut reason = match (failure.get(), status) {
+                            (Some(f), _) => f,
+                            (None, Some(s)) => format!("it exited ({s}) during initialize"),
+                            (None, None) => e.to_string(),
+                        };
+                        let tail = process.stderr_tail().await;
+                        if !tail.is_empty() {
+                            reason.push_str(&format!("; its stderr ends: {tail}"));
+                        }
+                        process.kill().await;
+                        return Err(start_err(reason));
+                    }
+                    Err(_) => {
+                        process.kill().await;
+                        return Err(timed_out());
+                    }
+                }
+            }
+            TransportSpec::Http {
+                url,
+                headers,
+                legacy_sse,
+            } => {
+                let http =
+                    GuardedHttp::new(policy.local_network_allowed(), headers).map_err(start_err)?;
+                http.check_url(url)
+                    .map_err(|e| http_refusal(&spec.name, e))?;
+                let mut service = None;
+                if !legacy_sse {
+                    let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
+                        .max_json_response_size(limits::MAX_MESSAGE_BYTES)
+                        .max_sse_event_size(limits::MAX_MESSAGE_BYTES);
+                    let transport =
+                        StreamableHttpClientTransport::with_client(http.clone(), config);
+                    match tokio::time::timeout(deadline, handler.clone().serve(transport)).await {
+                        Ok(Ok(s)) => service = Some((s, "streamable-http")),
+                        Ok(Err(e)) => {
+                            // Servers of the older transport refuse the POST.
+                            if !matches!(http.last_failed_status(), 400 | 404 | 405) {
+                                return Err(start_err(init_reason(&e)));
+                            }
+                            tracing::info!(server = %spec.name, "falling back to HTTP+SSE");
+                        }
+                        Err(_) => return Err(timed_out()),
+                    }
+                }
+                let (service, kind) = match service {
+                    Some(s) => s,
+                    None => {
+                        let connect = async {
+                            let t = LegacySse::connect(http, url, failure.clone())
+                                .await
+                                .map_err(|e| http_refusal(&spec.name, e))?;
+                            handler
+                                .serve(t)
+                                .await
+                                .map_err(|e| start_err(init_reason(&e)))
+                        };
+                        match tokio::time::timeout(deadline, connect).await {
+                            Ok(Ok(s)) => (s, "sse"),
+                            Ok(Err(e)) => return Err(e),
+                            Err(_) => return Err(timed_out()),
+                        }
+                    }
+                };
+                (service, None, kind)
+            }
+        };
+        let peer = service.peer().clone();
+        Ok(Self {
+            name: spec.name.clone(),
+            peer,
+            service: Mutex::new(Some(service)),
+            process: Mutex::new(process),
+            failure,
+            secrets,
+            call_timeout: spec.call_timeout.unwrap_or(policy.default_call_timeout()),
+            result_cap: policy.result_cap(),
+            tool_cap: policy.tool_cap(),
+            tools_changed,
+            next_token: AtomicU64::new(1),
+            transport,
+        })
+    }
+
+    /// The server's name in the configuration.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `stdio`, `streamable-http` or `sse`.
+    pub fn transport(&self) -> &'static str {
+        self.transport
+    }
+
+    /// The protocol version both sides agreed on.
+    pub fn protocol_version(&self) -> Option<String> {
+        self.peer
+            .peer_info()
+            .map(|i| i.protocol_version.to_string())
+    }
+
+    /// The server's own name and version, when it gave them.
+    pub fn server_info(&self) -> Option<(String, String)> {
+        self.peer
+            .peer_info()
+            .and_then(|i| i.server_info.clone())
+            .map(|s| (s.name, s.version))
+    }
+
+    /// The per-call deadline.
+    pub fn call_timeout(&self) -> Duration {
+        self.call_timeout
+    }
+
+    /// The cap on one result's JSON size.
+    pub fn result_cap(&self) -> usize {
+        self.result_cap
+    }
+
+    /// Whether `notifications/tools/list_changed` arrived since the last
+    /// [`McpServer::list_tools`].
+    pub fn tools_changed(&self) -> bool {
+        self.tools_changed.load(Ordering::SeqCst)
+    }
+
+    /// `ping`, within [`limits::REQUEST_TIMEOUT`].
+    pub async fn ping(&self) -> Result<(), McpError> {
+        let ping = self
+            .peer
+            .send_request(rmcp::model::ClientRequest::PingRequest(Default::default()));
+        match tokio::time::timeout(limits::REQUEST_TIMEOUT, ping).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(self.service_error("ping", e).await),
+            Err(_) => Err(self.timeout("ping", limits::REQUEST_TIMEOUT)),
+        }
+    }
+
+    /// Every tool, following `nextCursor` (at most
+    /// [`limits::MAX_LIST_PAGES`] pages and the policy's tool cap).
+    pub async fn list_tools(&self) -> Result<Vec<rmcp::model::Tool>, McpError> {
+        let has_tools = self
+            .peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.tools.is_some());
+        if !has_tools {
+            return Ok(Vec::new());
+        }
+        self.tools_changed.store(false, Ordering::SeqCst);
+        let mut out = Vec::new();
+        let mut cursor = None;
+        for _ in 0..limits::MAX_LIST_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+            let page = match tokio::time::timeout(
+                limits::REQUEST_TIMEOUT,
+                self.peer.list_tools(Some(params)),
+            )
+            .await
+            {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => return Err(self.service_error("tools/list", e).await),
+                Err(_) => return Err(self.timeout("tools/list", limits::REQUEST_TIMEOUT)),
+            };
+            out.extend(page.tools);
+            if out.len() > self.tool_cap {
+                return Err(McpError::Cap {
+                    server: self.name.clone(),
+                    what: "the number of tools".into(),
+                    cap: self.tool_cap,
+                });
+            }
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(out),
+            }
+        }
+        Err(McpError::Cap {
+            server: self.name.clone(),
+            what: "the pages of tools/list".into(),
+            cap: limits::MAX_LIST_PAGES,
+        })
+    }
+
+    /// Every resource, paginated like the tools.
+    pub async fn list_resources(&self) -> Result<Vec<Resource>, McpError> {
+        let has = self
+            .peer
+            .peer_info()
+            .is_some_and(|i| i.capabilities.resources.is_some());
+        if !has {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        let mut cursor = None;
+        for _ in 0..limits::MAX_LIST_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+            let page = match tokio::time::timeout(
+                limits::REQUEST_TIMEOUT,
+                self.peer.list_resources(Some(params)),
+            )
+            .await
+            {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => return Err(self.service_error("resources/list", e).await),
+                Err(_) => return Err(self.timeout("resources/list", limits::REQUEST_TIMEOUT)),
+            };
+            out.extend(page.resources);
+            match page.next_cursor {
+                Some(c) => cursor = Some(c),
+                None => return Ok(out),
+            }
+        }
+        Err(McpError::Cap {
+            server: self.name.clone(),
+            what: "the pages of resources/list".into(),
+            cap: limits::MAX_LIST_PAGES,
+        })
+    }
+
+    /// The contents of one resource, as the wire form (`uri`, `mimeType`,
+    /// `text` or `blob`).
+    pub async fn read_resource(&self, uri: &str) -> Result<Vec<Value>, McpError> {
+        let read = self
+            .peer
+            .read_resource(ReadResourceRequestParams::new(uri.to_owned()));
+        let result = match tokio::time::timeout(limits::REQUEST_TIMEOUT, read).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => return Err(self.service_error("resources/read", e).await),
+            Err(_) => return Err(self.timeout("resources/read", limits::REQUEST_TIMEOUT)),
+        };
+        Ok(result
+            .contents
+            .iter()
+            .filter_map(|c| serde_json::to_value(c).ok())
+            .collect())
+    }
+
+    /// Calls a tool by its name on the server, within the per-call
+    /// deadline; the request carries a progress token. Dropping the future
+    /// (or the deadline passing) sends `notifications/cancelled`.
+    pub async fn call_tool(
+        &self,
+        name: &str,
+        arguments: Value,
+    ) -> Result<CallToolResult, McpError> {
+        let arguments = match arguments {
+            Value::Object(m) => Some(m),
+            Value::Null => None,
+            _ => {
+                return Err(McpError::Protocol {
+                    server: self.name.clone(),
+                    reason: format!("arguments of `{name}` must be an object"),
+                });
+            }
+        };
+        let n = self.next_token.fetch_add(1, Ordering::Relaxed);
+        let mut params = CallToolRequestParams::new(name.to_owned());
+        params.arguments = arguments;
+        params.meta = Some(RequestMetaObject::with_progress_token(ProgressToken(
+            NumberOrString::String(format!("lionagi-{n}").into()),
+        )));
+        let what = format!("tools/call `{name}`");
+        match tokio::time::timeout(self.call_timeout, self.peer.call_tool(params)).await {
+            Ok(Ok(r)) => Ok(r),
+            Ok(Err(e)) => Err(self.service_error(&what, e).await),
+            Err(_) => Err(self.timeout(&what, self.call_timeout)),
+        }
+    }
+
+    /// Ends the session: closes the connection (stdin for a child, the
+    /// session for HTTP), then ends and reaps the child.
+    pub async fn shutdown(&self) {
+        if let Some(mut s) = self.service.lock().await.take() {
+            let _ = tokio::time::timeout(limits::SHUTDOWN_GRACE, s.close()).await;
+        }
+        if let Some(mut p) = self.process.lock().await.take() {
+            p.shutdown().await;
+        }
+    }
+
+    /// The child's process id (stdio servers), for tests of reaping.
+    pub async fn pid(&self) -> Option<u32> {
+        self.process
+            .lock()
+            .await
+            .as_ref()
+            .and_then(ServerProcess::id)
+    }
+
+    fn timeout(&self, what: &str, limit: Duration) -> McpError {
+        McpError::Timeout {
+            server: self.name.clone(),
+            what: what.to_owned(),
+            limit,
+        }
+    }
+
+    async fn service_error(&self, what: &str, e: ServiceError) -> McpError {
+        if let ServiceError::McpError(data) = &e {
+            return McpError::Remote {
+                server: self.name.clone(),
+                method: what.to_owned(),
+                message: scrub(&data.message, &self.secrets),
+            };
+        }
+        if let Some(reason) = self.failure.get() {
+            return McpError::Protocol {
+                server: self.name.clone(),
+                reason: scrub(&reason, &self.secrets),
+            };
+        }
+        let mut reason = format!("{what} failed: {}", service_reason(&e));
+        if let Some(p) = self.process.lock().await.as_mut() {
+            if let Some(status) = p.exited(Duration::from_millis(500)).await {
+                reason = format!("it exited ({status}) during {what}");
+            }
+            let tail = p.stderr_tail().await;
+            if !tail.is_empty() {
+                reason.push_str(&format!("; its stderr ends: {tail}"));
+            }
+        }
+        McpError::Closed {
+            server: self.name.clone(),
+            reason: scrub(&reason, &self.secrets),
+        }
+    }
+}
+
+fn http_refusal(server: &str, e: HttpFailure) -> McpError {
+    match e {
+        HttpFailure::Blocked(reason) => McpError::Refused {
+            server: server.to_owned(),
+            reason,
+        },
+        other => McpError::Start {
+            server: server.to_owned(),
+            reason: other.to_string(),
+        },
+    }
+}

@@ -1,0 +1,280 @@
+//! Against a small server written with the Python `mcp` SDK, over stdio,
+//! streamable HTTP and the older HTTP+SSE transport.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use branch_core::{Branch, ContextProvider, Message, ToolError};
+use branch_mcp::{CallEvent, McpConfig, McpError, McpPolicy, McpServers, Progress};
+use serde_json::{Value, json};
+
+fn stdio_config(python: &std::path::Path, tag: &str) -> McpConfig {
+    McpConfig::from_value(&json!({"mcpServers": {"py": {
+        "command": python.display().to_string(),
+        "args": [support::script("py_server.py"), "stdio", tag],
+        "env": {"LIONAGI_TEST_ONLY": "1"}
+    }}}))
+    .unwrap()
+}
+
+async fn call(branch: &Branch, tool: &str, args: Value) -> Result<Value, ToolError> {
+    branch.acts().get(tool).expect(tool).tool().call(args).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_tools_results_resources_and_list_changed() {
+    let Some(python) = support::python() else {
+        return;
+    };
+    let tag = support::tag("py-stdio");
+    let policy = McpPolicy::new()
+        .allow_command(&python)
+        .max_result_bytes(10_000);
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let seen = Arc::clone(&events);
+    let servers = McpServers::connect_with(
+        &stdio_config(&python, &tag),
+        &policy,
+        None,
+        Some(Arc::new(move |e: &CallEvent| {
+            seen.lock().unwrap().push(e.clone())
+        })),
+    )
+    .await
+    .unwrap();
+    let server = &servers.servers()[0];
+    assert_eq!(server.transport(), "stdio");
+    assert!(server.protocol_version().is_some());
+    assert_eq!(server.server_info().unwrap().0, "py-test");
+    server.ping().await.unwrap();
+
+    let mut branch = Branch::builder().build().unwrap();
+    let infos = servers.register(&mut branch).await.unwrap();
+    let names: Vec<&str> = infos.iter().map(|i| i.name.as_str()).collect();
+    for n in [
+        "echo", "add", "fail", "pixel", "huge", "slow", "die", "grow",
+    ] {
+        assert!(names.contains(&n), "{names:?}");
+    }
+    // The schema the model sees is the server's inputSchema.
+    let schema = branch.acts().get("echo").unwrap().tool().schema().clone();
+    assert_eq!(
+        schema["function"]["parameters"]["required"],
+        json!(["text"])
+    );
+
+    let echoed = call(&branch, "echo", json!({"text": "hi"})).await.unwrap();
+    // FastMCP wraps a plain return value as structured content.
+    assert_eq!(echoed, json!({"result": "hi"}));
+    // Validated before the call: nothing reaches the server.
+    let before = events.lock().unwrap().len();
+    let bad = call(&branch, "echo", json!({"text": 3})).await.unwrap_err();
+    assert!(matches!(bad, ToolError::InvalidArguments { .. }), "{bad:?}");
+    assert_eq!(events.lock().unwrap().len(), before);
+
+    let sum = call(&branch, "add", json!({"a": 2, "b": 3})).await.unwrap();
+    assert_eq!(sum, json!({"total": 5}));
+
+    let failed = call(&branch, "fail", json!({"message": "no such file"}))
+        .await
+        .unwrap_err();
+    assert!(failed.to_string().contains("no such file"), "{failed}");
+
+    let image = call(&branch, "pixel", json!({})).await.unwrap();
+    assert_eq!(image["content"][0]["type"], "image");
+    assert_eq!(image["content"][0]["mimeType"], "image/png");
+
+    let capped = call(&branch, "huge", json!({"size": 20_000}))
+        .await
+        .unwrap_err();
+    assert!(
+        capped
+            .to_string()
+            .contains("exceeds the cap of 10000 bytes"),
+        "{capped}"
+    );
+
+    // Resources as context, not history.
+    let provider = servers.resources("py", None).unwrap();
+    let text = provider
+        .provide(&branch, &Message::assistant("q"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        text.contains("memo://notes") && text.contains("Thursday"),
+        "{text}"
+    );
+    assert!(branch.msgs().is_empty());
+
+    // notifications/tools/list_changed, then a refresh registers the new tool.
+    assert!(!servers.tools_changed());
+    assert_eq!(
+        call(&branch, "grow", json!({})).await.unwrap(),
+        json!({"result": "grown"})
+    );
+    let start = std::time::Instant::now();
+    while !servers.tools_changed() {
+        assert!(start.elapsed() < Duration::from_secs(5), "no list_changed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(servers.refresh(&mut branch).await.unwrap());
+    assert_eq!(
+        call(&branch, "later", json!({})).await.unwrap(),
+        json!({"result": "later"})
+    );
+
+    let events = events.lock().unwrap().clone();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, CallEvent::Started { tool, .. } if tool == "echo"))
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, CallEvent::Finished { tool, result: Err(_) } if tool == "fail"))
+    );
+
+    let pid = server.pid().await.unwrap();
+    servers.shutdown().await;
+    assert!(!support::alive(pid), "the server was not reaped");
+    support::assert_gone(&tag).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_call_is_cancelled_and_progress_is_heard() {
+    let Some(python) = support::python() else {
+        return;
+    };
+    let tag = support::tag("py-cancel");
+    let marker = std::env::temp_dir().join(format!("{tag}.cancelled"));
+    let _ = std::fs::remove_file(&marker);
+    let progress = Arc::new(Mutex::new(Vec::<Progress>::new()));
+    let heard = Arc::clone(&progress);
+    let servers = McpServers::connect_with(
+        &stdio_config(&python, &tag),
+        &McpPolicy::new().allow_command(&python),
+        Some(Arc::new(move |p: &Progress| {
+            heard.lock().unwrap().push(p.clone())
+        })),
+        None,
+    )
+    .await
+    .unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let args = json!({"seconds": 30, "marker": marker.display().to_string()});
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(1500), call(&branch, "slow", args)).await;
+    assert!(dropped.is_err(), "the call should still run");
+    let start = std::time::Instant::now();
+    while !marker.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no notifications/cancelled"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let progress = progress.lock().unwrap().clone();
+    assert!(!progress.is_empty(), "no progress notification");
+    assert_eq!(progress[0].server, "py");
+    assert_eq!(progress[0].total, Some(4.0));
+    // The server is still usable after a cancellation.
+    assert_eq!(
+        call(&branch, "echo", json!({"text": "ok"})).await.unwrap()["result"],
+        "ok"
+    );
+    servers.shutdown().await;
+    support::assert_gone(&tag).await;
+    let _ = std::fs::remove_file(&marker);
+}
+
+async fn start_http(
+    python: &std::path::Path,
+    mode: &str,
+    tag: &str,
+) -> (tokio::process::Child, u16) {
+    let port = support::free_port();
+    let child = tokio::process::Command::new(python)
+        .args([
+            &support::script("py_server.py"),
+            mode,
+            &port.to_string(),
+            tag,
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    support::wait_for_port(port).await;
+    (child, port)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamable_http_through_the_guard() {
+    let Some(python) = support::python() else {
+        return;
+    };
+    let tag = support::tag("py-http");
+    let (mut child, port) = start_http(&python, "http", &tag).await;
+    let config = McpConfig::from_value(&json!({"mcpServers": {"web": {
+        "url": format!("http://127.0.0.1:{port}/mcp"),
+        "headers": {"Authorization": "Bearer sk-test-secret-123"}
+    }}}))
+    .unwrap();
+    // Loopback is refused unless the program allows the local network.
+    let refused = McpServers::connect(&config, &McpPolicy::new())
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, McpError::Refused { .. }), "{refused}");
+    assert!(!format!("{refused} {refused:?}").contains("sk-test-secret"));
+
+    let servers = McpServers::connect(&config, &McpPolicy::new().allow_local_network(true))
+        .await
+        .unwrap();
+    assert_eq!(servers.servers()[0].transport(), "streamable-http");
+    servers.servers()[0].ping().await.unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    assert_eq!(
+        call(&branch, "echo", json!({"text": "over http"}))
+            .await
+            .unwrap(),
+        json!({"result": "over http"})
+    );
+    let sum = call(&branch, "add", json!({"a": 1, "b": 1})).await.unwrap();
+    assert_eq!(sum["total"], 2);
+    servers.shutdown().await;
+    child.kill().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_older_sse_transport_is_the_fallback() {
+    let Some(python) = support::python() else {
+        return;
+    };
+    let tag = support::tag("py-sse");
+    let (mut child, port) = start_http(&python, "sse", &tag).await;
+    // No "type": the streamable-HTTP POST is refused, the SSE GET works.
+    let config = McpConfig::from_value(&json!({"mcpServers": {"old": {
+        "url": format!("http://127.0.0.1:{port}/sse")
+    }}}))
+    .unwrap();
+    let servers = McpServers::connect(&config, &McpPolicy::new().allow_local_network(true))
+        .await
+        .unwrap();
+    assert_eq!(servers.servers()[0].transport(), "sse");
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    assert_eq!(
+        call(&branch, "echo", json!({"text": "old"})).await.unwrap(),
+        json!({"result": "old"})
+    );
+    servers.shutdown().await;
+    child.kill().await.unwrap();
+}

@@ -1,0 +1,100 @@
+"""A small MCP server written with the Python `mcp` SDK (FastMCP), for
+branch-mcp's tests. Usage: py_server.py stdio | http PORT | sse PORT."""
+
+import os
+import sys
+
+import anyio
+from pydantic import BaseModel
+
+from mcp.server.fastmcp import Context, FastMCP, Image
+
+transport = sys.argv[1] if len(sys.argv) > 1 else "stdio"
+port = int(sys.argv[2]) if transport != "stdio" else 0
+mcp = FastMCP("py-test", host="127.0.0.1", port=port)
+
+
+class Sum(BaseModel):
+    total: int
+
+
+@mcp.tool()
+def echo(text: str) -> str:
+    """Returns the text it was given."""
+    return text
+
+
+@mcp.tool()
+def add(a: int, b: int) -> Sum:
+    """Adds two integers (structured output)."""
+    return Sum(total=a + b)
+
+
+@mcp.tool()
+def fail(message: str) -> str:
+    """Always fails with the message."""
+    raise ValueError(message)
+
+
+@mcp.tool()
+def pixel() -> Image:
+    """A one-pixel PNG."""
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+    )
+    return Image(data=png, format="png")
+
+
+@mcp.tool()
+def huge(size: int) -> str:
+    """Returns `size` bytes of text."""
+    return "x" * size
+
+
+@mcp.tool()
+async def slow(seconds: float, marker: str, ctx: Context) -> str:
+    """Sleeps, reporting progress; writes `marker` when cancelled."""
+    try:
+        steps = 4
+        for i in range(steps):
+            await ctx.report_progress(i, steps, f"step {i}")
+            await anyio.sleep(seconds / steps)
+        return "done"
+    except BaseException:
+        with open(marker, "w") as f:
+            f.write("cancelled")
+        raise
+
+
+@mcp.tool()
+def die() -> str:
+    """Ends the server process in the middle of the call."""
+    os._exit(3)
+
+
+@mcp.tool()
+async def grow(ctx: Context) -> str:
+    """Adds the tool `later` and announces the changed list."""
+
+    def later() -> str:
+        """Registered at run time."""
+        return "later"
+
+    mcp.add_tool(later, name="later")
+    await ctx.session.send_tool_list_changed()
+    return "grown"
+
+
+@mcp.resource("memo://notes", mime_type="text/plain")
+def notes() -> str:
+    """Notes for the context."""
+    return "The meeting moved to Thursday."
+
+
+if transport == "stdio":
+    mcp.run(transport="stdio")
+elif transport == "http":
+    mcp.run(transport="streamable-http")
+else:
+    mcp.run(transport="sse")

@@ -1,0 +1,81 @@
+"""A deliberately broken (or minimal) MCP server speaking newline-delimited
+JSON-RPC by hand, for the failure cases an SDK server would never show.
+Usage: raw_server.py MODE, MODE one of:
+  exit       exits with status 7 before reading anything
+  leak       prints its API_TOKEN on stderr and exits
+  hang       reads initialize and never answers
+  garbage    answers initialize with a line that is not JSON
+  huge       answers tools/call with a 9 MiB line
+  die        exits (status 9) when a tool is called
+  paged      lists 5 tools over 3 pages
+  group      starts a grandchild (sleep) in its process group, then serves
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+mode = sys.argv[1]
+if mode == "leak":
+    sys.stderr.write("refusing token " + os.environ.get("API_TOKEN", "") + "\n")
+    sys.exit(1)
+if mode == "exit":
+    sys.stderr.write("fatal: no configuration\n")
+    sys.exit(7)
+if mode == "group":
+    child = subprocess.Popen(["sleep", "300"])
+    with open(sys.argv[2], "w") as f:
+        f.write(str(child.pid))
+
+
+def send(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def tool(name):
+    return {"name": name, "description": name, "inputSchema": {"type": "object", "properties": {}}}
+
+
+PAGES = {None: (["t1", "t2"], "p2"), "p2": (["t3", "t4"], "p3"), "p3": (["t5"], None)}
+
+for line in sys.stdin:
+    msg = json.loads(line)
+    method = msg.get("method")
+    mid = msg.get("id")
+    if method == "initialize":
+        if mode == "hang":
+            time.sleep(3600)
+        if mode == "garbage":
+            sys.stdout.write("this is not json-rpc\n")
+            sys.stdout.flush()
+            continue
+        send({"jsonrpc": "2.0", "id": mid, "result": {
+            # The paged server only knows the first protocol version.
+            "protocolVersion": "2024-11-05" if mode == "paged" else msg["params"]["protocolVersion"],
+            "capabilities": {"tools": {}},
+            "serverInfo": {"name": "raw", "version": "0"}}})
+    elif method == "tools/list":
+        cursor = (msg.get("params") or {}).get("cursor")
+        if mode == "paged":
+            names, nxt = PAGES[cursor]
+        else:
+            names, nxt = ["boom"], None
+        result = {"tools": [tool(n) for n in names]}
+        if nxt:
+            result["nextCursor"] = nxt
+        send({"jsonrpc": "2.0", "id": mid, "result": result})
+    elif method == "tools/call":
+        if mode == "huge":
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": {
+                "content": [{"type": "text", "text": "x" * (9 * 1024 * 1024)}]}}) + "\n")
+            sys.stdout.flush()
+        elif mode == "die":
+            os._exit(9)
+        else:
+            send({"jsonrpc": "2.0", "id": mid, "result": {
+                "content": [{"type": "text", "text": msg["params"]["name"]}]}})
+    elif method == "ping":
+        send({"jsonrpc": "2.0", "id": mid, "result": {}})

@@ -1,0 +1,173 @@
+//! MCP servers for the command line: `--mcp FILE` (repeatable) connected
+//! under the policy the flags give, tool calls shown as they happen, and
+//! the `/tools` listing.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use branch_core::{Branch, Message, MessageContent};
+use branch_mcp::{CallEvent, McpConfig, McpPolicy, McpServers, McpToolInfo};
+use serde_json::{Value, json};
+
+use super::chat_error::ChatError;
+
+/// Characters of a tool result shown in the conversation display.
+const SHOWN_RESULT_CHARS: usize = 200;
+
+/// What the MCP flags ask for.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct McpArgs {
+    /// `--mcp FILE`, in order.
+    pub files: Vec<String>,
+    /// `--mcp-path`: bare command names are looked up on the PATH.
+    pub search_path: bool,
+    /// `--mcp-local`: HTTP servers may be on this machine or the local network.
+    pub local: bool,
+}
+
+/// The policy of servers from files the person handed over themselves:
+/// their commands are trusted (it is their configuration), the rest stays
+/// closed unless a flag opens it.
+fn policy(args: &McpArgs) -> McpPolicy {
+    let mut p = McpPolicy::new()
+        .allow_configured_commands()
+        .allow_local_network(args.local);
+    if args.search_path {
+        if let Some(path) = std::env::var_os("PATH") {
+            p = p.search_path(path);
+        }
+    }
+    p
+}
+
+/// Reads every `--mcp` file into one configuration; a server name given
+/// twice is an error.
+fn config(args: &McpArgs) -> Result<McpConfig, ChatError> {
+    let mut servers = Vec::new();
+    for f in &args.files {
+        let c = McpConfig::from_file(Path::new(f)).map_err(|e| ChatError::Mcp(e.to_string()))?;
+        for s in c.servers {
+            if servers
+                .iter()
+                .any(|x: &branch_mcp::ServerSpec| x.name == s.name)
+            {
+                return Err(ChatError::Mcp(format!(
+                    "{f}: the server name `{}` is used twice",
+                    s.name
+                )));
+            }
+            servers.push(s);
+        }
+    }
+    Ok(McpConfig { servers })
+}
+
+/// Connects the servers and registers their tools on `branch`. With
+/// `show`, each call and its short result is printed on stderr as it
+/// happens.
+pub(crate) async fn connect(
+    args: &McpArgs,
+    branch: &mut Branch,
+    show: bool,
+) -> Result<Option<McpServers>, ChatError> {
+    if args.files.is_empty() {
+        return Ok(None);
+    }
+    let config = config(args)?;
+    let hook: Option<branch_mcp::CallHook> = show.then(|| {
+        Arc::new(|e: &CallEvent| {
+            let line = match e {
+                CallEvent::Started { tool, arguments } => format!("[tool] {tool} {arguments}"),
+                CallEvent::Finished { tool, result } => match result {
+                    Ok(v) => format!("[tool] {tool} -> {}", short(v)),
+                    Err(why) => format!(
+                        "[tool] {tool} failed: {}",
+                        short(&Value::String(why.clone()))
+                    ),
+                },
+            };
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(err, "{line}");
+        }) as branch_mcp::CallHook
+    });
+    let progress: Option<branch_mcp::ProgressHook> = show.then(|| {
+        Arc::new(|p: &branch_mcp::Progress| {
+            let of = p.total.map(|t| format!("/{t}")).unwrap_or_default();
+            let note = p
+                .message
+                .as_deref()
+                .map(|m| format!(" {m}"))
+                .unwrap_or_default();
+            let mut err = std::io::stderr().lock();
+            let _ = writeln!(
+                err,
+                "[tool] {}: progress {}{of}{note}",
+                p.server, p.progress
+            );
+        }) as branch_mcp::ProgressHook
+    });
+    let servers = McpServers::connect_with(&config, &policy(args), progress, hook)
+        .await
+        .map_err(|e| ChatError::Mcp(e.to_string()))?;
+    if let Err(e) = servers.register(branch).await {
+        servers.shutdown().await;
+        return Err(ChatError::Mcp(e.to_string()));
+    }
+    Ok(Some(servers))
+}
+
+/// A value cut to a line for the display.
+fn short(v: &Value) -> String {
+    let s = match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let one_line = s.replace('\n', " ");
+    if one_line.chars().count() > SHOWN_RESULT_CHARS {
+        let cut: String = one_line.chars().take(SHOWN_RESULT_CHARS).collect();
+        format!("{cut}...")
+    } else {
+        one_line
+    }
+}
+
+/// The `/tools` listing.
+pub(crate) fn listing(tools: &[McpToolInfo]) -> String {
+    if tools.is_empty() {
+        return "no tools (add MCP servers with --mcp FILE)".into();
+    }
+    tools
+        .iter()
+        .map(|t| {
+            let about = t
+                .description
+                .as_deref()
+                .and_then(|d| d.lines().next())
+                .unwrap_or("");
+            let origin = if t.name == t.original {
+                t.server.clone()
+            } else {
+                format!("{}: {}", t.server, t.original)
+            };
+            format!("{}  ({origin})  {about}", t.name)
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The tool calls among `messages` (a turn's), for `--json`.
+pub(crate) fn calls_of<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Vec<Value> {
+    messages
+        .into_iter()
+        .filter_map(|m| match &m.content {
+            MessageContent::ActionResponse(r) => Some(json!({
+                "name": r.function,
+                "arguments": r.arguments,
+                "output": r.output,
+                "error": r.error,
+            })),
+            _ => None,
+        })
+        .collect()
+}
