@@ -109,16 +109,13 @@ fn converse_or_ask(
         };
         // A turn left paused in the store is settled before a new one.
         approve::settle(rt, conv, answers.as_mut())?;
-        let result = one_turn(
-            rt,
-            conv,
-            question,
+        let setup = TurnSetup {
             info,
             display,
             args,
             servers,
-            answers.as_mut(),
-        );
+        };
+        let result = one_turn(rt, conv, question, &setup, answers.as_mut());
         resume_hint(conv, args);
         return result;
     }
@@ -135,7 +132,13 @@ fn converse_or_ask(
             info.label
         );
     }
-    let result = converse(rt, conv, &mut input, info, display, args, servers);
+    let setup = TurnSetup {
+        info,
+        display,
+        args,
+        servers,
+    };
+    let result = converse(rt, conv, &mut input, &setup);
     input.save_history();
     resume_hint(conv, args);
     result
@@ -156,11 +159,9 @@ fn converse(
     rt: &Runtime,
     conv: &mut Conversation,
     input: &mut Input,
-    info: &ModelInfo,
-    display: Display,
-    args: &ChatArgs,
-    servers: Option<&McpServers>,
+    setup: &TurnSetup<'_>,
 ) -> Result<(), ChatError> {
+    let TurnSetup { args, servers, .. } = *setup;
     let person = input.is_terminal();
     let mut interrupts = 0;
     loop {
@@ -207,7 +208,7 @@ fn converse(
             }
             continue;
         }
-        match one_turn(rt, conv, line, info, display, args, servers, Some(input)) {
+        match one_turn(rt, conv, line, setup, Some(input)) {
             Ok(()) => {}
             // A person goes on: the conversation is as before the turn.
             Err(e) if person => {
@@ -218,18 +219,32 @@ fn converse(
     }
 }
 
+/// What every turn of a session is asked with.
+#[derive(Clone, Copy)]
+struct TurnSetup<'a> {
+    info: &'a ModelInfo,
+    display: Display,
+    args: &'a ChatArgs,
+    /// The MCP servers whose tools the turns offer.
+    servers: Option<&'a McpServers>,
+}
+
 /// Asks `question`, then writes the turn to the store and (with
-/// `--json`) prints it.
+/// `--json`) prints it. With `input`, tool calls awaiting approval are
+/// asked about there.
 fn one_turn(
     rt: &Runtime,
     conv: &mut Conversation,
     question: &str,
-    info: &ModelInfo,
-    display: Display,
-    args: &ChatArgs,
-    servers: Option<&McpServers>,
+    setup: &TurnSetup<'_>,
     mut input: Option<&mut Input>,
 ) -> Result<(), ChatError> {
+    let TurnSetup {
+        info,
+        display,
+        args,
+        servers,
+    } = *setup;
     let before = conv.len();
     let mut answer = match servers {
         Some(s) => {
