@@ -209,6 +209,17 @@ struct RunState<'b> {
     persist: Option<Persist>,
 }
 
+/// A Claude Code session id in its canonical form: the agent's ids are
+/// UUIDs, so anything else (a value starting with `-`, text with spaces,
+/// a path) is refused rather than handed to the agent.
+fn cli_session_id(v: &Value) -> Option<String> {
+    let s = v.as_str()?;
+    let id = Uuid::try_parse(s).ok()?;
+    // Only the plain hyphenated form the agent writes; braces, URNs and
+    // bare hex are other programs' spellings.
+    (id.hyphenated().to_string() == s.to_ascii_lowercase()).then(|| s.to_owned())
+}
+
 /// Waits for `fut` within the idle window and the overall deadline.
 async fn bounded<F: std::future::Future>(
     fut: F,
@@ -299,16 +310,26 @@ impl RunState<'_> {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .kill_on_drop(true);
-            if let Some(name) = model.config().model_name() {
-                command.args(["--model", name]);
+            // The model name and the session id come from the
+            // conversation's data: each is passed only inside its own
+            // `--flag=VALUE` word, so no value can become a flag of the
+            // agent, and a session id must have the agent's own format.
+            if let Some(name) = model.config().model_name().filter(|n| !n.is_empty()) {
+                command.arg(format!("--model={name}"));
             }
-            if let Some(session) = self
-                .branch
-                .metadata()
-                .get("cli_session_id")
-                .and_then(Value::as_str)
-            {
-                command.args(["--resume", session]);
+            let session = match self.branch.metadata().get("cli_session_id") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(cli_session_id(v).ok_or_else(|| {
+                    self.fail(format!(
+                        "the stored cli_session_id is not a Claude Code session id (a UUID); \
+                             it was not passed to {}. Remove it from the conversation's metadata \
+                             to start a new agent session",
+                        cmd.display()
+                    ))
+                })?),
+            };
+            if let Some(session) = session {
+                command.arg(format!("--resume={session}"));
             }
             let mut child = command
                 .spawn()
@@ -450,10 +471,7 @@ impl RunState<'_> {
                         .tool_calls
                         .iter()
                         .map(|tc| {
-                            branch_actions::ToolCall::new(
-                                tc.name.clone(),
-                                crate::fuzzy::extract_json(&tc.arguments).unwrap_or_default(),
-                            )
+                            branch_actions::ToolCall::from_text(tc.name.clone(), &tc.arguments)
                         })
                         .collect();
                     let acted = run_calls(self.branch, calls, self.opts.act).await;
@@ -494,13 +512,17 @@ impl RunState<'_> {
                         continue;
                     };
                     match event.get("type").and_then(Value::as_str) {
-                        Some("system") => {
-                            if let Some(id) = event.get("session_id").and_then(Value::as_str) {
+                        Some("system") => match event.get("session_id").map(cli_session_id) {
+                            Some(Some(id)) => {
                                 self.branch
                                     .metadata_mut()
                                     .insert("cli_session_id".into(), id.into());
                             }
-                        }
+                            Some(None) => tracing::warn!(
+                                "the CLI agent reported a session id that is not a UUID; not kept"
+                            ),
+                            None => {}
+                        },
                         Some("assistant") => {
                             let blocks = event
                                 .pointer("/message/content")
