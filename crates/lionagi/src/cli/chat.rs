@@ -82,7 +82,8 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
     let mut input = if std::io::stdin().is_terminal() {
         Input::terminal()?
     } else {
-        Input::piped()
+        let limits = crate::limits::InputLimits::from_env().map_err(ChatError::Usage)?;
+        Input::piped(limits.max_line_bytes)
     };
     if input.is_terminal() {
         let resumed = if conv.is_stored() {
