@@ -29,6 +29,9 @@
 //! only fields without a default (not `Option`, not `#[serde(default)]`)
 //! are `required` (the reference lists every parameter).
 
+// This crate reads tool arguments a model made up: nothing here may panic on them.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod arguments;
 mod calling;
 mod dynamic_tool;
