@@ -40,6 +40,7 @@ mod field_models;
 mod format;
 pub mod fuzzy;
 mod interpret;
+pub mod limits;
 mod middle;
 mod operate;
 mod parse;

@@ -20,7 +20,7 @@ use branch_core::{Branch, Participant};
 use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout};
 use uuid::Uuid;
 
@@ -186,7 +186,7 @@ enum Source {
 
 struct CliSource {
     child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
+    lines: BufReader<ChildStdout>,
     text: String,
     thinking: String,
     result_meta: Map<String, Value>,
@@ -218,6 +218,32 @@ fn cli_session_id(v: &Value) -> Option<String> {
     // Only the plain hyphenated form the agent writes; braces, URNs and
     // bare hex are other programs' spellings.
     (id.hyphenated().to_string() == s.to_ascii_lowercase()).then(|| s.to_owned())
+}
+
+/// The next line of the agent's output (without its newline), at most
+/// `max` bytes; `None` at the end. A longer line is an error once `max`
+/// bytes have been read, so an agent that never writes a newline cannot
+/// grow memory.
+async fn agent_line(r: &mut BufReader<ChildStdout>, max: usize) -> std::io::Result<Option<String>> {
+    let mut line = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    if (&mut *r).take(limit).read_until(b'\n', &mut line).await? == 0 {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a line of the agent's output is longer than {max} bytes, the limit"),
+        ));
+    }
+    String::from_utf8(line).map(Some).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the agent's output is not UTF-8",
+        )
+    })
 }
 
 /// Waits for `fut` within the idle window and the overall deadline.
@@ -347,7 +373,7 @@ impl RunState<'_> {
                 .ok_or_else(|| self.fail("the CLI agent has no stdout".into()))?;
             self.source = Some(Source::Cli(Box::new(CliSource {
                 child,
-                lines: BufReader::new(stdout).lines(),
+                lines: BufReader::new(stdout),
                 text: String::new(),
                 thinking: String::new(),
                 result_meta: Map::new(),
@@ -495,8 +521,12 @@ impl RunState<'_> {
                     mut tool_requests,
                 } = *cli;
                 loop {
-                    let next =
-                        bounded(lines.next_line(), self.opts.idle_timeout, self.deadline).await;
+                    let next = bounded(
+                        agent_line(&mut lines, crate::limits::MAX_CLI_LINE_BYTES),
+                        self.opts.idle_timeout,
+                        self.deadline,
+                    )
+                    .await;
                     let line = match next {
                         Ok(Ok(Some(l))) => l,
                         Ok(Ok(None)) => break,
