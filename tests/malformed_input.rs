@@ -222,7 +222,8 @@ fn deep_nesting_is_refused_not_overflowed() {
     }
     let mut meta = Map::new();
     meta.insert("deep".into(), v);
-    let d = json!({"metadata": meta});
+    let d =
+        json!({"id": "6e215c90-0fc7-4af0-8fc0-c5dc415c1108", "created_at": 1.0, "metadata": meta});
     let b = Branch::from_dict(&d).unwrap();
     assert_eq!(b.metadata()["deep"], d["metadata"]["deep"]);
 }

@@ -48,6 +48,8 @@ fn secrets_never_leave_through_any_door() {
         .finish();
     tracing::subscriber::with_default(subscriber, || {
         let stored = json!({
+            "id": "6e215c90-0fc7-4af0-8fc0-c5dc415c1108",
+            "created_at": 1.0,
             "metadata": {"lion_class": "lionagi.session.branch.Branch"},
             "messages": {"collections": [], "progression": {"order": []}},
             "chat_model": stored_model_with_secrets(),
@@ -77,7 +79,13 @@ fn secrets_never_leave_through_any_door() {
         let e = ModelConfig::from_dict(&bad).unwrap_err();
         assert!(!e.to_string().contains(SECRET), "{e}");
         assert!(!format!("{e:?}").contains(SECRET));
-        let e = Branch::from_dict(&json!({"chat_model": bad})).unwrap_err();
+        let e = Branch::from_dict(&json!({
+            "id": "6e215c90-0fc7-4af0-8fc0-c5dc415c1108",
+            "created_at": 1.0,
+            "chat_model": bad,
+        }))
+        .unwrap_err();
+        assert!(e.to_string().contains("chat_model"), "{e}");
         assert!(!e.to_string().contains(SECRET), "{e}");
         // A connected model holding a key: Debug, to_dict and a branch's
         // to_dict never show it.

@@ -1,6 +1,7 @@
 //! Repository tasks, run as `cargo xtask <task>`.
 //!
-//! - `cargo xtask ci`: format check, clippy with `-D warnings`, every test.
+//! - `cargo xtask ci`: format check, clippy with `-D warnings`, the fuzz
+//!   targets' smoke run on stable, every test.
 //! - `cargo xtask bench <name> [args]`: runs a benchmark program in release
 //!   mode and prints its figures as a table (`serialize`, `model`, `turns`,
 //!   `extensions`, `store`, `local`).
@@ -77,6 +78,12 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
+    // The fuzz targets' smoke run on stable: seeds and 20,000 mutations per
+    // target through the same property checks (tests/fuzz_smoke.rs); the
+    // million-execution runs are nightly-only (fuzz/README.md).
+    run(cargo()
+        .args(["test", "-p", "lionagi", "--test", "fuzz_smoke"])
+        .env("LIONAGI_FUZZ_SMOKE_ITERS", "20000"))?;
     run(cargo().args(["test", "--workspace", "--no-fail-fast"]))
 }
 

@@ -29,6 +29,10 @@ pub struct ToolCall {
     pub function: String,
     /// The arguments.
     pub arguments: Map<String, Value>,
+    /// Why the arguments the model sent could not be read (then
+    /// `arguments` is empty). Such a call is never run: it is answered
+    /// with [`CallError::MalformedArguments`] carrying this reason.
+    pub malformed: Option<String>,
 }
 
 impl ToolCall {
@@ -37,6 +41,22 @@ impl ToolCall {
         Self {
             function: function.into(),
             arguments,
+            malformed: None,
+        }
+    }
+
+    /// A call whose arguments arrived as JSON text (a provider's native
+    /// tool call). Text that is not a JSON object (see
+    /// [`parse_arguments`](crate::parse_arguments)) makes a call that
+    /// fails with the reason instead of running.
+    pub fn from_text(function: impl Into<String>, arguments: &str) -> Self {
+        match crate::arguments::parse_arguments(arguments) {
+            Ok(a) => Self::new(function, a),
+            Err(reason) => Self {
+                function: function.into(),
+                arguments: Map::new(),
+                malformed: Some(reason),
+            },
         }
     }
 
@@ -55,20 +75,11 @@ impl ToolCall {
         let arguments = match o.get("arguments") {
             None | Some(Value::Null) => Map::new(),
             Some(Value::Object(a)) => a.clone(),
-            Some(Value::String(text)) => match serde_json::from_str::<Value>(text) {
-                Ok(Value::Object(a)) => a,
-                _ => {
-                    return Err(format!(
-                        "the arguments of `{function}` are not a JSON object"
-                    ));
-                }
-            },
+            Some(Value::String(text)) => crate::arguments::parse_arguments(text)
+                .map_err(|reason| format!("the arguments of `{function}`: {reason}"))?,
             Some(_) => return Err(format!("the arguments of `{function}` must be an object")),
         };
-        Ok(Self {
-            function,
-            arguments,
-        })
+        Ok(Self::new(function, arguments))
     }
 }
 
@@ -96,6 +107,15 @@ pub enum CallError {
     /// No tool has this name (the reference's wording).
     #[error("Function {0} is not registered.")]
     UnknownTool(String),
+    /// The arguments the model sent could not be read; the tool was not
+    /// run.
+    #[error("the call of `{function}` was not run: {reason}")]
+    MalformedArguments {
+        /// The tool name.
+        function: String,
+        /// What is wrong with the arguments text.
+        reason: String,
+    },
     /// The tool refused the arguments, failed, timed out or panicked.
     #[error(transparent)]
     Tool(#[from] ToolError),
@@ -106,6 +126,7 @@ impl CallError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::UnknownTool(_) => "UnknownTool",
+            Self::MalformedArguments { .. } => "MalformedArguments",
             Self::Tool(ToolError::InvalidArguments { .. }) => "InvalidArguments",
             Self::Tool(ToolError::Timeout(_)) => "TimeoutError",
             Self::Tool(ToolError::Panicked(_)) => "ToolPanicked",
@@ -150,6 +171,13 @@ pub async fn invoke_tool(
     timeout: Option<Duration>,
 ) -> CallOutcome {
     let mut calling = FunctionCalling::new(call.function.clone(), call.arguments.clone());
+    if let Some(reason) = call.malformed.clone() {
+        let err = CallError::MalformedArguments {
+            function: call.function.clone(),
+            reason,
+        };
+        return finish(call, None, Err(err), calling, None);
+    }
     let Some(reg) = tool else {
         let err = CallError::UnknownTool(call.function.clone());
         return finish(call, None, Err(err), calling, None);

@@ -14,7 +14,9 @@
 //!   `ActionManager::register(tool.into_tool(), update)`;
 //! * offer them with [`ActionManagerExt::tool_schemas`] (registration
 //!   order, or a named subset; an unknown name fails);
-//! * read the model's requests with [`ToolCall::from_request_value`];
+//! * read the model's requests with [`ToolCall::from_request_value`], and
+//!   a native tool call's JSON text with [`ToolCall::from_text`] (text that
+//!   is not a JSON object makes a call that fails without running);
 //! * run them with [`ActionManagerExt::invoke_all`]
 //!   (results in request order, never a panic) and record each
 //!   [`CallOutcome`]: [`CallOutcome::response_output`] is the
@@ -27,15 +29,21 @@
 //! only fields without a default (not `Option`, not `#[serde(default)]`)
 //! are `required` (the reference lists every parameter).
 
+// This crate reads tool arguments a model made up: nothing here may panic on them.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+mod arguments;
 mod calling;
 mod dynamic_tool;
 mod error;
 mod function_tool;
 mod invoke;
+pub mod limits;
 mod outcome;
 mod schema;
 mod select;
 
+pub use arguments::parse_arguments;
 pub use calling::{CallStatus, FunctionCalling};
 pub use dynamic_tool::DynamicTool;
 pub use error::ToolBuildError;

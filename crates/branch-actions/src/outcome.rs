@@ -24,13 +24,14 @@ pub struct CallOutcome {
 }
 
 impl CallOutcome {
-    /// Whether the tool itself ran. Unknown tools and refused arguments
-    /// fail before it does; the reference logs and answers those
+    /// Whether the tool itself ran. Unknown tools, unreadable arguments and
+    /// refused arguments fail before it does; the reference logs and answers those
     /// differently (see [`CallOutcome::log_content`]).
     pub fn reached_tool(&self) -> bool {
         !matches!(
             self.result,
             Err(CallError::UnknownTool(_))
+                | Err(CallError::MalformedArguments { .. })
                 | Err(CallError::Tool(ToolError::InvalidArguments { .. }))
         )
     }

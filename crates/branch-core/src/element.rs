@@ -5,6 +5,9 @@
 //! `metadata.lion_class` names the Python class the reference would build, so
 //! files stay loadable by lionagi; it is never stored in memory.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use serde_json::{Map, Value};

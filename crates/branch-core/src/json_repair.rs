@@ -5,6 +5,9 @@
 //! open. Every step is one linear pass; nesting deeper than `serde_json`'s
 //! recursion limit (128) is an error, never a stack overflow.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use serde_json::Value;
 
 fn container(v: Value) -> Option<Value> {

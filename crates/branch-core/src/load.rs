@@ -1,5 +1,8 @@
 //! Loading and writing stored data with JSON paths in every error.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;

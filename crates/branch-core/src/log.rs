@@ -1,6 +1,9 @@
 //! `Log`, `DataLoggerConfig` and `DataLogger`: the branch's record of API
 //! calls, tool calls and custom events.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 

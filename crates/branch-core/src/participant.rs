@@ -1,5 +1,8 @@
 //! Sender and recipient of a message: a role, an id, a name, or nobody.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use serde::de::{self, Deserializer};
 use serde::{Deserialize, Serialize, Serializer};
 use std::fmt;

@@ -1,5 +1,8 @@
 //! `Pile<T>`: an id-keyed collection plus the progression that orders it.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use indexmap::IndexMap;
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;

@@ -1,5 +1,8 @@
 //! `Progression`: an ordered list of ids with an optional name.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};

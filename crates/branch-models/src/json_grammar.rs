@@ -105,6 +105,30 @@ enum StrPhase {
     Chars,
     Escape,
     Hex(u8),
+    /// Inside a multi-byte UTF-8 character: `left` continuation bytes to
+    /// come, the next one within `lo..=hi` (tighter than 0x80..=0xBF
+    /// after the leads that could spell an overlong form or a surrogate).
+    Utf8 {
+        left: u8,
+        lo: u8,
+        hi: u8,
+    },
+}
+
+/// The UTF-8 character a lead byte opens: continuation bytes to come and
+/// the range of the first one; `None` for a byte that cannot start one.
+fn utf8_lead(b: u8) -> Option<StrPhase> {
+    let (left, lo, hi) = match b {
+        0xC2..=0xDF => (1, 0x80, 0xBF),
+        0xE0 => (2, 0xA0, 0xBF),
+        0xE1..=0xEC | 0xEE..=0xEF => (2, 0x80, 0xBF),
+        0xED => (2, 0x80, 0x9F),
+        0xF0 => (3, 0x90, 0xBF),
+        0xF1..=0xF3 => (3, 0x80, 0xBF),
+        0xF4 => (3, 0x80, 0x8F),
+        _ => return None,
+    };
+    Some(StrPhase::Utf8 { left, lo, hi })
 }
 
 /// Where a number is; digit phases count their digits.
@@ -416,7 +440,23 @@ fn step(g: &Grammar, mut stack: Vec<Frame>, b: u8, out: &mut Vec<Vec<Frame>>, fu
                 }
                 (StrPhase::Chars, b'\\') => StrPhase::Escape,
                 (StrPhase::Chars, 0x00..=0x1f) => return,
-                (StrPhase::Chars, _) => StrPhase::Chars,
+                (StrPhase::Chars, 0x20..=0x7f) => StrPhase::Chars,
+                // Only well-formed UTF-8: the document must be text.
+                (StrPhase::Chars, _) => match utf8_lead(b) {
+                    Some(p) => p,
+                    None => return,
+                },
+                (StrPhase::Utf8 { left, lo, hi }, _) if (lo..=hi).contains(&b) => {
+                    if left == 1 {
+                        StrPhase::Chars
+                    } else {
+                        StrPhase::Utf8 {
+                            left: left - 1,
+                            lo: 0x80,
+                            hi: 0xBF,
+                        }
+                    }
+                }
                 (StrPhase::Escape, b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't') => {
                     StrPhase::Chars
                 }

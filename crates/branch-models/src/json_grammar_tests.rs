@@ -216,3 +216,26 @@ fn feeding_a_token_at_once_equals_feeding_its_bytes() {
         assert!(whole_token.accepts(&g, &doc[cut..]));
     }
 }
+
+#[test]
+fn strings_accept_only_well_formed_utf8() {
+    // Found by fuzzing (fuzz/seeds/json_grammar/regression-invalid-utf8-in-string.bin):
+    // a byte that cannot start a UTF-8 character was accepted inside a string.
+    let g = Grammar::compile(&json!({"type": "string"})).unwrap();
+    let accepts = |bytes: &[u8]| {
+        let mut s = g.start();
+        s.feed(&g, bytes) && s.can_end()
+    };
+    assert!(accepts("\"é😀€\"".as_bytes()));
+    for bad in [
+        &b"\"\xfd\""[..],
+        b"\"\x80\"",
+        b"\"\xc0\xaf\"",
+        b"\"\xe0\x80\xaf\"",
+        b"\"\xed\xa0\x80\"",
+        b"\"\xf4\x90\x80\x80\"",
+        b"\"\xc3\"",
+    ] {
+        assert!(!accepts(bad), "{bad:?}");
+    }
+}

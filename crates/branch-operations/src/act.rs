@@ -102,7 +102,9 @@ pub fn tool_call_from_value(v: &Value) -> Result<ToolCall> {
     })?;
     let arguments = match o.get("arguments") {
         Some(Value::Object(m)) => m.clone(),
-        Some(Value::String(s)) => crate::fuzzy::extract_json(s).unwrap_or_default(),
+        // JSON text: read strictly; text that is not an object makes a call
+        // answered as failed with the reason, never one run with `{}`.
+        Some(Value::String(s)) => return Ok(ToolCall::from_text(function, s)),
         Some(Value::Null) | None => Map::new(),
         Some(_) => {
             return Err(OperationError::InvalidArgument {

@@ -28,6 +28,9 @@
 //! ([`Committed`]). API calls and tool calls are logged on the branch as
 //! they happen, in the reference's record shapes.
 
+// This crate reads model output, tool arguments and CLI agent output: nothing here may panic on them.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod act;
 mod approval;
 mod chat;
@@ -40,6 +43,7 @@ mod format;
 pub mod fuzzy;
 mod instruction;
 mod interpret;
+pub mod limits;
 mod middle;
 mod operate;
 mod options;

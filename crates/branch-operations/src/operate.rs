@@ -388,9 +388,10 @@ async fn finish(
         let mut calls: Vec<ToolCall> = Vec::new();
         let mut act = opts.act;
         if native {
+            // Arguments that are not a JSON object make a call that is
+            // answered as failed with the reason, never run with `{}`.
             for tc in &c.tool_calls {
-                let args = crate::fuzzy::extract_json(&tc.arguments).unwrap_or_default();
-                calls.push(ToolCall::new(tc.name.clone(), args));
+                calls.push(ToolCall::from_text(tc.name.clone(), &tc.arguments));
             }
         } else if let Some(obj) = structured.as_ref() {
             if let Some(reqs) = obj.get("action_requests").and_then(Value::as_array) {

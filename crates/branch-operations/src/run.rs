@@ -20,7 +20,7 @@ use branch_core::{Branch, Participant};
 use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdout};
 use uuid::Uuid;
 
@@ -188,7 +188,7 @@ enum Source {
 
 struct CliSource {
     child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
+    lines: BufReader<ChildStdout>,
     text: String,
     thinking: String,
     result_meta: Map<String, Value>,
@@ -212,6 +212,43 @@ struct RunState<'b> {
     /// Set when the turn paused on calls awaiting approval: yielded after
     /// the turn's messages.
     paused: Option<OperationError>,
+}
+
+/// A Claude Code session id in its canonical form: the agent's ids are
+/// UUIDs, so anything else (a value starting with `-`, text with spaces,
+/// a path) is refused rather than handed to the agent.
+fn cli_session_id(v: &Value) -> Option<String> {
+    let s = v.as_str()?;
+    let id = Uuid::try_parse(s).ok()?;
+    // Only the plain hyphenated form the agent writes; braces, URNs and
+    // bare hex are other programs' spellings.
+    (id.hyphenated().to_string() == s.to_ascii_lowercase()).then(|| s.to_owned())
+}
+
+/// The next line of the agent's output (without its newline), at most
+/// `max` bytes; `None` at the end. A longer line is an error once `max`
+/// bytes have been read, so an agent that never writes a newline cannot
+/// grow memory.
+async fn agent_line(r: &mut BufReader<ChildStdout>, max: usize) -> std::io::Result<Option<String>> {
+    let mut line = Vec::new();
+    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
+    if (&mut *r).take(limit).read_until(b'\n', &mut line).await? == 0 {
+        return Ok(None);
+    }
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    } else if line.len() > max {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a line of the agent's output is longer than {max} bytes, the limit"),
+        ));
+    }
+    String::from_utf8(line).map(Some).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the agent's output is not UTF-8",
+        )
+    })
 }
 
 /// Waits for `fut` within the idle window and the overall deadline.
@@ -310,16 +347,26 @@ impl RunState<'_> {
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null())
                 .kill_on_drop(true);
-            if let Some(name) = model.config().model_name() {
-                command.args(["--model", name]);
+            // The model name and the session id come from the
+            // conversation's data: each is passed only inside its own
+            // `--flag=VALUE` word, so no value can become a flag of the
+            // agent, and a session id must have the agent's own format.
+            if let Some(name) = model.config().model_name().filter(|n| !n.is_empty()) {
+                command.arg(format!("--model={name}"));
             }
-            if let Some(session) = self
-                .branch
-                .metadata()
-                .get("cli_session_id")
-                .and_then(Value::as_str)
-            {
-                command.args(["--resume", session]);
+            let session = match self.branch.metadata().get("cli_session_id") {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(cli_session_id(v).ok_or_else(|| {
+                    self.fail(format!(
+                        "the stored cli_session_id is not a Claude Code session id (a UUID); \
+                             it was not passed to {}. Remove it from the conversation's metadata \
+                             to start a new agent session",
+                        cmd.display()
+                    ))
+                })?),
+            };
+            if let Some(session) = session {
+                command.arg(format!("--resume={session}"));
             }
             let mut child = command
                 .spawn()
@@ -337,7 +384,7 @@ impl RunState<'_> {
                 .ok_or_else(|| self.fail("the CLI agent has no stdout".into()))?;
             self.source = Some(Source::Cli(Box::new(CliSource {
                 child,
-                lines: BufReader::new(stdout).lines(),
+                lines: BufReader::new(stdout),
                 text: String::new(),
                 thinking: String::new(),
                 result_meta: Map::new(),
@@ -461,10 +508,7 @@ impl RunState<'_> {
                         .tool_calls
                         .iter()
                         .map(|tc| {
-                            branch_actions::ToolCall::new(
-                                tc.name.clone(),
-                                crate::fuzzy::extract_json(&tc.arguments).unwrap_or_default(),
-                            )
+                            branch_actions::ToolCall::from_text(tc.name.clone(), &tc.arguments)
                         })
                         .collect();
                     match run_calls(self.branch, calls, self.opts.act).await {
@@ -507,8 +551,12 @@ impl RunState<'_> {
                     mut tool_requests,
                 } = *cli;
                 loop {
-                    let next =
-                        bounded(lines.next_line(), self.opts.idle_timeout, self.deadline).await;
+                    let next = bounded(
+                        agent_line(&mut lines, crate::limits::MAX_CLI_LINE_BYTES),
+                        self.opts.idle_timeout,
+                        self.deadline,
+                    )
+                    .await;
                     let line = match next {
                         Ok(Ok(Some(l))) => l,
                         Ok(Ok(None)) => break,
@@ -524,13 +572,17 @@ impl RunState<'_> {
                         continue;
                     };
                     match event.get("type").and_then(Value::as_str) {
-                        Some("system") => {
-                            if let Some(id) = event.get("session_id").and_then(Value::as_str) {
+                        Some("system") => match event.get("session_id").map(cli_session_id) {
+                            Some(Some(id)) => {
                                 self.branch
                                     .metadata_mut()
                                     .insert("cli_session_id".into(), id.into());
                             }
-                        }
+                            Some(None) => tracing::warn!(
+                                "the CLI agent reported a session id that is not a UUID; not kept"
+                            ),
+                            None => {}
+                        },
                         Some("assistant") => {
                             let blocks = event
                                 .pointer("/message/content")

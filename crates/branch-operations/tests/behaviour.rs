@@ -369,7 +369,7 @@ async fn run_drives_a_cli_agent_speaking_stream_json() {
         &script,
         r#"#!/bin/sh
 cat > /dev/null
-echo '{"type":"system","subtype":"init","session_id":"sess-1"}'
+echo '{"type":"system","subtype":"init","session_id":"6f1c2e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b"}'
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Let me check."},{"type":"tool_use","id":"tu1","name":"Read","input":{"path":"a.txt"}}]}}'
 echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"tu1","content":"file body"}]}}'
 echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Hel"}]}}'
@@ -399,7 +399,10 @@ echo '{"type":"result","subtype":"success","result":"Hello!","total_cost_usd":0.
     assert_eq!(msgs[4].as_assistant_text(), Some("Hello!"));
     assert_eq!(b.messages().len(), 6);
     assert_eq!(added.load(Ordering::SeqCst), 5);
-    assert_eq!(b.metadata()["cli_session_id"], "sess-1");
+    assert_eq!(
+        b.metadata()["cli_session_id"],
+        "6f1c2e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b"
+    );
     assert_eq!(server.request_count(), 0);
     let _ = std::fs::remove_dir_all(&dir);
 }

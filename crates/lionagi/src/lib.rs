@@ -41,6 +41,7 @@
 //! ```
 
 pub mod cli;
+pub mod limits;
 
 pub use branch_actions as actions;
 pub use branch_capabilities as capabilities;

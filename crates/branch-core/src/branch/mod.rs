@@ -1,5 +1,8 @@
 //! `Branch`: the aggregate that owns one conversation.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod builder;
 mod clone;
 mod models;

@@ -454,8 +454,37 @@ where
 
 impl BranchWire {
     fn into_branch(self, opts: FromDictOptions) -> Result<Branch> {
-        let mut metadata = self.metadata.or(self.node_metadata).unwrap_or_default();
-        metadata.shift_remove("lion_class");
+        // A stored branch carries the identity every writer (the reference
+        // and this crate, in every mode) puts there; without it a restore
+        // would invent a new conversation, so `{}` is not a branch.
+        let (meta_key, metadata) = match (self.metadata, self.node_metadata) {
+            (Some(m), _) => ("metadata", Some(m)),
+            (None, Some(m)) => ("node_metadata", Some(m)),
+            (None, None) => ("metadata", None),
+        };
+        let Some(id) = self.id else {
+            return Err(BranchError::invalid(
+                "id",
+                "a stored branch needs its `id` (a UUID); this document has none",
+            ));
+        };
+        let Some(created_at) = self.created_at else {
+            return Err(BranchError::invalid(
+                "created_at",
+                "a stored branch needs its `created_at` timestamp; this document has none",
+            ));
+        };
+        let mut metadata = metadata.unwrap_or_default();
+        match metadata.shift_remove("lion_class") {
+            None => {}
+            Some(Value::String(c)) if c == lion_class::BRANCH || c == "Branch" => {}
+            Some(_) => {
+                return Err(BranchError::invalid(
+                    format!("{meta_key}.lion_class"),
+                    format!("is not the Branch class (`{}`)", lion_class::BRANCH),
+                ));
+            }
+        }
         let view = match metadata.shift_remove("current_progression") {
             None | Some(Value::Null) => None,
             Some(v) => Some(
@@ -464,8 +493,8 @@ impl BranchWire {
             ),
         };
         let element = Element {
-            id: self.id.unwrap_or_else(Uuid::new_v4),
-            created_at: self.created_at.unwrap_or_else(element::now),
+            id,
+            created_at,
             metadata,
         };
 

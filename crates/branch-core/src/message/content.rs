@@ -173,8 +173,11 @@ impl InstructionContent {
             ],
         )?;
         let mut c = InstructionContent {
-            instruction: m.shift_remove("instruction").filter(truthy),
-            guidance: m.shift_remove("guidance").filter(truthy),
+            // Kept unless empty, exactly as written: the reference keeps
+            // only truthy values and so loses a written `0`, `false` or
+            // `{}` (compat.md).
+            instruction: m.shift_remove("instruction").filter(|v| !is_empty_value(v)),
+            guidance: m.shift_remove("guidance").filter(|v| !is_empty_value(v)),
             ..Default::default()
         };
         match m.shift_remove("handle_context") {

@@ -5,6 +5,9 @@
 //! `role`, in that order. The kind travels in `metadata.lion_class`; `role`
 //! is derived and ignored on input.
 
+// Parsing of stored data: nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod content;
 mod manager;
 

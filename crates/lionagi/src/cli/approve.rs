@@ -303,9 +303,9 @@ mod tests {
             spinner: false,
         };
         let piped = |lines: &[&str]| {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let (tx, rx) = tokio::sync::mpsc::channel(lines.len().max(1));
             for l in lines {
-                tx.send(Ok((*l).to_owned())).unwrap();
+                tx.try_send(Ok((*l).to_owned())).unwrap();
             }
             Input::Piped(rx)
         };

@@ -4,8 +4,7 @@
 //! Every failure is one line on stderr naming the file and the JSON path
 //! at fault, with exit status 2; nothing panics on bad input.
 
-use std::io::{Read, Write};
-use std::path::Path;
+use std::io::Write;
 
 use branch_core::{Branch, BranchError, Message, MessageContent, SerializationMode, ToDictOptions};
 
@@ -249,18 +248,22 @@ pub(crate) async fn resolve(
     }
 }
 
+/// The bytes of a conversation file (`-` is stdin), within the caps of
+/// [`crate::limits`].
 fn read_input(path: &str) -> Result<Vec<u8>, CliError> {
-    let io = |source| CliError::Io {
-        path: path.to_owned(),
-        source,
-    };
-    if path == "-" {
-        let mut buf = Vec::new();
-        std::io::stdin().read_to_end(&mut buf).map_err(io)?;
-        Ok(buf)
-    } else {
-        std::fs::read(Path::new(path)).map_err(io)
-    }
+    let limits = crate::limits::InputLimits::from_env().map_err(CliError::Usage)?;
+    super::bounded_read::read_all(path, limits.max_file_bytes, limits.read_timeout).map_err(|e| {
+        match e {
+            super::bounded_read::BoundedReadError::Io(source) => CliError::Io {
+                path: path.to_owned(),
+                source,
+            },
+            bound => CliError::Limit {
+                path: path.to_owned(),
+                reason: bound.to_string(),
+            },
+        }
+    })
 }
 
 /// Reads and restores a branch, with the JSON path of any fault.

@@ -149,7 +149,8 @@ fn open_input() -> Result<Input, ChatError> {
     if std::io::stdin().is_terminal() {
         Input::terminal()
     } else {
-        Ok(Input::piped())
+        let limits = crate::limits::InputLimits::from_env().map_err(ChatError::Usage)?;
+        Ok(Input::piped(limits.max_line_bytes))
     }
 }
 

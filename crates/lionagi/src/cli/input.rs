@@ -2,13 +2,13 @@
 //! editor with persistent history on a terminal, the lines of stdin
 //! otherwise.
 
-use std::io::BufRead;
 use std::path::PathBuf;
 
 use rustyline::error::ReadlineError;
 use tokio::runtime::Runtime;
 use tokio::sync::mpsc;
 
+use super::bounded_read::read_line;
 use super::chat_error::ChatError;
 
 /// Lines kept in the history file.
@@ -34,9 +34,10 @@ pub(crate) enum Input {
         /// The history file, when a home directory is known.
         history: Option<PathBuf>,
     },
-    /// Anything else: each line of stdin, read on a thread of its own so
-    /// that Ctrl-C can still be noticed while waiting.
-    Piped(mpsc::UnboundedReceiver<std::io::Result<String>>),
+    /// Anything else: each line of stdin (at most `max_line_bytes` long),
+    /// read on a thread of its own so that Ctrl-C can still be noticed
+    /// while waiting. The thread reads one line ahead at most.
+    Piped(mpsc::Receiver<std::io::Result<String>>),
 }
 
 /// The history file: `$LIONAGI_HOME/chat_history`, else
@@ -74,13 +75,20 @@ impl Input {
         })
     }
 
-    /// The lines of stdin.
-    pub(crate) fn piped() -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
+    /// The lines of stdin, each at most `max_line_bytes` long (a longer
+    /// line is an error that ends the conversation).
+    pub(crate) fn piped(max_line_bytes: usize) -> Self {
+        let (tx, rx) = mpsc::channel(1);
         std::thread::spawn(move || {
-            for line in std::io::stdin().lock().lines() {
+            let mut stdin = std::io::stdin().lock();
+            loop {
+                let line = match read_line(&mut stdin, max_line_bytes) {
+                    Ok(Some(l)) => Ok(l),
+                    Ok(None) => return,
+                    Err(e) => Err(e),
+                };
                 let failed = line.is_err();
-                if tx.send(line).is_err() || failed {
+                if tx.blocking_send(line).is_err() || failed {
                     return;
                 }
             }

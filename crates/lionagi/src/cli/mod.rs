@@ -9,6 +9,7 @@ use std::io::Write;
 use branch_core::BranchError;
 
 mod approve;
+mod bounded_read;
 mod branch;
 pub mod chat;
 mod chat_args;
@@ -39,6 +40,14 @@ pub enum CliError {
         path: String,
         /// Why it could not be read or written.
         source: std::io::Error,
+    },
+    /// The input is larger than its cap or did not end by its deadline.
+    #[error("{path}: {reason}")]
+    Limit {
+        /// The file.
+        path: String,
+        /// Which limit, and how to change it.
+        reason: String,
     },
     /// The input is not JSON.
     #[error("{path}: not JSON at line {line}, column {column}: {reason}")]

@@ -1,0 +1,81 @@
+//! What a stored branch document must hold: the identity every writer puts
+//! there (`id`, `created_at`) and, when it names a class, the Branch class.
+//! Anything less is refused with the JSON path at fault, never restored
+//! as a new, invented conversation.
+
+use branch_core::{Branch, BranchError, SerializationMode, ToDictOptions};
+use serde_json::{Value, json};
+
+fn path_of(e: BranchError) -> String {
+    match e {
+        BranchError::InvalidData { path, .. } => path,
+        other => panic!("not a data error: {other}"),
+    }
+}
+
+fn stored() -> Value {
+    let b = Branch::builder().system("S").name("n").build().unwrap();
+    b.to_dict(&ToDictOptions::default()).unwrap()
+}
+
+#[test]
+fn an_empty_object_is_not_a_branch() {
+    let e = Branch::from_dict(&json!({})).unwrap_err();
+    assert!(e.to_string().contains("`id`"), "{e}");
+    assert_eq!(path_of(e), "id");
+    let e = Branch::from_json_slice(b"{}").unwrap_err();
+    assert_eq!(path_of(e), "id");
+}
+
+#[test]
+fn id_and_created_at_are_required_and_named() {
+    let mut doc = stored();
+    doc.as_object_mut().unwrap().shift_remove("id");
+    assert_eq!(path_of(Branch::from_dict(&doc).unwrap_err()), "id");
+    let mut doc = stored();
+    doc["id"] = Value::Null;
+    assert_eq!(path_of(Branch::from_dict(&doc).unwrap_err()), "id");
+    let mut doc = stored();
+    doc.as_object_mut().unwrap().shift_remove("created_at");
+    let e = Branch::from_dict(&doc).unwrap_err();
+    assert_eq!(path_of(e), "created_at");
+    let bytes = serde_json::to_vec(&doc).unwrap();
+    assert_eq!(
+        path_of(Branch::from_json_slice(&bytes).unwrap_err()),
+        "created_at"
+    );
+}
+
+#[test]
+fn another_class_is_refused() {
+    let mut doc = stored();
+    doc["metadata"]["lion_class"] = json!("lionagi.protocols.messages.system.System");
+    let e = Branch::from_dict(&doc).unwrap_err();
+    assert_eq!(path_of(e), "metadata.lion_class");
+    let mut doc = stored();
+    doc["metadata"]["lion_class"] = json!(7);
+    assert_eq!(
+        path_of(Branch::from_dict(&doc).unwrap_err()),
+        "metadata.lion_class"
+    );
+}
+
+#[test]
+fn every_written_form_still_loads() {
+    let b = Branch::builder().system("S").name("n").build().unwrap();
+    for mode in [
+        SerializationMode::Python,
+        SerializationMode::Json,
+        SerializationMode::Db,
+    ] {
+        let doc = b.to_dict(&ToDictOptions::mode(mode)).unwrap();
+        let back = Branch::from_dict(&doc).unwrap();
+        assert_eq!(back.id(), b.id());
+    }
+    // The short legacy class name and a document with no metadata.
+    let mut doc = stored();
+    doc["metadata"]["lion_class"] = json!("Branch");
+    assert!(Branch::from_dict(&doc).is_ok());
+    doc.as_object_mut().unwrap().shift_remove("metadata");
+    assert!(Branch::from_dict(&doc).is_ok());
+}
