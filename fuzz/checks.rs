@@ -6,9 +6,16 @@
 
 #![allow(dead_code)]
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use branch_core::json_repair::{parse_lenient, parse_truncated};
+use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_execution};
 use branch_core::{Branch, ToDictOptions};
+use branch_models::address_rules::classify;
+use branch_models::guard::{check_host, check_ip};
 use branch_models::json_grammar::Grammar;
+use branch_models::sse::normalize;
+use branch_models::sse_frame::{SseError, SseEvent, SseFramer};
 use serde_json::Value;
 
 /// Conversation documents: neither entry point panics on any bytes, and a
@@ -148,5 +155,121 @@ pub fn json_grammar(data: &[u8]) {
                 String::from_utf8_lossy(doc)
             );
         }
+    }
+}
+
+/// Small caps for the SSE framer, so the cap paths are reached.
+const SSE_FRAME_LINE: usize = 256;
+const SSE_FRAME_EVENT: usize = 512;
+
+/// Frames `chunks` in order, as a stream delivers them.
+fn frame_in_chunks(chunks: &[&[u8]]) -> Result<Vec<SseEvent>, SseError> {
+    let mut f = SseFramer::with_limits(SSE_FRAME_LINE, SSE_FRAME_EVENT);
+    let mut out = Vec::new();
+    for c in chunks {
+        f.push(c, &mut out)?;
+    }
+    f.finish()?;
+    Ok(out)
+}
+/// Fuzzes the SSE framer (`branch_models::sse_frame`): any bytes, cut into
+/// chunks anywhere, give the same events (or the same error) as the whole
+/// body at once; no event is larger than the cap; nothing panics. Small
+/// caps so the cap paths are reached.
+pub fn sse_frame(data: &[u8]) {
+    let Some((&cut, body)) = data.split_first() else {
+        return;
+    };
+    let whole = frame_in_chunks(&[body]);
+    if let Ok(events) = &whole {
+        for e in events {
+            assert!(e.data.len() <= SSE_FRAME_EVENT);
+        }
+    }
+    // One cut point, and a chunking into pieces of `cut % 7 + 1` bytes.
+    let at = usize::from(cut).min(body.len());
+    let split = frame_in_chunks(&[&body[..at], &body[at..]]);
+    assert_eq!(whole, split, "cut at {at}");
+    let pieces: Vec<&[u8]> = body.chunks(usize::from(cut % 7) + 1).collect();
+    assert_eq!(whole, frame_in_chunks(&pieces), "pieces of {}", cut % 7 + 1);
+}
+
+/// Fuzzes the decoding of unstreamed provider replies of every dialect
+/// (OpenAI chat completions, Anthropic Messages, OpenAI Responses, Gemini
+/// and Ollama through their OpenAI-compatible shape): any bytes that parse
+/// as JSON are mapped to a `ChatResponse` (text, tool calls, usage, finish
+/// reason) and an API-call log record without a panic.
+pub fn provider_reply(data: &[u8]) {
+    let Ok(raw) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let r = ChatResponse::from_raw(raw);
+    let _ = r.tool_calls.len();
+    let _ = r.usage.as_ref().map(|u| u.input_tokens());
+    let _ = api_call_execution(Ok(&r), 0.0);
+}
+
+/// Fuzzes the decoding of streamed provider replies of every dialect
+/// (OpenAI chat-completion chunks, Anthropic Messages events, OpenAI
+/// Responses events): bytes are framed as SSE, each event normalised into
+/// a chunk (`branch_models::sse::normalize`) and folded into the whole
+/// reply (`StreamAccumulator`), as a streaming call does. Nothing panics,
+/// and the accumulated text is exactly the text chunks' content.
+pub fn provider_stream(data: &[u8]) {
+    let mut framer = SseFramer::new();
+    let mut events = Vec::new();
+    if framer.push(data, &mut events).is_err() {
+        return;
+    }
+    let mut acc = StreamAccumulator::new();
+    let mut text = String::new();
+    for ev in &events {
+        let name = if ev.event.is_empty() {
+            "message"
+        } else {
+            ev.event.as_str()
+        };
+        let Ok(n) = normalize(name, &ev.data) else {
+            continue;
+        };
+        if n.chunk.kind == ChunkKind::Text {
+            text.push_str(n.chunk.content.as_deref().unwrap_or_default());
+        }
+        acc.push(&n.chunk);
+        let _ = n.chunk.to_value();
+    }
+    let reply = acc.finish();
+    assert_eq!(reply.text, text);
+}
+
+/// Fuzzes the local-network guard's decision: any host string is checked
+/// without a panic; an IPv6 address embedding an IPv4 one through NAT64
+/// (64:ff9b::/96) or 6to4 (2002::/16) is judged exactly like that IPv4
+/// address; with the opt-in, only loopback addresses pass.
+pub fn address_guard(data: &[u8]) {
+    if let Ok(host) = std::str::from_utf8(data) {
+        let _ = check_host(host, false);
+        let _ = check_host(host, true);
+    }
+    if data.len() >= 4 {
+        let v4 = Ipv4Addr::new(data[0], data[1], data[2], data[3]);
+        let bits = u128::from(v4.to_bits());
+        let nat64 = Ipv6Addr::from_bits(0x0064_ff9b_0000_0000_0000_0000_0000_0000 | bits);
+        let six_to_four =
+            Ipv6Addr::from_bits(0x2002_0000_0000_0000_0000_0000_0000_0000 | (bits << 80));
+        let want = classify(IpAddr::V4(v4)).is_err();
+        assert_eq!(classify(IpAddr::V6(nat64)).is_err(), want, "{nat64}");
+        assert_eq!(
+            classify(IpAddr::V6(six_to_four)).is_err(),
+            want,
+            "{six_to_four}"
+        );
+    }
+    if data.len() >= 16 {
+        let mut b = [0u8; 16];
+        b.copy_from_slice(&data[..16]);
+        let ip = IpAddr::V6(Ipv6Addr::from(b));
+        let _ = classify(ip);
+        assert_eq!(check_ip("h", ip, true).is_ok(), ip.is_loopback());
     }
 }

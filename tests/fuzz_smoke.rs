@@ -124,3 +124,23 @@ fn tool_arguments() {
 fn json_grammar() {
     smoke("json_grammar", checks::json_grammar);
 }
+
+#[test]
+fn sse_frame() {
+    smoke("sse_frame", checks::sse_frame);
+}
+
+#[test]
+fn provider_reply() {
+    smoke("provider_reply", checks::provider_reply);
+}
+
+#[test]
+fn provider_stream() {
+    smoke("provider_stream", checks::provider_stream);
+}
+
+#[test]
+fn address_guard() {
+    smoke("address_guard", checks::address_guard);
+}

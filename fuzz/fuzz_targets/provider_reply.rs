@@ -6,16 +6,7 @@
 
 #![no_main]
 
-use branch_core::model::{ChatResponse, api_call_execution};
-use libfuzzer_sys::fuzz_target;
-use serde_json::Value;
+#[path = "../checks.rs"]
+mod checks;
 
-fuzz_target!(|data: &[u8]| {
-    let Ok(raw) = serde_json::from_slice::<Value>(data) else {
-        return;
-    };
-    let r = ChatResponse::from_raw(raw);
-    let _ = r.tool_calls.len();
-    let _ = r.usage.as_ref().map(|u| u.input_tokens());
-    let _ = api_call_execution(Ok(&r), 0.0);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::provider_reply(data));
