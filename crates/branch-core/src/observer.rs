@@ -245,6 +245,20 @@ pub enum Signal {
         /// The refused call.
         invocation: crate::gate::ToolInvocation,
     },
+    /// A running tool reported progress (an MCP server's
+    /// `notifications/progress`; no reference counterpart).
+    ToolProgress {
+        /// The branch the tool is registered on.
+        branch_id: Uuid,
+        /// Who reported it (the MCP server's name).
+        source: String,
+        /// The progress so far.
+        progress: f64,
+        /// The total, when known.
+        total: Option<f64>,
+        /// The reporter's message, when it sent one.
+        message: Option<String>,
+    },
     /// A verb failed.
     RunFailed {
         /// The branch.
@@ -281,6 +295,7 @@ impl Signal {
             | Signal::RunStarted { branch_id, .. }
             | Signal::RunEnded { branch_id, .. }
             | Signal::GateDenied { branch_id, .. }
+            | Signal::ToolProgress { branch_id, .. }
             | Signal::RunFailed { branch_id, .. } => *branch_id,
         }
     }
@@ -296,6 +311,7 @@ impl Signal {
             Signal::RunEnded { .. } => "RunEnd",
             Signal::RunFailed { .. } => "RunFailed",
             Signal::GateDenied { .. } => "GateDenied",
+            Signal::ToolProgress { .. } => "ToolProgress",
         }
     }
 
@@ -333,6 +349,17 @@ impl Signal {
             Signal::GateDenied { invocation, .. } => {
                 (Value::Null, "ToolInvocation".to_owned(), json!(invocation))
             }
+            Signal::ToolProgress {
+                source,
+                progress,
+                total,
+                message,
+                ..
+            } => (
+                Value::Null,
+                "ToolProgress".to_owned(),
+                json!({"source": source, "progress": progress, "total": total, "message": message}),
+            ),
             Signal::RunFailed {
                 error_kind, error, ..
             } => (

@@ -129,6 +129,9 @@ impl McpServers {
             }
             listed.push((Arc::clone(s), tools));
         }
+        for (s, _) in &listed {
+            s.listen(branch.id(), branch.observer_slot());
+        }
         let previous = self.registered();
         for p in &previous {
             branch.acts_mut().remove(&p.name);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
+use branch_core::observer::{ObserverSlot, Signal};
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
     NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
@@ -44,12 +45,17 @@ pub struct Progress {
 /// Called with each progress notification (for a display).
 pub type ProgressHook = Arc<dyn Fn(&Progress) + Send + Sync>;
 
+/// The branches a server's tools are registered on, each with its observer
+/// slot: progress of the server's calls reaches their observers.
+type Listeners = Arc<std::sync::Mutex<Vec<(uuid::Uuid, ObserverSlot)>>>;
+
 /// The client side's handler of what a server sends unasked.
 #[derive(Clone)]
 struct Handler {
     server: String,
     tools_changed: Arc<AtomicBool>,
     progress: Option<ProgressHook>,
+    listeners: Listeners,
 }
 
 impl ClientHandler for Handler {
@@ -72,6 +78,16 @@ impl ClientHandler for Handler {
             message = ?params.message,
             "MCP progress"
         );
+        let listeners = self.listeners.lock().map(|l| l.clone()).unwrap_or_default();
+        for (branch_id, slot) in listeners {
+            slot.emit(Signal::ToolProgress {
+                branch_id,
+                source: self.server.clone(),
+                progress: params.progress,
+                total: params.total,
+                message: params.message.clone(),
+            });
+        }
         if let Some(hook) = &self.progress {
             hook(&Progress {
                 server: self.server.clone(),
@@ -100,6 +116,7 @@ pub struct McpServer {
     result_cap: usize,
     tool_cap: usize,
     tools_changed: Arc<AtomicBool>,
+    listeners: Listeners,
     next_token: AtomicU64,
     transport: &'static str,
 }
@@ -122,10 +139,12 @@ impl McpServer {
         progress: Option<ProgressHook>,
     ) -> Result<Self, McpError> {
         let tools_changed = Arc::new(AtomicBool::new(false));
+        let listeners = Listeners::default();
         let handler = Handler {
             server: spec.name.clone(),
             tools_changed: Arc::clone(&tools_changed),
             progress,
+            listeners: Arc::clone(&listeners),
         };
         let failure = Failure::default();
         let secrets: Vec<Secret> = spec.transport.secrets().into_iter().cloned().collect();
@@ -239,6 +258,7 @@ impl McpServer {
             result_cap: policy.result_cap(),
             tool_cap: policy.tool_cap(),
             tools_changed,
+            listeners,
             next_token: AtomicU64::new(1),
             transport,
         })
@@ -283,6 +303,17 @@ impl McpServer {
     /// [`McpServer::list_tools`].
     pub fn tools_changed(&self) -> bool {
         self.tools_changed.load(Ordering::SeqCst)
+    }
+
+    /// Progress of this server's calls goes to `branch_id`'s observer
+    /// (whichever is attached to `slot` when it arrives) as
+    /// [`Signal::ToolProgress`]. Once per branch.
+    pub fn listen(&self, branch_id: uuid::Uuid, slot: ObserverSlot) {
+        if let Ok(mut l) = self.listeners.lock() {
+            if !l.iter().any(|(id, _)| *id == branch_id) {
+                l.push((branch_id, slot));
+            }
+        }
     }
 
     /// `ping`, within [`limits::REQUEST_TIMEOUT`].

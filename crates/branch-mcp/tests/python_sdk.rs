@@ -7,9 +7,19 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use branch_core::observer::{Observer, Signal};
 use branch_core::{Branch, ContextProvider, Message, ToolError};
 use branch_mcp::{CallEvent, McpConfig, McpError, McpPolicy, McpServers, Progress};
 use serde_json::{Value, json};
+
+/// Keeps every signal it observes.
+struct Recorder(Arc<Mutex<Vec<Signal>>>);
+
+impl Observer for Recorder {
+    fn observe(&self, signal: Signal) {
+        self.0.lock().unwrap().push(signal);
+    }
+}
 
 fn stdio_config(python: &std::path::Path, tag: &str) -> McpConfig {
     McpConfig::from_value(&json!({"mcpServers": {"py": {
@@ -166,6 +176,9 @@ async fn a_dropped_call_is_cancelled_and_progress_is_heard() {
     .await
     .unwrap();
     let mut branch = Branch::builder().build().unwrap();
+    // The branch's observer hears the same progress as a signal.
+    let signals = Arc::new(Mutex::new(Vec::<Signal>::new()));
+    branch.set_observer(Some(Arc::new(Recorder(Arc::clone(&signals)))));
     servers.register(&mut branch).await.unwrap();
     let args = json!({"seconds": 30, "marker": marker.display().to_string()});
     let dropped =
@@ -183,6 +196,16 @@ async fn a_dropped_call_is_cancelled_and_progress_is_heard() {
     assert!(!progress.is_empty(), "no progress notification");
     assert_eq!(progress[0].server, "py");
     assert_eq!(progress[0].total, Some(4.0));
+    let observed = signals.lock().unwrap().clone();
+    let first = observed
+        .iter()
+        .find(|s| s.class_name() == "ToolProgress")
+        .expect("no ToolProgress signal");
+    assert_eq!(first.branch_id(), branch.id());
+    assert!(
+        matches!(first, Signal::ToolProgress { source, total: Some(t), .. } if source == "py" && *t == 4.0),
+        "{first:?}"
+    );
     // The server is still usable after a cancellation.
     assert_eq!(
         call(&branch, "echo", json!({"text": "ok"})).await.unwrap()["result"],
