@@ -285,7 +285,10 @@ async fn screen(branch: &Branch, calls: Vec<ToolCall>) -> Vec<ProposedCall> {
     let mut out = Vec::with_capacity(calls.len());
     for c in calls {
         let mut p = ProposedCall::new(c.function, c.arguments);
-        if let Some(policy) = &policy {
+        p.malformed = c.malformed;
+        // A call whose arguments could not be read never runs: there is
+        // nothing to approve.
+        if let Some(policy) = policy.as_ref().filter(|_| p.malformed.is_none()) {
             match policy.evaluate(&p.function, &p.arguments) {
                 ToolPolicy::Always => {}
                 ToolPolicy::Never => {
@@ -343,14 +346,18 @@ pub(crate) async fn execute(
         let runs = !matches!(
             c.status,
             CallStatus::Denied | CallStatus::Expired | CallStatus::Pending
-        ) && branch.authorize(&c.function, c.effective_arguments()).await;
+        ) && (c.malformed.is_some()
+            || branch.authorize(&c.function, c.effective_arguments()).await);
         allowed.push(runs);
     }
     let dispatched: Vec<ToolCall> = calls
         .iter()
         .zip(&allowed)
         .filter(|(_, ok)| **ok)
-        .map(|(c, _)| ToolCall::new(c.function.clone(), c.effective_arguments().clone()))
+        .map(|(c, _)| ToolCall {
+            malformed: c.malformed.clone(),
+            ..ToolCall::new(c.function.clone(), c.effective_arguments().clone())
+        })
         .collect();
     let invoke = InvokeOptions {
         timeout: opts.timeout,

@@ -86,6 +86,10 @@ pub struct ProposedCall {
     /// Why it was denied, when a reason was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// Why the model's arguments could not be read: such a call is never
+    /// asked about, gated or run; it is answered as a failed call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub malformed: Option<String>,
 }
 
 impl ProposedCall {
@@ -98,6 +102,7 @@ impl ProposedCall {
             status: CallStatus::Allowed,
             approved_arguments: None,
             reason: None,
+            malformed: None,
         }
     }
 
