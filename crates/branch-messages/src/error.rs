@@ -30,6 +30,16 @@ pub enum CompileError {
         /// Whether images were attached.
         has_images: bool,
     },
+    /// An assistant reply's stored reasoning (`metadata.reasoning`) is not
+    /// a list of reasoning blocks; sending the reply without it would
+    /// silently drop what the protocol may require back.
+    #[error("the reasoning stored on message {id} is malformed: {reason}")]
+    MalformedReasoning {
+        /// The assistant message.
+        id: uuid::Uuid,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// An image source is refused.
     #[error("image {index} of message {message}: {reason}")]
     Image {

@@ -251,6 +251,11 @@ impl IModel {
         self.lock_state().cap_refusal = None;
     }
 
+    /// The wire protocol of the endpoint.
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.inner.dialect
+    }
+
     pub(crate) fn lock_state(&self) -> std::sync::MutexGuard<'_, State> {
         self.inner
             .state
@@ -642,7 +647,7 @@ impl IModel {
             }
         };
         let attempts = *attempts;
-        let mut response = ChatResponse::from_raw(value);
+        let mut response = self.inner.dialect.decode_reply(value);
         response.attempts = attempts;
         self.check_reply(&response)
             .map_err(|e| e.with_status(200).with_attempts(attempts))?;

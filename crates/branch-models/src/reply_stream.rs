@@ -1,5 +1,5 @@
 //! The body of a streaming call, from bytes to chunks: framed by
-//! [`SseFramer`], normalised by [`sse::normalize`], and held to the call's
+//! [`SseFramer`], normalised by the dialect ([`crate::dialect::Dialect::normalize_event`]), and held to the call's
 //! limits (overall deadline, reply bytes, tool calls). Every way a stream can
 //! go wrong ends it with one error item: a transport failure, a deadline, a
 //! cap, an event that is not JSON, a provider-reported failure, a missing end
@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use crate::imodel::{IModel, empty_reply_message};
 use crate::limiter::Permit;
-use crate::sse;
+
 use crate::sse_frame::{SseError, SseEvent, SseFramer};
 
 /// A streaming reply being read.
@@ -137,12 +137,16 @@ impl ReplyStream {
         } else {
             ev.event.as_str()
         };
-        let n = sse::normalize(name, &ev.data).map_err(|e| {
-            self.fail(
-                ModelErrorKind::MalformedResponse,
-                format!("{e} (event {})", self.events),
-            )
-        })?;
+        let n = self
+            .model
+            .dialect()
+            .normalize_event(name, &ev.data)
+            .map_err(|e| {
+                self.fail(
+                    ModelErrorKind::MalformedResponse,
+                    format!("{e} (event {})", self.events),
+                )
+            })?;
         if n.call_failed && self.failed.is_none() {
             self.failed = Some(
                 n.chunk

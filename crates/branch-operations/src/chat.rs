@@ -102,10 +102,11 @@ pub(crate) async fn chat_turn(
         text,
         tool_calls,
         raw,
+        reasoning,
         ..
     } = raw;
     // The raw reply moves into the message's metadata (no copy).
-    let response = response_message(branch, &text, raw);
+    let response = response_message(branch, &text, raw, &reasoning);
     Ok(ChatTurn {
         instruction,
         response,

@@ -9,7 +9,10 @@ use std::time::Instant;
 use branch_core::branch::same_model;
 use branch_core::log::Log;
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
-use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ChatResponse, api_call_execution};
+use branch_core::model::{
+    ChatMessage, ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, ReasoningBlock,
+    api_call_execution,
+};
 use branch_core::{Branch, Participant, Role};
 use branch_messages::{
     CompileOptions, ResponseFormat, ToolMode, compile_request, token_usage_note,
@@ -207,12 +210,24 @@ pub(crate) fn instruction_message(
         )
 }
 
-/// The AssistantResponse message of a reply.
-pub(crate) fn response_message(branch: &Branch, text: &str, raw: Value) -> Message {
+/// The AssistantResponse message of a reply; its reasoning, if any, is
+/// kept under `metadata.reasoning` (where the reference never looks).
+pub(crate) fn response_message(
+    branch: &Branch,
+    text: &str,
+    raw: Value,
+    reasoning: &[ReasoningBlock],
+) -> Message {
     let mut m = Message::assistant(text)
         .with_sender(Participant::Id(branch.id()))
         .with_recipient(user_of(branch));
     m.element.metadata.insert("model_response".into(), raw);
+    if !reasoning.is_empty() {
+        m.element.metadata.insert(
+            REASONING_METADATA_KEY.into(),
+            ReasoningBlock::list_to_value(reasoning),
+        );
+    }
     m
 }
 

@@ -3,9 +3,11 @@
 use std::pin::Pin;
 
 use futures_core::Stream;
+use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::ModelError;
+use super::reasoning::{FinishReason, ReasoningBlock};
 
 /// One message of a provider request (`{"role", "content", ...}`).
 #[derive(Debug, Clone, PartialEq)]
@@ -17,6 +19,11 @@ pub struct ChatMessage {
     /// Further keys (`tool_calls`, `tool_call_id`, `name` ...), written after
     /// `role` and `content` in this order.
     pub extra: Map<String, Value>,
+    /// The reasoning an assistant message was produced with, for the
+    /// dialects whose protocol sends it back (Anthropic thinking with tool
+    /// use, Responses reasoning items). Never part of [`Self::to_value`],
+    /// the chat-completions form.
+    pub reasoning: Vec<ReasoningBlock>,
 }
 
 impl ChatMessage {
@@ -26,6 +33,7 @@ impl ChatMessage {
             role: role.to_owned(),
             content: content.into(),
             extra: Map::new(),
+            reasoning: Vec::new(),
         }
     }
 
@@ -69,6 +77,7 @@ impl ChatMessage {
             role,
             content,
             extra,
+            reasoning: Vec::new(),
         })
     }
 }
@@ -151,14 +160,28 @@ pub struct Usage {
     pub cache_read_input_tokens: u64,
     /// Anthropic cache writes.
     pub cache_creation_input_tokens: u64,
+    /// Output tokens spent on reasoning (OpenAI
+    /// `completion_tokens_details.reasoning_tokens`, Responses
+    /// `output_tokens_details.reasoning_tokens`); part of
+    /// `completion_tokens`, not added to it.
+    pub reasoning_tokens: u64,
 }
 
 impl Usage {
-    /// Reads an OpenAI (`prompt_tokens` ...) or Anthropic (`input_tokens`
-    /// ...) usage object.
+    /// Reads an OpenAI chat (`prompt_tokens` ...), OpenAI Responses or
+    /// Anthropic (`input_tokens` ...) usage object, normalised to one
+    /// meaning: `prompt_tokens` are the input tokens *not* read from a
+    /// cache (Anthropic's meaning; OpenAI's cached tokens, which its
+    /// `prompt_tokens` include, are moved to `cache_read_input_tokens`),
+    /// so [`Self::input_tokens`] is the whole input for every protocol.
     pub fn from_provider(value: &Value) -> Option<Self> {
         let obj = value.as_object()?;
         let n = |k: &str| obj.get(k).and_then(Value::as_u64);
+        let detail = |details: &str, k: &str| {
+            obj.get(details)
+                .and_then(|d| d.get(k))
+                .and_then(Value::as_u64)
+        };
         let prompt = n("prompt_tokens").or_else(|| n("input_tokens"));
         let completion = n("completion_tokens").or_else(|| n("output_tokens"));
         if prompt.is_none() && completion.is_none() && n("total_tokens").is_none() {
@@ -166,19 +189,30 @@ impl Usage {
         }
         let prompt = prompt.unwrap_or(0);
         let completion = completion.unwrap_or(0);
+        let openai_cached = detail("prompt_tokens_details", "cached_tokens")
+            .or_else(|| detail("input_tokens_details", "cached_tokens"))
+            .unwrap_or(0)
+            .min(prompt);
         Some(Self {
-            prompt_tokens: prompt,
+            prompt_tokens: prompt - openai_cached,
             completion_tokens: completion,
-            total_tokens: n("total_tokens").unwrap_or(prompt + completion),
-            cache_read_input_tokens: n("cache_read_input_tokens").unwrap_or(0),
+            total_tokens: n("total_tokens").unwrap_or(prompt.saturating_add(completion)),
+            cache_read_input_tokens: n("cache_read_input_tokens")
+                .unwrap_or(0)
+                .saturating_add(openai_cached),
             cache_creation_input_tokens: n("cache_creation_input_tokens").unwrap_or(0),
+            reasoning_tokens: detail("completion_tokens_details", "reasoning_tokens")
+                .or_else(|| detail("output_tokens_details", "reasoning_tokens"))
+                .unwrap_or(0),
         })
     }
 
     /// Provider-side input size used for input-scale calibration:
     /// prompt tokens plus cache reads and writes.
     pub fn input_tokens(&self) -> u64 {
-        self.prompt_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
+        self.prompt_tokens
+            .saturating_add(self.cache_read_input_tokens)
+            .saturating_add(self.cache_creation_input_tokens)
     }
 
     /// Keeps the larger of each count (streams that report cumulative
@@ -192,19 +226,28 @@ impl Usage {
         self.cache_creation_input_tokens = self
             .cache_creation_input_tokens
             .max(other.cache_creation_input_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.max(other.reasoning_tokens);
         self.total_tokens = self
             .total_tokens
             .max(other.total_tokens)
-            .max(self.prompt_tokens + self.completion_tokens);
+            .max(self.prompt_tokens.saturating_add(self.completion_tokens));
     }
 
     /// Adds another report.
     pub fn add(&mut self, other: &Usage) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-        self.total_tokens += other.total_tokens;
-        self.cache_read_input_tokens += other.cache_read_input_tokens;
-        self.cache_creation_input_tokens += other.cache_creation_input_tokens;
+        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        add(&mut self.prompt_tokens, other.prompt_tokens);
+        add(&mut self.completion_tokens, other.completion_tokens);
+        add(&mut self.total_tokens, other.total_tokens);
+        add(
+            &mut self.cache_read_input_tokens,
+            other.cache_read_input_tokens,
+        );
+        add(
+            &mut self.cache_creation_input_tokens,
+            other.cache_creation_input_tokens,
+        );
+        add(&mut self.reasoning_tokens, other.reasoning_tokens);
     }
 }
 
@@ -221,10 +264,13 @@ pub struct ChatResponse {
     pub usage: Option<Usage>,
     /// The model the provider reports having served.
     pub served_model: Option<String>,
-    /// First choice's finish reason / Anthropic `stop_reason`.
+    /// First choice's finish reason / Anthropic `stop_reason`, as sent
+    /// (see [`Self::finish`] for the normalised reason).
     pub finish_reason: Option<String>,
     /// HTTP attempts made (1 = no retry).
     pub attempts: u32,
+    /// The reasoning that came with the reply, in order.
+    pub reasoning: Vec<ReasoningBlock>,
 }
 
 impl ChatResponse {
@@ -232,6 +278,7 @@ impl ChatResponse {
     pub fn from_raw(raw: Value) -> Self {
         let text = extract_text(&raw);
         let tool_calls = extract_tool_calls(&raw);
+        let reasoning = extract_reasoning(&raw);
         let usage = raw.get("usage").and_then(Usage::from_provider);
         let served_model = raw.get("model").and_then(Value::as_str).map(str::to_owned);
         let finish_reason = first_choice(&raw)
@@ -247,7 +294,15 @@ impl ChatResponse {
             served_model,
             finish_reason,
             attempts: 1,
+            reasoning,
         }
+    }
+
+    /// The normalised reason the model stopped.
+    pub fn finish(&self) -> Option<FinishReason> {
+        self.finish_reason
+            .as_deref()
+            .map(FinishReason::from_provider)
     }
 }
 
@@ -346,6 +401,61 @@ fn extract_one(raw: &Value) -> String {
             .map_or_else(|| result.to_string(), str::to_owned);
     }
     String::new()
+}
+
+/// The reasoning of a reply: a compatible server's
+/// `choices[0].message.reasoning_content`, Anthropic `thinking` /
+/// `redacted_thinking` blocks, Responses `reasoning` items.
+fn extract_reasoning(raw: &Value) -> Vec<ReasoningBlock> {
+    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let mut out = Vec::new();
+    if let Some(text) = first_choice(raw)
+        .and_then(|c| c.get("message"))
+        .and_then(|m| s(m, "reasoning_content"))
+        .filter(|t| !t.is_empty())
+    {
+        out.push(ReasoningBlock::Thinking {
+            text,
+            signature: None,
+        });
+    }
+    if let Some(Value::Array(blocks)) = raw.get("content") {
+        for b in blocks {
+            match b.get("type").and_then(Value::as_str) {
+                Some("thinking") => out.push(ReasoningBlock::Thinking {
+                    text: s(b, "thinking").unwrap_or_default(),
+                    signature: s(b, "signature"),
+                }),
+                Some("redacted_thinking") => out.push(ReasoningBlock::RedactedThinking {
+                    data: s(b, "data").unwrap_or_default(),
+                }),
+                _ => {}
+            }
+        }
+    }
+    if let Some(Value::Array(items)) = raw.get("output") {
+        for item in items {
+            if item.get("type").and_then(Value::as_str) != Some("reasoning") {
+                continue;
+            }
+            let summary = item
+                .get("summary")
+                .and_then(Value::as_array)
+                .map(|parts| {
+                    parts
+                        .iter()
+                        .filter_map(|p| s(p, "text"))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default();
+            out.push(ReasoningBlock::ResponsesItem {
+                id: s(item, "id").unwrap_or_default(),
+                summary,
+                encrypted_content: s(item, "encrypted_content"),
+            });
+        }
+    }
+    out
 }
 
 fn extract_tool_calls(raw: &Value) -> Vec<ToolCall> {
@@ -495,12 +605,30 @@ impl ChatChunk {
 /// A stream of chunks; dropping it cancels the HTTP request.
 pub type ChatStream = Pin<Box<dyn Stream<Item = Result<ChatChunk, ModelError>> + Send>>;
 
+/// Keys of a [`ChunkKind::Thinking`] chunk's metadata that the stream
+/// decoders set and [`StreamAccumulator`] reads to assemble reasoning
+/// blocks.
+pub mod thinking_chunk {
+    /// The protocol's block index (a `u64`): deltas with the same index
+    /// build one block; absent, a delta continues the last open thinking
+    /// block.
+    pub const BLOCK_INDEX: &str = "reasoning_index";
+    /// A signature (a string) for the block at `BLOCK_INDEX`.
+    pub const SIGNATURE: &str = "signature";
+    /// A whole block (the serde form of a `ReasoningBlock`), taken as is:
+    /// redacted thinking, a Responses reasoning item.
+    pub const BLOCK: &str = "reasoning_block";
+}
+
 /// Folds streaming chunks into the [`ChatResponse`] of the whole call:
-/// text and tool-call deltas assembled (by tool index), usage captured.
+/// text and tool-call deltas assembled (by tool index), reasoning blocks
+/// assembled (see [`thinking_chunk`]), usage captured.
 #[derive(Debug, Default, Clone)]
 pub struct StreamAccumulator {
     text: String,
     tools: Vec<(u64, ToolCall)>,
+    /// Reasoning blocks with the block index they were built under.
+    reasoning: Vec<(Option<u64>, ReasoningBlock)>,
     usage: Option<Usage>,
     served_model: Option<String>,
     finish_reason: Option<String>,
@@ -541,10 +669,60 @@ impl StreamAccumulator {
                 .text
                 .push_str(chunk.content.as_deref().unwrap_or_default()),
             ChunkKind::ToolUse => self.push_tool(chunk, raw),
+            ChunkKind::Thinking => self.push_thinking(chunk),
             ChunkKind::Result if chunk.metadata.get("done") == Some(&Value::Bool(true)) => {
                 self.done = true;
             }
             _ => {}
+        }
+    }
+
+    fn push_thinking(&mut self, chunk: &ChatChunk) {
+        if let Some(block) = chunk.metadata.get(thinking_chunk::BLOCK) {
+            // A malformed whole block is the decoder's bug or a hostile
+            // event; its text (if any) still arrives as `content`.
+            if let Ok(block) = ReasoningBlock::deserialize(block) {
+                self.reasoning.push((None, block));
+            }
+            return;
+        }
+        let index = chunk
+            .metadata
+            .get(thinking_chunk::BLOCK_INDEX)
+            .and_then(Value::as_u64);
+        let open = match self.reasoning.last_mut() {
+            Some((i, ReasoningBlock::Thinking { text, signature }))
+                if *i == index && (index.is_some() || signature.is_none()) =>
+            {
+                Some((text, signature))
+            }
+            _ => None,
+        };
+        let (text, signature) = match open {
+            Some(open) => open,
+            None => {
+                self.reasoning.push((
+                    index,
+                    ReasoningBlock::Thinking {
+                        text: String::new(),
+                        signature: None,
+                    },
+                ));
+                match self.reasoning.last_mut() {
+                    Some((_, ReasoningBlock::Thinking { text, signature })) => (text, signature),
+                    _ => return,
+                }
+            }
+        };
+        if let Some(delta) = &chunk.content {
+            text.push_str(delta);
+        }
+        if let Some(sig) = chunk
+            .metadata
+            .get(thinking_chunk::SIGNATURE)
+            .and_then(Value::as_str)
+        {
+            signature.get_or_insert_with(String::new).push_str(sig);
         }
     }
 
@@ -632,6 +810,7 @@ impl StreamAccumulator {
             served_model: self.served_model,
             finish_reason: self.finish_reason,
             attempts: 1,
+            reasoning: self.reasoning.into_iter().map(|(_, b)| b).collect(),
         }
     }
 }

@@ -7,7 +7,7 @@ use serde_json::{Map, Number, Value};
 use uuid::Uuid;
 
 use super::error::ModelConfigError;
-use super::registry::{EndpointSpec, ProviderKind, ProviderSpec, lookup_provider};
+use super::registry::{EndpointSpec, ProviderKind, ProviderSpec, WireProtocol, lookup_provider};
 use super::sanitize::{
     is_sensitive_name, normalize_base_url, strip_sensitive_keys, strip_url_credentials,
 };
@@ -657,6 +657,19 @@ impl ModelConfig {
     /// The registered provider, if any.
     pub fn provider_spec(&self) -> Option<&'static ProviderSpec> {
         lookup_provider(&self.endpoint.provider)
+    }
+
+    /// The wire protocol of the endpoint: the registry's word for a known
+    /// provider's endpoint, chat completions for an unregistered provider
+    /// (a generic OpenAI-compatible server), [`WireProtocol::Other`] for a
+    /// known provider's unregistered endpoint.
+    pub fn wire_protocol(&self) -> WireProtocol {
+        match self.provider_spec() {
+            None => WireProtocol::OpenAiChat,
+            Some(spec) => spec
+                .endpoint(&self.endpoint.endpoint)
+                .map_or(WireProtocol::Other, |e| e.protocol),
+        }
     }
 
     /// Whether this is a CLI (subprocess) model; such models are copied by

@@ -10,6 +10,7 @@ mod config;
 mod error;
 pub mod limits;
 pub mod pyrepr;
+mod reasoning;
 pub mod registry;
 pub mod sanitize;
 pub mod settings;
@@ -18,7 +19,7 @@ use std::sync::Arc;
 
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
-    ToolCall, Usage, api_call_execution, extract_text,
+    ToolCall, Usage, api_call_execution, extract_text, thinking_chunk,
 };
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,
@@ -26,6 +27,7 @@ pub use config::{
     now_timestamp, openai_chat_request_schema,
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
+pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
 
 /// A chat model a `Branch` can hold, serialize and call.
 #[async_trait::async_trait]

@@ -14,6 +14,22 @@ pub enum ProviderKind {
     Agentic,
 }
 
+/// The wire protocol an endpoint speaks; it picks the request and reply
+/// translation (`branch-models`' dialects), not the provider's name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WireProtocol {
+    /// OpenAI chat completions, and every server compatible with it.
+    OpenAiChat,
+    /// Anthropic Messages.
+    AnthropicMessages,
+    /// OpenAI Responses.
+    OpenAiResponses,
+    /// Anything else (embeddings, search, audio, CLI agents): not a chat
+    /// protocol; requests go out as the reference builds them.
+    Other,
+}
+
 /// One registered endpoint of a provider.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -35,6 +51,8 @@ pub struct EndpointSpec {
     pub default_headers: &'static [(&'static str, &'static str)],
     /// Whether loopback targets are allowed by default (local servers).
     pub allow_local_network: bool,
+    /// The wire protocol spoken.
+    pub protocol: WireProtocol,
 }
 
 impl EndpointSpec {
@@ -102,6 +120,7 @@ const fn api(
         openai_chat_request: false,
         default_headers: &[],
         allow_local_network: false,
+        protocol: WireProtocol::Other,
     }
 }
 
@@ -110,6 +129,7 @@ const fn openai_chat(base_url: &'static str, auth_type: AuthType) -> EndpointSpe
     EndpointSpec {
         requires_tokens: true,
         openai_chat_request: true,
+        protocol: WireProtocol::OpenAiChat,
         ..api("chat/completions", &["chat"], base_url, auth_type)
     }
 }
@@ -138,6 +158,7 @@ const fn cli(path: &'static str, aliases: &'static [&'static str]) -> EndpointSp
         openai_chat_request: false,
         default_headers: &[],
         allow_local_network: false,
+        protocol: WireProtocol::Other,
     }
 }
 
@@ -157,7 +178,10 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         key_env: Some("OPENAI_API_KEY"),
         endpoints: &[
             openai_chat(OPENAI, B),
-            tokens(api("responses", &["response"], OPENAI, B)),
+            EndpointSpec {
+                protocol: WireProtocol::OpenAiResponses,
+                ..tokens(api("responses", &["response"], OPENAI, B))
+            },
             tokens(api("embeddings", &["embed"], OPENAI, B)),
             api("audio/speech", &["tts"], OPENAI, B),
             api("audio/transcriptions", &["stt", "whisper"], OPENAI, B),
@@ -173,6 +197,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         key_env: Some("ANTHROPIC_API_KEY"),
         endpoints: &[EndpointSpec {
             default_headers: &[("anthropic-version", "2023-06-01")],
+            protocol: WireProtocol::AnthropicMessages,
             ..api("messages", &["chat"], "https://api.anthropic.com/v1", X)
         }],
     },
@@ -341,6 +366,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
             openai_chat_request: false,
             default_headers: &[],
             allow_local_network: false,
+            protocol: WireProtocol::OpenAiChat,
         }],
     },
     ProviderSpec {

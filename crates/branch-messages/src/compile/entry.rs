@@ -3,6 +3,7 @@
 use std::ops::Deref;
 
 use branch_core::message::InstructionContent;
+use branch_core::model::ReasoningBlock;
 use serde_json::{Map, Value, json};
 
 use super::message::{RequestMessage, RequestRole};
@@ -67,6 +68,9 @@ pub(crate) enum Entry<'a> {
     Assistant {
         text: String,
         calls: Vec<NativeCall>,
+        /// The reply's stored reasoning, sent back by the dialects whose
+        /// protocol asks for it.
+        reasoning: Vec<ReasoningBlock>,
     },
 }
 
@@ -81,12 +85,18 @@ pub(crate) fn merge(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
                 Some(Entry::Assistant {
                     text: prev,
                     calls: prev_calls,
+                    reasoning: prev_reasoning,
                 }),
-                Entry::Assistant { text, calls },
+                Entry::Assistant {
+                    text,
+                    calls,
+                    reasoning,
+                },
             ) if prev_calls.is_empty() => {
                 prev.push_str("\n\n");
                 prev.push_str(&text);
                 *prev_calls = calls;
+                prev_reasoning.extend(reasoning);
             }
             (_, e) => out.push(e),
         }
@@ -114,17 +124,28 @@ pub(crate) fn render(entries: Vec<Entry<'_>>) -> Result<(Vec<RequestMessage>, bo
                 }
                 out.push(RequestMessage::new(RequestRole::User, content));
             }
-            Entry::Assistant { text, calls } if calls.is_empty() => {
+            Entry::Assistant {
+                text,
+                calls,
+                reasoning,
+            } if calls.is_empty() => {
+                // An empty reply is left out as the reference does, its
+                // reasoning with it (no protocol needs it without the text).
                 if !text.is_empty() {
-                    out.push(RequestMessage::new(
-                        RequestRole::Assistant,
-                        RenderedContent::Text(text),
-                    ));
+                    let mut reply =
+                        RequestMessage::new(RequestRole::Assistant, RenderedContent::Text(text));
+                    reply.reasoning = reasoning;
+                    out.push(reply);
                 }
             }
-            Entry::Assistant { text, calls } => {
+            Entry::Assistant {
+                text,
+                calls,
+                reasoning,
+            } => {
                 let mut reply =
                     RequestMessage::new(RequestRole::Assistant, RenderedContent::Text(text));
+                reply.reasoning = reasoning;
                 reply.tool_calls = calls
                     .iter()
                     .map(|c| {

@@ -1,6 +1,6 @@
 //! The compiled request messages and their wire form.
 
-use branch_core::model::ChatMessage;
+use branch_core::model::{ChatMessage, ReasoningBlock};
 use serde_json::{Map, Value, json};
 
 use crate::render::RenderedContent;
@@ -44,6 +44,10 @@ pub struct RequestMessage {
     pub tool_calls: Vec<Value>,
     /// The call a tool message answers.
     pub tool_call_id: Option<String>,
+    /// The reasoning recorded with an assistant reply (its
+    /// `metadata.reasoning`), for the dialects that send it back; never
+    /// part of [`Self::to_value`].
+    pub reasoning: Vec<ReasoningBlock>,
 }
 
 impl RequestMessage {
@@ -54,6 +58,7 @@ impl RequestMessage {
             content,
             tool_calls: Vec::new(),
             tool_call_id: None,
+            reasoning: Vec::new(),
         }
     }
 
@@ -92,6 +97,7 @@ impl RequestMessage {
     pub fn to_chat_message(&self) -> ChatMessage {
         let mut m = ChatMessage::new(self.role.as_str(), self.content_value());
         m.extra = self.extra();
+        m.reasoning.clone_from(&self.reasoning);
         m
     }
 }
@@ -115,6 +121,7 @@ impl From<RequestMessage> for ChatMessage {
             role: m.role.as_str().to_owned(),
             content,
             extra,
+            reasoning: m.reasoning,
         }
     }
 }

@@ -31,6 +31,7 @@ mod message;
 use std::collections::{HashMap, HashSet};
 
 use branch_core::message::{InstructionContent, Message, MessageContent, MessageManager};
+use branch_core::model::{REASONING_METADATA_KEY, ReasoningBlock};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -150,9 +151,19 @@ pub fn compile_request(
                 "output": r.output.clone().unwrap_or(Value::Null),
             })),
             MessageContent::AssistantResponse(a) => {
+                let reasoning = match m.element.metadata.get(REASONING_METADATA_KEY) {
+                    None => Vec::new(),
+                    Some(v) => ReasoningBlock::list_from_value(v).map_err(|e| {
+                        CompileError::MalformedReasoning {
+                            id: m.id(),
+                            reason: e.to_string(),
+                        }
+                    })?,
+                };
                 entries.push(Entry::Assistant {
                     text: a.assistant_response.clone(),
                     calls: Vec::new(),
+                    reasoning,
                 });
             }
             MessageContent::ActionRequest(r) if native => {
@@ -170,6 +181,7 @@ pub fn compile_request(
                     _ => entries.push(Entry::Assistant {
                         text: String::new(),
                         calls: vec![call],
+                        reasoning: Vec::new(),
                     }),
                 }
             }

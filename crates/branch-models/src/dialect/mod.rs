@@ -1,12 +1,26 @@
 //! Provider request bodies and error classification (providers.md §4, §5.3).
+//!
+//! One file per wire protocol: [`openai_chat`] (every chat-completions
+//! server) and [`anthropic`] (Messages). Each builds the request body from
+//! the compiled [`ChatRequest`]; what is shared (the keys never sent, the
+//! one-pass serialization with its token estimate, auth headers, error
+//! classification) stays here.
 
+pub mod anthropic;
+pub mod openai_chat;
+
+use branch_core::model::registry::WireProtocol;
 use branch_core::model::{
-    AuthType, ChatRequest, ModelConfig, ModelError, ModelErrorKind, RequestOptions,
+    AuthType, ChatRequest, ChatResponse, ModelConfig, ModelError, ModelErrorKind,
 };
 use serde_json::{Map, Value};
 
+pub use anthropic::ANTHROPIC_DEFAULT_MAX_TOKENS;
+
+use crate::sse::{self, Normalized, NotJson};
+
 /// Keys never sent when the endpoint has no request model (§4.1).
-const INTERNAL_KEYS: &[&str] = &[
+pub(crate) const INTERNAL_KEYS: &[&str] = &[
     "provider",
     "base_url",
     "endpoint",
@@ -33,25 +47,6 @@ const INTERNAL_KEYS: &[&str] = &[
     "system_blocks",
 ];
 
-/// Fields of the Anthropic Messages request model (§4.3).
-const ANTHROPIC_FIELDS: &[&str] = &[
-    "model",
-    "messages",
-    "max_tokens",
-    "system",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop_sequences",
-    "stream",
-    "metadata",
-    "tools",
-    "tool_choice",
-];
-
-/// Anthropic's required `max_tokens` when none is configured.
-pub const ANTHROPIC_DEFAULT_MAX_TOKENS: u64 = 8192;
-
 /// The wire protocol of an endpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -62,32 +57,33 @@ pub enum Dialect {
 }
 
 impl Dialect {
-    /// The dialect of a configuration.
+    /// The dialect of a configuration: the registry names its endpoint's
+    /// wire protocol (chat completions for an unregistered provider).
     pub fn of(config: &ModelConfig) -> Self {
-        if config
-            .provider_spec()
-            .is_some_and(|s| s.name == "anthropic")
-            && config.endpoint().endpoint == "messages"
-        {
-            Self::Anthropic
-        } else {
-            Self::OpenAiChat
+        match config.wire_protocol() {
+            WireProtocol::AnthropicMessages => Self::Anthropic,
+            _ => Self::OpenAiChat,
         }
     }
 }
 
-/// Models whose system messages are sent with role `developer`.
-fn uses_developer_role(model: &str) -> bool {
-    let name = model.rsplit('/').next().unwrap_or(model);
-    let name = name.strip_prefix("ft:").unwrap_or(name);
-    ["o1", "o3", "o4", "gpt-5"]
-        .iter()
-        .any(|p| name.starts_with(p))
+impl Dialect {
+    /// Maps a complete (non-streamed) 2xx reply of this protocol.
+    pub fn decode_reply(self, raw: Value) -> ChatResponse {
+        ChatResponse::from_raw(raw)
+    }
+
+    /// Normalises one server-sent event of this protocol's stream
+    /// (`event_name` is `message` when the event is unnamed).
+    pub fn normalize_event(self, event_name: &str, data: &str) -> Result<Normalized, NotJson> {
+        sse::normalize(event_name, data)
+    }
 }
 
-/// Builds the JSON body the reference sends for `request`.
+/// Builds the JSON body the reference sends for `request`: the model's
+/// `kwargs`, updated with the request's fields, then the dialect's own
+/// translation.
 pub fn build_body(config: &ModelConfig, request: &ChatRequest, stream: bool) -> Value {
-    let dialect = Dialect::of(config);
     let mut payload: Map<String, Value> = config.kwargs().clone();
     for (k, v) in &request.fields {
         payload.insert(k.clone(), v.clone());
@@ -95,68 +91,10 @@ pub fn build_body(config: &ModelConfig, request: &ChatRequest, stream: bool) -> 
     if !stream {
         payload.shift_remove("stream");
     }
-    match dialect {
-        Dialect::OpenAiChat => {
-            let developer = config.model_name().is_some_and(uses_developer_role)
-                || payload
-                    .get("model")
-                    .and_then(Value::as_str)
-                    .is_some_and(uses_developer_role);
-            let messages = request
-                .messages
-                .iter()
-                .map(|m| {
-                    let mut v = m.to_value();
-                    if developer && m.role == "system" {
-                        v["role"] = "developer".into();
-                    }
-                    v
-                })
-                .collect();
-            payload.insert("messages".into(), Value::Array(messages));
-            if stream {
-                payload.insert("stream".into(), true.into());
-            }
-            if config.provider_spec().is_some_and(|s| s.name == "ollama") {
-                payload.shift_remove("reasoning_effort");
-            }
-            match config.endpoint().request_options.field_names() {
-                Some(fields) => payload.retain(|k, _| fields.contains(&k.as_str())),
-                None => payload.retain(|k, _| !INTERNAL_KEYS.contains(&k.as_str())),
-            }
-        }
-        Dialect::Anthropic => {
-            let mut messages = request.messages.as_slice();
-            let mut system = None;
-            if let Some(first) = messages.first().filter(|m| m.role == "system") {
-                system = Some(first.content.clone());
-                messages = &messages[1..];
-            }
-            payload.insert(
-                "messages".into(),
-                Value::Array(messages.iter().map(|m| m.to_value()).collect()),
-            );
-            if let Some(system) = system {
-                payload.insert("system".into(), system);
-            }
-            if payload.get("max_tokens").is_none_or(Value::is_null) {
-                payload.insert("max_tokens".into(), ANTHROPIC_DEFAULT_MAX_TOKENS.into());
-            }
-            if stream {
-                payload.insert("stream".into(), true.into());
-            }
-            let fields: Vec<&str> = match &config.endpoint().request_options {
-                RequestOptions::Custom(_) => config
-                    .endpoint()
-                    .request_options
-                    .field_names()
-                    .unwrap_or_default(),
-                _ => ANTHROPIC_FIELDS.to_vec(),
-            };
-            payload.retain(|k, _| fields.contains(&k.as_str()));
-        }
+    match Dialect::of(config) {
+        Dialect::OpenAiChat => openai_chat::build_body(config, request, stream, payload),
+        Dialect::Anthropic => anthropic::build_body(config, request, stream, payload),
     }
-    Value::Object(payload)
 }
 
 /// Payload parts counted by the input-token estimate (providers.md §9).
