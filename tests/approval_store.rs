@@ -1,8 +1,9 @@
-//! A turn paused on "ask", written to the SQLite store, the process state
+//! A turn paused on "ask", written to the store, the process state
 //! dropped; a fresh branch loaded from the store approves one call and
 //! denies the other and resumes: the stored conversation equals the one an
 //! in-process approval produces (ids and timestamps masked). Real SQLite
-//! file, real loopback model server.
+//! file and real PostgreSQL database (`LIONAGI_PG_URL`, started by
+//! `.ci/services/postgres.sh`), real loopback model server.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use lionagi::operations::{
     ResponseFormat, ToolPolicy,
 };
 use lionagi::session::store::{BranchStore, SqliteStore};
+use lionagi::session::{PgOptions, PgStore};
 use serde_json::{Value, json};
 
 fn tool(name: &str, f: fn(&Value) -> Value) -> Arc<dyn Tool> {
@@ -121,9 +123,50 @@ async fn paused_in_one_process_resumed_from_sqlite_in_another() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+#[tokio::test]
+async fn paused_in_one_process_resumed_from_postgres_in_another() {
+    let Some(url) = pg_url() else { return };
+    // A schema of its own: tests run in parallel against one database.
+    let schema: String = format!("t_approval_{}", uuid::Uuid::new_v4().simple())
+        .chars()
+        .take(63)
+        .collect();
+    // Each "process" connects afresh (its own pool, nothing shared).
+    paused_and_resumed_across_processes(|| {
+        let (url, schema) = (url.clone(), schema.clone());
+        async move {
+            let opts = PgOptions {
+                schema: Some(schema),
+                max_connections: 2,
+                ..PgOptions::default()
+            };
+            PgStore::connect_with(&url, opts).await.unwrap()
+        }
+    })
+    .await;
+}
+
+/// The PostgreSQL database's URL, or `None` (with a message) locally when
+/// none is configured; in CI, or with `LIONAGI_PG_REQUIRED=1`, a missing
+/// database fails the test.
+fn pg_url() -> Option<String> {
+    match std::env::var("LIONAGI_PG_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            let required = std::env::var("LIONAGI_PG_REQUIRED").is_ok_and(|v| v == "1")
+                || std::env::var_os("CI").is_some();
+            assert!(
+                !required,
+                "LIONAGI_PG_URL is not set but PostgreSQL is required (CI or LIONAGI_PG_REQUIRED=1); .ci/services/postgres.sh starts one"
+            );
+            eprintln!("skipped: set LIONAGI_PG_URL to run the approval scenario on PostgreSQL");
+            None
+        }
+    }
+}
+
 /// The scenario against any store: `open` gives a fresh handle on the same
-/// storage, as a new process would get (the PostgreSQL store runs the
-/// same function once it exists).
+/// storage, as a new process would get.
 async fn paused_and_resumed_across_processes<S, F, Fut>(open: F)
 where
     S: BranchStore,
