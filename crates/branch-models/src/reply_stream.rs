@@ -160,7 +160,10 @@ impl ReplyStream {
         self.terminal |= n.terminal;
         let raw = n.chunk.raw();
         let model = n.chunk.metadata.get(stream_chunk::MODEL);
-        if let Some(m) = model.or_else(|| raw.and_then(|r| r.get("model"))).and_then(Value::as_str) {
+        if let Some(m) = model
+            .or_else(|| raw.and_then(|r| r.get("model")))
+            .and_then(Value::as_str)
+        {
             self.model.lock_state().served_model = Some(m.to_owned());
         }
         let reason = raw.and_then(|r| {

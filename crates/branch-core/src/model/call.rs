@@ -659,9 +659,10 @@ impl StreamAccumulator {
     /// Takes one chunk into account.
     pub fn push(&mut self, chunk: &ChatChunk) {
         let raw = chunk.raw();
-        let model = chunk.metadata.get(stream_chunk::MODEL).or_else(|| {
-            raw.and_then(|r| r.get("model").or_else(|| r.pointer("/message/model")))
-        });
+        let model = chunk
+            .metadata
+            .get(stream_chunk::MODEL)
+            .or_else(|| raw.and_then(|r| r.get("model").or_else(|| r.pointer("/message/model"))));
         if let Some(model) = model.and_then(Value::as_str) {
             self.served_model = Some(model.to_owned());
         }

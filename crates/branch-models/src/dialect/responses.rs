@@ -290,7 +290,9 @@ fn input_part(part: &Value) -> Value {
         return json!({"type": "input_text", "text": s});
     }
     match part.get("type").and_then(Value::as_str) {
-        Some("text") => json!({"type": "input_text", "text": part.get("text").cloned().unwrap_or_default()}),
+        Some("text") => {
+            json!({"type": "input_text", "text": part.get("text").cloned().unwrap_or_default()})
+        }
         Some("image_url") => {
             let image = part.get("image_url");
             let url = match image {

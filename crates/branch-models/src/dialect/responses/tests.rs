@@ -314,7 +314,10 @@ fn state_and_option_variants() {
     .with_field("reasoning_effort", "low")
     .with_field("include", json!(["reasoning.encrypted_content"]));
     let body = super::super::build_body(&plain, &req, false);
-    assert_eq!(body["reasoning"], json!({"effort": "high", "summary": "auto"}));
+    assert_eq!(
+        body["reasoning"],
+        json!({"effort": "high", "summary": "auto"})
+    );
     assert_eq!(body["include"], json!(["reasoning.encrypted_content"]));
     assert_eq!(
         body["input"][0]["content"][0],
@@ -420,8 +423,10 @@ async fn multi_turn_tool_conversation() {
 async fn failed_and_incomplete_replies() {
     let server = MockServer::start().await;
     let failed = |code: &str| {
-        json_reply(&json!({"id": "resp_f", "object": "response", "status": "failed", "output": [],
-            "error": {"code": code, "message": format!("failed: {code}")}}))
+        json_reply(
+            &json!({"id": "resp_f", "object": "response", "status": "failed", "output": [],
+            "error": {"code": code, "message": format!("failed: {code}")}}),
+        )
     };
     server.push(failed("invalid_prompt"));
     server.push(failed("server_error"));
@@ -431,12 +436,18 @@ async fn failed_and_incomplete_replies() {
         "output": [{"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Par"}]}]
     })));
     let m = model(&server, "gpt-4.1");
-    let e = m.chat(ChatRequest::new(vec![ChatMessage::user("x")])).await.unwrap_err();
+    let e = m
+        .chat(ChatRequest::new(vec![ChatMessage::user("x")]))
+        .await
+        .unwrap_err();
     assert_eq!(e.kind, ModelErrorKind::BadRequest);
     assert_eq!(e.status, Some(400));
     assert_eq!(e.message, "failed: invalid_prompt");
     // A server error is the provider's trouble: retried, then answered.
-    let r = m.chat(ChatRequest::new(vec![ChatMessage::user("x")])).await.unwrap();
+    let r = m
+        .chat(ChatRequest::new(vec![ChatMessage::user("x")]))
+        .await
+        .unwrap();
     assert_eq!(r.attempts, 2);
     assert_eq!(r.text, "Par");
     assert_eq!(r.finish_reason.as_deref(), Some("length"));
@@ -444,10 +455,16 @@ async fn failed_and_incomplete_replies() {
     let filtered = Dialect::Responses.decode_reply(json!({"status": "incomplete",
         "incomplete_details": {"reason": "content_filter"}, "output": []}));
     assert_eq!(filtered.finish(), Some(FinishReason::ContentFilter));
-    assert_eq!(Dialect::Responses.decode_reply(json!({})).finish_reason, None);
     assert_eq!(
-        Dialect::Responses.reply_error_status(&json!({"status": "failed",
-            "error": {"code": "rate_limit_exceeded", "message": "slow"}}), 200),
+        Dialect::Responses.decode_reply(json!({})).finish_reason,
+        None
+    );
+    assert_eq!(
+        Dialect::Responses.reply_error_status(
+            &json!({"status": "failed",
+            "error": {"code": "rate_limit_exceeded", "message": "slow"}}),
+            200
+        ),
         Some(429)
     );
     assert_eq!(
@@ -519,7 +536,13 @@ fn tool_stream() -> Vec<Value> {
     ]
 }
 
-async fn collect(m: &IModel, req: ChatRequest) -> (Vec<branch_core::model::ChatChunk>, Option<crate::ModelError>) {
+async fn collect(
+    m: &IModel,
+    req: ChatRequest,
+) -> (
+    Vec<branch_core::model::ChatChunk>,
+    Option<crate::ModelError>,
+) {
     let mut s = m.stream(req).await.unwrap();
     let mut chunks = Vec::new();
     let mut err = None;
@@ -578,7 +601,12 @@ async fn streamed_reasoning_and_tool_calls_assemble() {
     assert_eq!(r.served_model.as_deref(), Some("gpt-5-mini-2025-08-07"));
     let u = r.usage.clone().unwrap();
     assert_eq!(
-        (u.prompt_tokens, u.cache_read_input_tokens, u.completion_tokens, u.reasoning_tokens),
+        (
+            u.prompt_tokens,
+            u.cache_read_input_tokens,
+            u.completion_tokens,
+            u.reasoning_tokens
+        ),
         (18, 32, 40, 16)
     );
 
@@ -612,8 +640,10 @@ async fn streamed_reasoning_and_tool_calls_assemble() {
 #[tokio::test]
 async fn streamed_text_incomplete_failed_and_error_events() {
     let server = MockServer::start().await;
-    let text = |d: &str, i: u64| json!({"type": "response.output_text.delta", "item_id": "msg_1",
-        "output_index": 0, "content_index": 0, "delta": d, "sequence_number": i});
+    let text = |d: &str, i: u64| {
+        json!({"type": "response.output_text.delta", "item_id": "msg_1",
+        "output_index": 0, "content_index": 0, "delta": d, "sequence_number": i})
+    };
     server.push(MockReply::raw(200, &sse(&[
         text("Par", 1),
         text("is", 2),
@@ -622,11 +652,14 @@ async fn streamed_text_incomplete_failed_and_error_events() {
             "incomplete_details": {"reason": "max_output_tokens"}, "output": [],
             "usage": {"input_tokens": 5, "output_tokens": 3, "total_tokens": 8}}}),
     ])));
-    server.push(MockReply::raw(200, &sse(&[
-        text("x", 1),
-        json!({"type": "response.failed", "response": {"status": "failed",
+    server.push(MockReply::raw(
+        200,
+        &sse(&[
+            text("x", 1),
+            json!({"type": "response.failed", "response": {"status": "failed",
             "error": {"code": "server_error", "message": "The model failed."}}}),
-    ])));
+        ]),
+    ));
     server.push(MockReply::raw(200, &sse(&[
         text("y", 1),
         json!({"type": "error", "code": "ERR_SOMETHING", "message": "Something went wrong", "param": null}),
@@ -653,11 +686,22 @@ async fn streamed_text_incomplete_failed_and_error_events() {
     assert_eq!(e.kind, ModelErrorKind::StreamFailed);
     assert_eq!(e.message, "Something went wrong");
 
-    assert!(Dialect::Responses.normalize_event("message", "not json").is_err());
+    assert!(
+        Dialect::Responses
+            .normalize_event("message", "not json")
+            .is_err()
+    );
     let odd = Dialect::Responses
-        .normalize_event("message", r#"{"type":"response.output_item.done","item":{"type":"reasoning"}}"#)
+        .normalize_event(
+            "message",
+            r#"{"type":"response.output_item.done","item":{"type":"reasoning"}}"#,
+        )
         .unwrap();
-    assert_eq!(odd.chunk.kind, ChunkKind::System, "an item without id is not a block");
+    assert_eq!(
+        odd.chunk.kind,
+        ChunkKind::System,
+        "an item without id is not a block"
+    );
 }
 
 fn e2e_model(url: &str, name: &str) -> IModel {
