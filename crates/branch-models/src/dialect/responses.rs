@@ -211,8 +211,8 @@ fn text_format(format: Value) -> Value {
 /// strict?}}` → `{"type": "function", name, description, parameters,
 /// strict}`. Responses makes a function tool strict unless told otherwise,
 /// which refuses the schemas chat completions accepts (optional
-/// properties, no `additionalProperties: false`), so an unset `strict`
-/// is sent as `false`, chat completions' meaning. A tool already flat (or
+/// properties, no `additionalProperties: false`), so an unset or null
+/// `strict` is sent as `false`, chat completions' meaning. A tool already flat (or
 /// a built-in tool) is sent as given.
 fn flat_tool(tool: Value) -> Value {
     let Value::Object(mut t) = tool else {
@@ -226,7 +226,9 @@ fn flat_tool(tool: Value) -> Value {
     for (k, v) in function {
         out.insert(k, v);
     }
-    out.entry("strict").or_insert(false.into());
+    if out.get("strict").is_none_or(Value::is_null) {
+        out.insert("strict".into(), false.into());
+    }
     Value::Object(out)
 }
 

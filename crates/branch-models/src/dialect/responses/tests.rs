@@ -71,7 +71,8 @@ fn assert_body(got: &Value, want: &Value) {
 
 fn weather_tool() -> Value {
     json!({"type": "function", "function": {"name": "get_weather", "description": "Current weather",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}})
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+        "strict": null}})
 }
 
 fn flat_weather_tool() -> Value {
