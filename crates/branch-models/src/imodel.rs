@@ -443,16 +443,14 @@ impl IModel {
             )
             .with_status(status)
         })?;
-        if self.inner.dialect == Dialect::OpenAiChat {
-            if let Some(eff) = dialect::error_envelope_status(&value, status) {
-                let (kind, message) = dialect::classify(eff, &text);
-                let mut e = self
-                    .err(kind, message)
-                    .with_status(eff)
-                    .with_body(self.error_body(&text));
-                e.retry_after = retry_after;
-                return Err(e);
-            }
+        if let Some(eff) = self.inner.dialect.reply_error_status(&value, status) {
+            let (kind, message) = dialect::classify(eff, &text);
+            let mut e = self
+                .err(kind, message)
+                .with_status(eff)
+                .with_body(self.error_body(&text));
+            e.retry_after = retry_after;
+            return Err(e);
         }
         Ok(value)
     }

@@ -7,7 +7,9 @@
 
 use std::collections::{HashSet, VecDeque};
 
-use branch_core::model::{ChatChunk, ChatStream, ChunkKind, ModelError, ModelErrorKind};
+use branch_core::model::{
+    ChatChunk, ChatStream, ChunkKind, ModelError, ModelErrorKind, stream_chunk,
+};
 use serde_json::Value;
 use tokio::time::Instant;
 
@@ -157,7 +159,11 @@ impl ReplyStream {
         }
         self.terminal |= n.terminal;
         let raw = n.chunk.raw();
-        if let Some(m) = raw.and_then(|r| r.get("model")).and_then(Value::as_str) {
+        let model = n.chunk.metadata.get(stream_chunk::MODEL);
+        if let Some(m) = model
+            .or_else(|| raw.and_then(|r| r.get("model")))
+            .and_then(Value::as_str)
+        {
             self.model.lock_state().served_model = Some(m.to_owned());
         }
         let reason = raw.and_then(|r| {

@@ -78,7 +78,7 @@ pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
     };
     let call_failed = failed(event_name, obj);
     let ty = obj.get("type").and_then(Value::as_str).unwrap_or_default();
-    let mut terminal = ty == "message_stop";
+    let terminal = ty == "message_stop";
     let chunk = if matches!(ty, "error" | "response.error") || event_name == "error" {
         let mut c = with_raw(ChunkKind::Error, &raw);
         c.is_error = true;
@@ -86,14 +86,6 @@ pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
             .or_else(|| str_at(&raw, "/message"))
             .map(str::to_owned);
         c
-    } else if matches!(ty, "response.output_text.delta" | "response.refusal.delta") {
-        let mut c = with_raw(ChunkKind::Text, &raw);
-        c.content = str_at(&raw, "/delta").map(str::to_owned);
-        c.is_delta = true;
-        c
-    } else if ty == "response.completed" {
-        terminal = true;
-        with_raw(ChunkKind::Result, &raw)
     } else if ty == "content_block_delta"
         && matches!(
             str_at(&raw, "/delta/type"),

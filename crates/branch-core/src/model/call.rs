@@ -616,8 +616,23 @@ pub mod thinking_chunk {
     /// A signature (a string) for the block at `BLOCK_INDEX`.
     pub const SIGNATURE: &str = "signature";
     /// A whole block (the serde form of a `ReasoningBlock`), taken as is:
-    /// redacted thinking, a Responses reasoning item.
+    /// redacted thinking, a Responses reasoning item. A Responses item
+    /// replaces the thinking assembled from its summary deltas under the
+    /// same `BLOCK_INDEX` (the deltas are for display while it streams).
     pub const BLOCK: &str = "reasoning_block";
+}
+
+/// Keys of a chunk's metadata that a dialect's stream decoder sets when its
+/// protocol keeps these facts where the chat-completions and Anthropic
+/// readers do not look (OpenAI Responses: `output_index`, the response
+/// object's `model` and `status`); [`StreamAccumulator`] reads them first.
+pub mod stream_chunk {
+    /// The tool call's index (a `u64`) among the reply's tool calls.
+    pub const TOOL_INDEX: &str = "tool_index";
+    /// The finish reason (a string) the decoder derived for the reply.
+    pub const FINISH_REASON: &str = "finish_reason";
+    /// The served model (a string).
+    pub const MODEL: &str = "model";
 }
 
 /// Folds streaming chunks into the [`ChatResponse`] of the whole call:
@@ -644,13 +659,18 @@ impl StreamAccumulator {
     /// Takes one chunk into account.
     pub fn push(&mut self, chunk: &ChatChunk) {
         let raw = chunk.raw();
-        let model = raw.and_then(|r| r.get("model").or_else(|| r.pointer("/message/model")));
+        let model = chunk
+            .metadata
+            .get(stream_chunk::MODEL)
+            .or_else(|| raw.and_then(|r| r.get("model").or_else(|| r.pointer("/message/model"))));
         if let Some(model) = model.and_then(Value::as_str) {
             self.served_model = Some(model.to_owned());
         }
-        let reason = raw.and_then(|r| {
-            r.pointer("/choices/0/finish_reason")
-                .or_else(|| r.pointer("/delta/stop_reason"))
+        let reason = chunk.metadata.get(stream_chunk::FINISH_REASON).or_else(|| {
+            raw.and_then(|r| {
+                r.pointer("/choices/0/finish_reason")
+                    .or_else(|| r.pointer("/delta/stop_reason"))
+            })
         });
         if let Some(reason) = reason.and_then(Value::as_str) {
             self.finish_reason = Some(reason.to_owned());
@@ -681,8 +701,22 @@ impl StreamAccumulator {
         if let Some(block) = chunk.metadata.get(thinking_chunk::BLOCK) {
             // A malformed whole block is the decoder's bug or a hostile
             // event; its text (if any) still arrives as `content`.
+            let index = chunk
+                .metadata
+                .get(thinking_chunk::BLOCK_INDEX)
+                .and_then(Value::as_u64);
             if let Ok(block) = ReasoningBlock::deserialize(block) {
-                self.reasoning.push((None, block));
+                let assembled = match (&block, self.reasoning.last_mut()) {
+                    (
+                        ReasoningBlock::ResponsesItem { .. },
+                        Some((i, last @ ReasoningBlock::Thinking { .. })),
+                    ) if *i == index => Some(last),
+                    _ => None,
+                };
+                match assembled {
+                    Some(last) => *last = block,
+                    None => self.reasoning.push((index, block)),
+                }
             }
             return;
         }
@@ -727,10 +761,14 @@ impl StreamAccumulator {
     }
 
     fn push_tool(&mut self, chunk: &ChatChunk, raw: Option<&Value>) {
-        let index = raw
-            .and_then(|r| {
-                r.pointer("/choices/0/delta/tool_calls/0/index")
-                    .or_else(|| r.get("index"))
+        let index = chunk
+            .metadata
+            .get(stream_chunk::TOOL_INDEX)
+            .or_else(|| {
+                raw.and_then(|r| {
+                    r.pointer("/choices/0/delta/tool_calls/0/index")
+                        .or_else(|| r.get("index"))
+                })
             })
             .and_then(Value::as_u64)
             .unwrap_or(self.tools.last().map_or(0, |(i, _)| *i));

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
-    ToolCall, Usage, api_call_execution, extract_text, thinking_chunk,
+    ToolCall, Usage, api_call_execution, extract_text, stream_chunk, thinking_chunk,
 };
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,

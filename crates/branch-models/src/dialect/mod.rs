@@ -1,13 +1,14 @@
 //! Provider request bodies and error classification (providers.md §4, §5.3).
 //!
 //! One file per wire protocol: [`openai_chat`] (every chat-completions
-//! server) and [`anthropic`] (Messages). Each builds the request body from
+//! server), [`anthropic`] (Messages) and [`responses`] (OpenAI Responses). Each builds the request body from
 //! the compiled [`ChatRequest`]; what is shared (the keys never sent, the
 //! one-pass serialization with its token estimate, auth headers, error
 //! classification) stays here.
 
 pub mod anthropic;
 pub mod openai_chat;
+pub mod responses;
 
 use branch_core::model::registry::WireProtocol;
 use branch_core::model::{
@@ -54,6 +55,8 @@ pub enum Dialect {
     OpenAiChat,
     /// Anthropic Messages (native).
     Anthropic,
+    /// OpenAI Responses.
+    Responses,
 }
 
 impl Dialect {
@@ -62,6 +65,7 @@ impl Dialect {
     pub fn of(config: &ModelConfig) -> Self {
         match config.wire_protocol() {
             WireProtocol::AnthropicMessages => Self::Anthropic,
+            WireProtocol::OpenAiResponses => Self::Responses,
             _ => Self::OpenAiChat,
         }
     }
@@ -70,13 +74,29 @@ impl Dialect {
 impl Dialect {
     /// Maps a complete (non-streamed) 2xx reply of this protocol.
     pub fn decode_reply(self, raw: Value) -> ChatResponse {
-        ChatResponse::from_raw(raw)
+        match self {
+            Self::Responses => responses::decode_reply(raw),
+            _ => ChatResponse::from_raw(raw),
+        }
+    }
+
+    /// For a 2xx reply of this protocol that reports a failure: the
+    /// effective HTTP status to classify it by.
+    pub fn reply_error_status(self, body: &Value, http_status: u16) -> Option<u16> {
+        match self {
+            Self::OpenAiChat => error_envelope_status(body, http_status),
+            Self::Responses => responses::failed_reply_status(body, http_status),
+            Self::Anthropic => None,
+        }
     }
 
     /// Normalises one server-sent event of this protocol's stream
     /// (`event_name` is `message` when the event is unnamed).
     pub fn normalize_event(self, event_name: &str, data: &str) -> Result<Normalized, NotJson> {
-        sse::normalize(event_name, data)
+        match self {
+            Self::Responses => responses::normalize_event(event_name, data),
+            _ => sse::normalize(event_name, data),
+        }
     }
 }
 
@@ -94,6 +114,7 @@ pub fn build_body(config: &ModelConfig, request: &ChatRequest, stream: bool) -> 
     match Dialect::of(config) {
         Dialect::OpenAiChat => openai_chat::build_body(config, request, stream, payload),
         Dialect::Anthropic => anthropic::build_body(config, request, stream, payload),
+        Dialect::Responses => responses::build_body(config, request, stream, payload),
     }
 }
 
