@@ -210,8 +210,8 @@ fn native_tool_list(schemas: &[Value]) -> Value {
 }
 
 pub(crate) async fn operate(branch: &mut Branch, opts: OperateOptions) -> Result<Operated> {
-    let span = tracing::info_span!("operate", branch = %branch.id());
-    tracing::Instrument::instrument(operate_inner(branch, opts), span).await
+    let span = crate::telemetry::verb_span("operate", branch);
+    span.run(operate_inner(branch, opts)).await
 }
 
 async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Operated> {
