@@ -230,6 +230,17 @@ pub mod tool_error {
     pub const DENIED: &str = "denied";
 }
 
+/// An OTLP integer: `tracing-opentelemetry` exports `i64` fields as
+/// integers but unsigned ones as text.
+pub fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// Records an integer attribute (see [`int`]).
+pub fn record_int(span: &tracing::Span, field: &str, n: u64) {
+    span.record(field, int(n));
+}
+
 /// Marks `span` as failed with `error_type`.
 pub fn record_error(span: &tracing::Span, error_type: &str) {
     span.record(ERROR_TYPE, error_type);
@@ -289,7 +300,7 @@ pub fn chat_span(
 ) -> tracing::Span {
     let param = |k: &str| request.fields.get(k).or_else(|| kwargs.get(k));
     let f64_of = |k: &str| param(k).and_then(Value::as_f64);
-    let u64_of = |k: &str| param(k).and_then(Value::as_u64);
+    let u64_of = |k: &str| param(k).and_then(Value::as_u64).map(int);
     let model = param("model").and_then(Value::as_str).or(model);
     let name = match model {
         Some(m) => format!("{OP_CHAT} {m}"),
@@ -304,6 +315,7 @@ pub fn chat_span(
         .filter(|f| f.get("type").and_then(Value::as_str) != Some("text"))
         .map(|_| "json");
     let choices = u64_of("n").filter(|n| *n != 1);
+    let port = server.map(|s| i64::from(s.port));
     let seed = param("seed").and_then(Value::as_i64);
     let input = capture_content().then(|| input_messages(&request.messages));
     tracing::info_span!(
@@ -317,7 +329,7 @@ pub fn chat_span(
         { GEN_AI_REQUEST_STREAM } = stream.then_some(true),
         { GEN_AI_CONVERSATION_ID } = conversation_id(),
         { SERVER_ADDRESS } = server.map(|s| s.address),
-        { SERVER_PORT } = server.map(|s| s.port),
+        { SERVER_PORT } = port,
         { GEN_AI_REQUEST_TEMPERATURE } = f64_of("temperature"),
         { GEN_AI_REQUEST_MAX_TOKENS } =
             u64_of("max_tokens").or_else(|| u64_of("max_completion_tokens")),
@@ -346,16 +358,18 @@ pub fn chat_span(
 
 /// Records a usage report on a chat span.
 pub fn record_usage(span: &tracing::Span, usage: &Usage) {
-    span.record(GEN_AI_USAGE_INPUT_TOKENS, usage.input_tokens());
-    span.record(GEN_AI_USAGE_OUTPUT_TOKENS, usage.completion_tokens);
+    record_int(span, GEN_AI_USAGE_INPUT_TOKENS, usage.input_tokens());
+    record_int(span, GEN_AI_USAGE_OUTPUT_TOKENS, usage.completion_tokens);
     if usage.cache_read_input_tokens > 0 {
-        span.record(
+        record_int(
+            span,
             GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
             usage.cache_read_input_tokens,
         );
     }
     if usage.cache_creation_input_tokens > 0 {
-        span.record(
+        record_int(
+            span,
             GEN_AI_USAGE_CACHE_WRITE_INPUT_TOKENS,
             usage.cache_creation_input_tokens,
         );

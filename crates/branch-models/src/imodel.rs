@@ -632,9 +632,9 @@ impl IModel {
                             tokio::time::sleep(d).await;
                         }
                         None => {
-                            span.record(telemetry::LIONAGI_ATTEMPTS, attempts);
+                            telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, attempts.into());
                             if let Some(s) = e.status {
-                                span.record(telemetry::HTTP_RESPONSE_STATUS_CODE, s);
+                                telemetry::record_int(&span, telemetry::HTTP_RESPONSE_STATUS_CODE, s.into());
                             }
                             return Err(e.with_attempts(attempts));
                         }
@@ -647,8 +647,8 @@ impl IModel {
         response.attempts = attempts;
         self.check_reply(&response)
             .map_err(|e| e.with_status(200).with_attempts(attempts))?;
-        span.record(telemetry::LIONAGI_ATTEMPTS, attempts);
-        span.record(telemetry::HTTP_RESPONSE_STATUS_CODE, 200);
+        telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, attempts.into());
+        telemetry::record_int(&span, telemetry::HTTP_RESPONSE_STATUS_CODE, 200);
         {
             let mut st = self.lock_state();
             if let Some(m) = &response.served_model {
@@ -701,7 +701,7 @@ impl IModel {
             .acquire(self.limiter_tokens(&p))
             .await
             .map_err(|r| self.err(ModelErrorKind::LocalRateLimit, r.reason))?;
-        span.record(telemetry::LIONAGI_ATTEMPTS, 1);
+        telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, 1);
         attempts.store(1, std::sync::atomic::Ordering::Relaxed);
         let mut resp = self
             .inner
@@ -713,7 +713,7 @@ impl IModel {
             .await
             .map_err(|e| self.map_transport(&e).with_attempts(1))?;
         let status = resp.status().as_u16();
-        span.record(telemetry::HTTP_RESPONSE_STATUS_CODE, status);
+        telemetry::record_int(&span, telemetry::HTTP_RESPONSE_STATUS_CODE, status.into());
         if !(200..300).contains(&status) {
             let retry_after = retry_after(resp.headers());
             let (bytes, _cut) = read_capped(&mut resp, limits::MAX_ERROR_BODY_BYTES)

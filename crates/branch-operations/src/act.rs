@@ -287,6 +287,7 @@ async fn screen(branch: &Branch, calls: Vec<ToolCall>) -> Vec<ProposedCall> {
     for c in calls {
         let mut p = ProposedCall::new(c.function, c.arguments);
         p.malformed = c.malformed;
+        p.tool_call_id = c.call_id;
         // A call whose arguments could not be read never runs: there is
         // nothing to approve.
         if let Some(policy) = policy.as_ref().filter(|_| p.malformed.is_none()) {

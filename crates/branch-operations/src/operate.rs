@@ -413,6 +413,12 @@ async fn finish(
             } else {
                 Vec::new()
             };
+            // Each call's span names the provider's id.
+            let calls = calls
+                .into_iter()
+                .zip(ids.iter().cloned().chain(std::iter::repeat(None)))
+                .map(|(call, call_id)| ToolCall { call_id, ..call })
+                .collect();
             let acted = match run_calls(branch, calls, act).await {
                 Screened::Done(mut acted) => {
                     apply_tool_call_ids(&mut acted, &ids);
