@@ -278,14 +278,13 @@ pub fn invoke_calls(
                     Some(s) => s.clone().acquire_owned().await.ok(),
                     None => None,
                 };
-                let span = telemetry::tool_span(
-                    &call.function,
-                    call.call_id.as_deref(),
-                    &call.arguments,
-                );
-                let outcome =
-                    tracing::Instrument::instrument(invoke_tool(tool, call, opts.timeout), span.clone())
-                        .await;
+                let span =
+                    telemetry::tool_span(&call.function, call.call_id.as_deref(), &call.arguments);
+                let outcome = tracing::Instrument::instrument(
+                    invoke_tool(tool, call, opts.timeout),
+                    span.clone(),
+                )
+                .await;
                 record_outcome(&span, &outcome);
                 outcome
             }

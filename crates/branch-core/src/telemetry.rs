@@ -158,10 +158,7 @@ pub fn capture_content() -> bool {
 /// Turns the capture of contents on or off for the whole process
 /// (overrides [`CAPTURE_CONTENT_ENV`]).
 pub fn set_capture_content(on: bool) {
-    CAPTURE.store(
-        if on { CAPTURE_ON } else { CAPTURE_OFF },
-        Ordering::Relaxed,
-    );
+    CAPTURE.store(if on { CAPTURE_ON } else { CAPTURE_OFF }, Ordering::Relaxed);
 }
 
 tokio::task_local! {
@@ -513,7 +510,10 @@ mod tests {
         result.extra.insert("tool_call_id".into(), "c1".into());
         let text = input_messages(&[ChatMessage::user("hi"), call, result]);
         let v: Value = serde_json::from_str(&text).unwrap();
-        assert_eq!(v[0], json!({"role": "user", "parts": [{"type": "text", "content": "hi"}]}));
+        assert_eq!(
+            v[0],
+            json!({"role": "user", "parts": [{"type": "text", "content": "hi"}]})
+        );
         assert_eq!(v[1]["parts"][0]["type"], "tool_call");
         assert_eq!(v[1]["parts"][0]["name"], "add");
         assert_eq!(

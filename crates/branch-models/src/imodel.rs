@@ -7,8 +7,8 @@ use branch_core::model::{
     AuthType, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError,
     ModelErrorKind,
 };
-use serde_json::Value;
 use branch_core::telemetry;
+use serde_json::Value;
 use tracing::Instrument;
 
 use crate::breaker::Breaker;
@@ -632,9 +632,17 @@ impl IModel {
                             tokio::time::sleep(d).await;
                         }
                         None => {
-                            telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, attempts.into());
+                            telemetry::record_int(
+                                &span,
+                                telemetry::LIONAGI_ATTEMPTS,
+                                attempts.into(),
+                            );
                             if let Some(s) = e.status {
-                                telemetry::record_int(&span, telemetry::HTTP_RESPONSE_STATUS_CODE, s.into());
+                                telemetry::record_int(
+                                    &span,
+                                    telemetry::HTTP_RESPONSE_STATUS_CODE,
+                                    s.into(),
+                                );
                             }
                             return Err(e.with_attempts(attempts));
                         }

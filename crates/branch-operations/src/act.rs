@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use branch_actions::{ActionManagerExt, ActionParticipants, CallOutcome, InvokeOptions, ToolCall};
 use branch_core::log::Log;
-use branch_core::telemetry;
 use branch_core::message::{ActionResponseContent, Message, MessageContent};
+use branch_core::telemetry;
 use branch_core::{Branch, Participant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};

@@ -418,7 +418,14 @@ pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -
     let mut requested = opts.clone();
     requested.format = crate::format::retitled(&opts.format, "Request");
     let repaired = span
-        .run(parse_with_repairs(branch, text, &requested, retries, &[], None))
+        .run(parse_with_repairs(
+            branch,
+            text,
+            &requested,
+            retries,
+            &[],
+            None,
+        ))
         .await?;
     outcome(text, repaired.result, opts.on_failure, &opts.format)
 }

@@ -34,16 +34,23 @@ pub(crate) fn verb_span(verb: &'static str, branch: &Branch) -> VerbSpan {
 
 impl VerbSpan {
     /// Runs the verb inside the span and records its failure, if any.
-    pub(crate) async fn run<T>(
+    /// The verb's future is boxed first: wrapped in the span and the
+    /// conversation scope it would otherwise grow every caller's future
+    /// (and debug builds' stacks) by its whole size once more.
+    pub(crate) fn run<'a, T: 'a>(
         self,
-        fut: impl Future<Output = Result<T, OperationError>>,
-    ) -> Result<T, OperationError> {
-        let result =
-            telemetry::in_conversation(self.conversation, fut.instrument(self.span.clone())).await;
-        if let Some(t) = result.as_ref().err().and_then(error_type) {
-            telemetry::record_error(&self.span, t);
+        fut: impl Future<Output = Result<T, OperationError>> + 'a,
+    ) -> impl Future<Output = Result<T, OperationError>> + 'a {
+        let fut = Box::pin(fut);
+        async move {
+            let result =
+                telemetry::in_conversation(self.conversation, fut.instrument(self.span.clone()))
+                    .await;
+            if let Some(t) = result.as_ref().err().and_then(error_type) {
+                telemetry::record_error(&self.span, t);
+            }
+            result
         }
-        result
     }
 
     /// The span itself (for verbs whose work is driven piecewise).

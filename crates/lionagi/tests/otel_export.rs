@@ -92,7 +92,8 @@ async fn serve(stream: tokio::net::TcpStream, store: Received) {
         let mut body = vec![0; length];
         reader.read_exact(&mut body).await.unwrap();
         store.0.lock().unwrap().push(body);
-        let ok = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
+        let ok =
+            b"HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n";
         reader.get_mut().write_all(ok).await.unwrap();
     }
 }
@@ -139,18 +140,16 @@ fn branch(server: &MockServer) -> Branch {
 }
 
 fn script(server: &MockServer) {
-    server.script([
-        raw_completion(
-            "chatcmpl-otel-1",
-            json!({"role": "assistant", "content": null, "tool_calls": [
-                {"id": "call_otel_1", "type": "function",
-                 "function": {"name": "add", "arguments": "{\"a\": 17, \"b\": 25}"}}
-            ]}),
-            "tool_calls",
-            json!({"prompt_tokens": 321, "completion_tokens": 45, "total_tokens": 366,
+    server.script([raw_completion(
+        "chatcmpl-otel-1",
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"id": "call_otel_1", "type": "function",
+             "function": {"name": "add", "arguments": "{\"a\": 17, \"b\": 25}"}}
+        ]}),
+        "tool_calls",
+        json!({"prompt_tokens": 321, "completion_tokens": 45, "total_tokens": 366,
                    "cache_read_input_tokens": 100}),
-        ),
-    ]);
+    )]);
 }
 
 /// Runs the tool-using `operate` turn under an OTLP layer sending to a
@@ -166,7 +165,11 @@ async fn export_turn(capture: bool) -> (Vec<Span>, Vec<u8>, Vec<(String, Any)>, 
     {
         let _default = tracing::subscriber::set_default(subscriber);
         let reply = b
-            .operate(OperateOptions::new(QUESTION).actions(true).native_tools(true))
+            .operate(
+                OperateOptions::new(QUESTION)
+                    .actions(true)
+                    .native_tools(true),
+            )
             .await
             .unwrap();
         assert_eq!(reply.action_responses.len(), 1);
@@ -220,7 +223,9 @@ fn names(spans: &[Span]) -> Vec<&str> {
 }
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
-    haystack.windows(needle.len()).any(|w| w == needle.as_bytes())
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
 }
 
 #[tokio::test]
@@ -271,7 +276,10 @@ async fn a_tool_using_turn_exports_genai_spans_without_key_or_content() {
     assert_eq!(first["gen_ai.request.model"], s("gpt-4.1-mini"));
     assert_eq!(first["gen_ai.response.model"], s("gpt-4.1-mini-2025-04-14"));
     assert_eq!(first["gen_ai.response.id"], s("chatcmpl-otel-1"));
-    assert_eq!(first["gen_ai.response.finish_reasons"], s("[\"tool_calls\"]"));
+    assert_eq!(
+        first["gen_ai.response.finish_reasons"],
+        s("[\"tool_calls\"]")
+    );
     assert_eq!(first["gen_ai.conversation.id"], s(&branch_id));
     assert_eq!(first["server.address"], s("127.0.0.1"));
     // Input tokens include the cache reads (the conventions' rule).
@@ -324,12 +332,20 @@ async fn with_content_capture_on_the_spans_carry_the_conversation() {
     let input = text(&first, "gen_ai.input.messages");
     let last = &input[input.as_array().unwrap().len() - 1];
     assert_eq!(last["role"], "user");
-    assert!(last["parts"][0]["content"].as_str().unwrap().contains(QUESTION));
+    assert!(
+        last["parts"][0]["content"]
+            .as_str()
+            .unwrap()
+            .contains(QUESTION)
+    );
     assert!(input.to_string().contains(SYSTEM), "{input}");
     let output = text(&first, "gen_ai.output.messages");
     assert_eq!(output[0]["parts"][0]["type"], "tool_call");
     assert_eq!(output[0]["parts"][0]["id"], "call_otel_1");
-    assert_eq!(output[0]["parts"][0]["arguments"], json!({"a": 17, "b": 25}));
+    assert_eq!(
+        output[0]["parts"][0]["arguments"],
+        json!({"a": 17, "b": 25})
+    );
     assert_eq!(output[0]["finish_reason"], "tool_calls");
 
     let tool = attrs(one(&spans, "execute_tool add"));
