@@ -259,10 +259,15 @@ fn only_the_umbrella_knows_opentelemetry() {
         );
     }
     let umbrella = std::fs::read_to_string(root().join("crates/lionagi/Cargo.toml")).unwrap();
-    for line in umbrella.lines().filter(|l| l.starts_with("opentelemetry")) {
-        assert!(
-            line.contains("optional = true"),
-            "not behind `otel`: {line}"
-        );
+    let mut section = "";
+    for line in umbrella.lines() {
+        if line.starts_with('[') {
+            section = line.trim();
+        } else if section == "[dependencies]" && line.contains("opentelemetry") {
+            assert!(
+                line.contains("optional = true"),
+                "not behind `otel`: {line}"
+            );
+        }
     }
 }
