@@ -244,3 +244,30 @@ fn arrows_point_inward_without_cycles() {
         visit(k, &all, &mut Vec::new(), &mut done);
     }
 }
+
+/// The library crates emit `tracing` spans only; an OpenTelemetry exporter
+/// (and anything else of `opentelemetry*`) belongs to the umbrella crate's
+/// `otel` feature.
+#[test]
+fn only_the_umbrella_knows_opentelemetry() {
+    for krate in workspace_crates().into_iter().filter(|k| k != "lionagi") {
+        let toml =
+            std::fs::read_to_string(root().join("crates").join(&krate).join("Cargo.toml")).unwrap();
+        assert!(
+            !toml.contains("opentelemetry"),
+            "{krate} must not depend on OpenTelemetry (emit tracing spans instead)"
+        );
+    }
+    let umbrella = std::fs::read_to_string(root().join("crates/lionagi/Cargo.toml")).unwrap();
+    let mut section = "";
+    for line in umbrella.lines() {
+        if line.starts_with('[') {
+            section = line.trim();
+        } else if section == "[dependencies]" && line.contains("opentelemetry") {
+            assert!(
+                line.contains("optional = true"),
+                "not behind `otel`: {line}"
+            );
+        }
+    }
+}

@@ -12,6 +12,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use branch_core::message::ActionRequestContent;
+use branch_core::telemetry;
 use branch_core::{ActionManager, RegisteredTool, ToolError};
 use serde_json::{Map, Value, json};
 use tokio::sync::Semaphore;
@@ -33,6 +34,9 @@ pub struct ToolCall {
     /// `arguments` is empty). Such a call is never run: it is answered
     /// with [`CallError::MalformedArguments`] carrying this reason.
     pub malformed: Option<String>,
+    /// The provider's id of a native tool call (`gen_ai.tool.call.id` on
+    /// the call's span), when the model gave one.
+    pub call_id: Option<String>,
 }
 
 impl ToolCall {
@@ -42,6 +46,7 @@ impl ToolCall {
             function: function.into(),
             arguments,
             malformed: None,
+            call_id: None,
         }
     }
 
@@ -56,6 +61,7 @@ impl ToolCall {
                 function: function.into(),
                 arguments: Map::new(),
                 malformed: Some(reason),
+                call_id: None,
             },
         }
     }
@@ -193,7 +199,9 @@ pub async fn invoke_tool(
     let t = reg.tool().clone();
     let args = Value::Object(call.arguments.clone());
     let start = Instant::now();
-    let mut task = AbortOnDrop(tokio::spawn(async move { t.call(args).await }));
+    // The tool's own spans belong under the call's `execute_tool` span.
+    let body = tracing::Instrument::in_current_span(async move { t.call(args).await });
+    let mut task = AbortOnDrop(tokio::spawn(body));
     let joined = match timeout {
         Some(d) => tokio::time::timeout(d, &mut task).await.ok(),
         None => Some((&mut task).await),
@@ -270,11 +278,40 @@ pub fn invoke_calls(
                     Some(s) => s.clone().acquire_owned().await.ok(),
                     None => None,
                 };
-                invoke_tool(tool, call, opts.timeout).await
+                let span =
+                    telemetry::tool_span(&call.function, call.call_id.as_deref(), &call.arguments);
+                let outcome = tracing::Instrument::instrument(
+                    invoke_tool(tool, call, opts.timeout),
+                    span.clone(),
+                )
+                .await;
+                record_outcome(&span, &outcome);
+                outcome
             }
         })
         .collect();
     futures_util::future::join_all(runs)
+}
+
+/// The result (opted in) or the failure's `error.type` on a tool's span.
+fn record_outcome(span: &tracing::Span, outcome: &CallOutcome) {
+    use telemetry::tool_error;
+    match &outcome.result {
+        Ok(v) => telemetry::record_tool_result(span, v),
+        Err(e) => {
+            let t = match e {
+                CallError::UnknownTool(_) => tool_error::NOT_FOUND,
+                CallError::MalformedArguments { .. }
+                | CallError::Tool(ToolError::InvalidArguments { .. }) => {
+                    tool_error::INVALID_ARGUMENTS
+                }
+                CallError::Tool(ToolError::Timeout(_)) => tool_error::TIMEOUT,
+                CallError::Tool(ToolError::Panicked(_)) => tool_error::PANICKED,
+                CallError::Tool(_) => tool_error::FAILED,
+            };
+            telemetry::record_error(span, t);
+        }
+    }
 }
 
 /// Invocation and schema selection on the branch's tool registry.

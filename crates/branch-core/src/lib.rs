@@ -31,6 +31,7 @@ pub mod operation;
 pub mod participant;
 pub mod pile;
 pub mod progression;
+pub mod telemetry;
 
 pub use action::{ActionManager, RegisteredTool, Tool, ToolError};
 pub use branch::{

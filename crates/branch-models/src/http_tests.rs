@@ -865,7 +865,7 @@ async fn redirects_stay_on_the_original_origin() {
     assert_eq!(server.request_count(), 3);
 }
 
-/// Collects the fields recorded on `model_call` spans.
+/// Collects the fields recorded on the GenAI `chat` spans.
 #[derive(Clone, Default)]
 struct SpanFields(std::sync::Arc<std::sync::Mutex<Vec<(String, String)>>>);
 
@@ -884,7 +884,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanFields {
         _id: &tracing::span::Id,
         _ctx: tracing_subscriber::layer::Context<'_, S>,
     ) {
-        if attrs.metadata().name() == "model_call" {
+        if attrs.metadata().name() == "chat" {
             attrs.record(&mut Visit(&mut self.0.lock().unwrap()));
         }
     }
@@ -900,7 +900,7 @@ impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for SpanFields {
 }
 
 #[tokio::test]
-async fn a_tracing_span_per_call_with_status_attempts_and_tokens() {
+async fn a_genai_chat_span_per_call_with_status_attempts_and_tokens() {
     use tracing_subscriber::layer::SubscriberExt;
     let fields = SpanFields::default();
     let subscriber = tracing_subscriber::registry().with(fields.clone());
@@ -916,12 +916,83 @@ async fn a_tracing_span_per_call_with_status_attempts_and_tokens() {
             .find(|(n, _)| n == k)
             .map(|(_, v)| v.clone())
     };
-    assert_eq!(get("provider").as_deref(), Some("\"openai\""));
-    assert_eq!(get("model").as_deref(), Some("\"gpt-4.1-mini\""));
-    assert_eq!(get("status").as_deref(), Some("200"));
-    assert_eq!(get("attempts").as_deref(), Some("2"));
-    assert_eq!(get("prompt_tokens").as_deref(), Some("11"));
-    assert_eq!(get("completion_tokens").as_deref(), Some("7"));
+    assert_eq!(get("otel.name").as_deref(), Some("\"chat gpt-4.1-mini\""));
+    assert_eq!(get("gen_ai.operation.name").as_deref(), Some("\"chat\""));
+    assert_eq!(get("gen_ai.provider.name").as_deref(), Some("\"openai\""));
+    assert_eq!(
+        get("gen_ai.request.model").as_deref(),
+        Some("\"gpt-4.1-mini\"")
+    );
+    assert_eq!(get("server.address").as_deref(), Some("\"127.0.0.1\""));
+    assert_eq!(get("http.response.status_code").as_deref(), Some("200"));
+    assert_eq!(get("lionagi.attempts").as_deref(), Some("2"));
+    assert_eq!(get("gen_ai.usage.input_tokens").as_deref(), Some("11"));
+    assert_eq!(get("gen_ai.usage.output_tokens").as_deref(), Some("7"));
+    assert_eq!(
+        get("gen_ai.response.finish_reasons").as_deref(),
+        Some("\"[\\\"stop\\\"]\"")
+    );
+    // No content unless opted in.
+    assert_eq!(get("gen_ai.input.messages"), None);
+    assert_eq!(get("gen_ai.output.messages"), None);
+}
+
+#[tokio::test]
+async fn a_streamed_call_records_its_usage_on_the_chat_span_at_the_end() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let fields = SpanFields::default();
+    let subscriber = tracing_subscriber::registry().with(fields.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = MockServer::start().await;
+    server.push(MockReply::text("Streamed.").chunk_size(3));
+    let model = mock_model(&server, "gpt-4.1-mini");
+    let req = user("x").with_field("stream_options", json!({"include_usage": true}));
+    let mut stream = model.stream(req).await.unwrap();
+    let get = |k: &str| {
+        let got = fields.0.lock().unwrap().clone();
+        got.iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    // Opened, not yet answered.
+    assert_eq!(get("gen_ai.request.stream").as_deref(), Some("true"));
+    assert_eq!(get("gen_ai.usage.input_tokens"), None);
+    while let Some(c) = stream.next().await {
+        c.unwrap();
+    }
+    assert_eq!(get("gen_ai.usage.input_tokens").as_deref(), Some("11"));
+    assert_eq!(get("gen_ai.usage.output_tokens").as_deref(), Some("7"));
+    assert_eq!(
+        get("gen_ai.response.finish_reasons").as_deref(),
+        Some("\"[\\\"stop\\\"]\"")
+    );
+    assert_eq!(
+        get("gen_ai.response.model").as_deref(),
+        Some("\"gpt-4.1-mini\"")
+    );
+}
+
+#[tokio::test]
+async fn a_failed_call_marks_its_chat_span_with_the_error_type() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let fields = SpanFields::default();
+    let subscriber = tracing_subscriber::registry().with(fields.clone());
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let server = MockServer::start().await;
+    server.script([MockReply::error(400, "no such parameter")]);
+    let model = mock_model(&server, "gpt-4.1-mini");
+    model.chat(user("q")).await.unwrap_err();
+    let got = fields.0.lock().unwrap().clone();
+    let get = |k: &str| {
+        got.iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(get("error.type").as_deref(), Some("\"bad_request\""));
+    assert_eq!(get("otel.status_code").as_deref(), Some("\"error\""));
+    assert_eq!(get("http.response.status_code").as_deref(), Some("400"));
 }
 
 #[tokio::test]

@@ -7,6 +7,7 @@ use branch_core::model::{
     AuthType, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError,
     ModelErrorKind,
 };
+use branch_core::telemetry;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -634,9 +635,17 @@ impl IModel {
                             tokio::time::sleep(d).await;
                         }
                         None => {
-                            span.record("attempts", attempts);
+                            telemetry::record_int(
+                                &span,
+                                telemetry::LIONAGI_ATTEMPTS,
+                                attempts.into(),
+                            );
                             if let Some(s) = e.status {
-                                span.record("status", s);
+                                telemetry::record_int(
+                                    &span,
+                                    telemetry::HTTP_RESPONSE_STATUS_CODE,
+                                    s.into(),
+                                );
                             }
                             return Err(e.with_attempts(attempts));
                         }
@@ -649,12 +658,8 @@ impl IModel {
         response.attempts = attempts;
         self.check_reply(&response)
             .map_err(|e| e.with_status(200).with_attempts(attempts))?;
-        span.record("attempts", attempts);
-        span.record("status", 200);
-        if let Some(u) = &response.usage {
-            span.record("prompt_tokens", u.prompt_tokens);
-            span.record("completion_tokens", u.completion_tokens);
-        }
+        telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, attempts.into());
+        telemetry::record_int(&span, telemetry::HTTP_RESPONSE_STATUS_CODE, 200);
         {
             let mut st = self.lock_state();
             if let Some(m) = &response.served_model {
@@ -707,7 +712,7 @@ impl IModel {
             .acquire(self.limiter_tokens(&p))
             .await
             .map_err(|r| self.err(ModelErrorKind::LocalRateLimit, r.reason))?;
-        span.record("attempts", 1);
+        telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, 1);
         attempts.store(1, std::sync::atomic::Ordering::Relaxed);
         let mut resp = self
             .inner
@@ -719,7 +724,7 @@ impl IModel {
             .await
             .map_err(|e| self.map_transport(&e).with_attempts(1))?;
         let status = resp.status().as_u16();
-        span.record("status", status);
+        telemetry::record_int(&span, telemetry::HTTP_RESPONSE_STATUS_CODE, status.into());
         if !(200..300).contains(&status) {
             let retry_after = retry_after(resp.headers());
             let (bytes, _cut) = read_capped(&mut resp, limits::MAX_ERROR_BODY_BYTES)
@@ -738,24 +743,35 @@ impl IModel {
         Ok((resp, permit))
     }
 
-    fn span(&self, stream: bool) -> tracing::Span {
-        tracing::info_span!(
-            "model_call",
-            provider = self.inner.config.provider(),
-            model = self.inner.config.model_name().unwrap_or_default(),
+    /// The GenAI `chat {model}` span of one call (`branch_core::telemetry`).
+    fn span(&self, request: &ChatRequest, stream: bool) -> tracing::Span {
+        let config = &self.inner.config;
+        let url = self.inner.target.as_ref().ok().map(|t| &t.url);
+        let server = url.and_then(|u| {
+            Some(telemetry::Server {
+                address: u.host_str()?,
+                port: u.port_or_known_default()?,
+            })
+        });
+        telemetry::chat_span(
+            config.provider(),
+            config.model_name(),
             stream,
-            status = tracing::field::Empty,
-            attempts = tracing::field::Empty,
-            prompt_tokens = tracing::field::Empty,
-            completion_tokens = tracing::field::Empty,
+            server,
+            config.kwargs(),
+            request,
         )
     }
 
     /// One complete call (see [`ChatModel::chat`]).
     pub async fn invoke(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        self.chat_inner(request, None)
-            .instrument(self.span(false))
-            .await
+        let span = self.span(&request, false);
+        let result = self
+            .chat_inner(request, None)
+            .instrument(span.clone())
+            .await;
+        record_outcome(&span, &result);
+        result
     }
 
     /// One complete call sending `payload`, the body
@@ -766,19 +782,40 @@ impl IModel {
         request: ChatRequest,
         payload: &Value,
     ) -> Result<ChatResponse, ModelError> {
-        self.chat_inner(request, Some(payload))
-            .instrument(self.span(false))
-            .await
+        let span = self.span(&request, false);
+        let result = self
+            .chat_inner(request, Some(payload))
+            .instrument(span.clone())
+            .await;
+        record_outcome(&span, &result);
+        result
     }
 
-    /// A streaming call (see [`ChatModel::stream`]).
+    /// A streaming call (see [`ChatModel::stream`]); its span stays open
+    /// until the stream ends or is dropped, and records the usage the
+    /// stream reported.
     pub async fn invoke_stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
-        self.stream_inner(request).instrument(self.span(true)).await
+        let span = self.span(&request, true);
+        match self.stream_inner(request).instrument(span.clone()).await {
+            Ok(stream) => Ok(crate::traced_stream::traced(stream, span)),
+            Err(e) => {
+                telemetry::record_error(&span, telemetry::model_error_type(e.kind));
+                Err(e)
+            }
+        }
     }
 
     /// The maximum time a call waits for the rate limiter, if bounded.
     pub fn max_rate_limit_wait(&self) -> Option<Duration> {
         self.inner.max_rate_limit_wait
+    }
+}
+
+/// The reply's attributes, or the failure's `error.type`, on a chat span.
+fn record_outcome(span: &tracing::Span, result: &Result<ChatResponse, ModelError>) {
+    match result {
+        Ok(r) => telemetry::record_response(span, r),
+        Err(e) => telemetry::record_error(span, telemetry::model_error_type(e.kind)),
     }
 }
 

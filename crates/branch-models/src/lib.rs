@@ -44,6 +44,7 @@ mod secret;
 pub mod sse;
 pub mod sse_frame;
 mod target;
+mod traced_stream;
 
 pub use branch_core::model::{
     ChatChunk, ChatMessage, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig,

@@ -19,6 +19,8 @@ use branch_operations::{BranchOperations, CommunicateOptions};
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
+mod telemetry_cost;
+
 const TURNS: usize = 3;
 
 fn line(metric: &str, ours: f64, baseline: f64, unit: &str, ratio: f64) {
@@ -77,6 +79,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "turns/s",
         (turns / baseline) / (turns / ours),
     );
+    // Telemetry on versus off, same run (examples/telemetry_cost).
+    telemetry_cost::measure(&model, branches, concurrency).await?;
     Ok(())
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 use branch_actions::{ActionManagerExt, ActionParticipants, CallOutcome, InvokeOptions, ToolCall};
 use branch_core::log::Log;
 use branch_core::message::{ActionResponseContent, Message, MessageContent};
+use branch_core::telemetry;
 use branch_core::{Branch, Participant};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -286,6 +287,7 @@ async fn screen(branch: &Branch, calls: Vec<ToolCall>) -> Vec<ProposedCall> {
     for c in calls {
         let mut p = ProposedCall::new(c.function, c.arguments);
         p.malformed = c.malformed;
+        p.tool_call_id = c.call_id;
         // A call whose arguments could not be read never runs: there is
         // nothing to approve.
         if let Some(policy) = policy.as_ref().filter(|_| p.malformed.is_none()) {
@@ -348,6 +350,15 @@ pub(crate) async fn execute(
             CallStatus::Denied | CallStatus::Expired | CallStatus::Pending
         ) && (c.malformed.is_some()
             || branch.authorize(&c.function, c.effective_arguments()).await);
+        if !runs {
+            // A refused call never runs; its span says so.
+            let span = telemetry::tool_span(
+                &c.function,
+                c.tool_call_id.as_deref(),
+                c.effective_arguments(),
+            );
+            telemetry::record_error(&span, telemetry::tool_error::DENIED);
+        }
         allowed.push(runs);
     }
     let dispatched: Vec<ToolCall> = calls
@@ -356,6 +367,7 @@ pub(crate) async fn execute(
         .filter(|(_, ok)| **ok)
         .map(|(c, _)| ToolCall {
             malformed: c.malformed.clone(),
+            call_id: c.tool_call_id.clone(),
             ..ToolCall::new(c.function.clone(), c.effective_arguments().clone())
         })
         .collect();
@@ -366,11 +378,12 @@ pub(crate) async fn execute(
             Strategy::Concurrent => opts.max_concurrency,
         },
     };
-    let span = tracing::info_span!("act", calls = calls.len());
+    // Each call runs under its own `execute_tool` span, a child of the
+    // verb's span.
     let outcomes = if dispatched.is_empty() {
         Vec::new()
     } else {
-        tracing::Instrument::instrument(branch.acts().invoke_all(dispatched, invoke), span).await
+        branch.acts().invoke_all(dispatched, invoke).await
     };
     let branch_id = branch.id();
     let mut outcomes = outcomes.into_iter();
@@ -469,13 +482,17 @@ pub(crate) async fn act(
     opts: ActOptions,
 ) -> Result<Vec<ActionResponseModel>> {
     crate::turn::refuse_while_paused(branch)?;
-    match run_calls(branch, calls, opts).await {
-        Screened::Done(acted) => settle(branch, acted, opts.suppress_errors),
-        Screened::Paused(calls) => {
-            let expiry = policy_of(branch).and_then(|p| p.expiry());
-            let p = PendingApproval::new("act", calls, opts, expiry, None);
-            p.store(branch);
-            Err(p.paused(Committed::default()))
+    let span = crate::telemetry::verb_span("act", branch);
+    span.run(async {
+        match run_calls(branch, calls, opts).await {
+            Screened::Done(acted) => settle(branch, acted, opts.suppress_errors),
+            Screened::Paused(calls) => {
+                let expiry = policy_of(branch).and_then(|p| p.expiry());
+                let p = PendingApproval::new("act", calls, opts, expiry, None);
+                p.store(branch);
+                Err(p.paused(Committed::default()))
+            }
         }
-    }
+    })
+    .await
 }

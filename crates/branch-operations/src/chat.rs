@@ -127,8 +127,9 @@ fn as_requested(mut opts: ChatOptions) -> ChatOptions {
 
 pub(crate) async fn chat(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
     let opts = as_requested(opts);
-    let span = tracing::info_span!("chat", branch = %branch.id());
-    let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
+    let span = crate::telemetry::verb_span("chat", branch);
+    let t = span
+        .run(chat_turn(branch, &opts, SendOptions::default()))
         .await?;
     Ok(t.text)
 }
@@ -138,16 +139,18 @@ pub(crate) async fn chat_messages(
     opts: ChatOptions,
 ) -> Result<(Message, Message)> {
     let opts = as_requested(opts);
-    let span = tracing::info_span!("chat", branch = %branch.id());
-    let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
+    let span = crate::telemetry::verb_span("chat", branch);
+    let t = span
+        .run(chat_turn(branch, &opts, SendOptions::default()))
         .await?;
     Ok((t.instruction, t.response))
 }
 
 pub(crate) async fn chat_and_record(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
     let opts = as_requested(opts);
-    let span = tracing::info_span!("chat_and_record", branch = %branch.id());
-    let t = tracing::Instrument::instrument(chat_turn(branch, &opts, SendOptions::default()), span)
+    let span = crate::telemetry::verb_span("chat", branch);
+    let t = span
+        .run(chat_turn(branch, &opts, SendOptions::default()))
         .await?;
     crate::turn::commit(branch, vec![t.instruction, t.response]);
     Ok(t.text)

@@ -272,7 +272,7 @@ pub(crate) async fn communicate_inner(
 }
 
 pub(crate) async fn communicate(branch: &mut Branch, opts: CommunicateOptions) -> Result<Reply> {
-    let span = tracing::info_span!("communicate", branch = %branch.id());
+    let span = crate::telemetry::verb_span("communicate", branch);
     let format = opts
         .response_format
         .as_ref()
@@ -287,7 +287,7 @@ pub(crate) async fn communicate(branch: &mut Branch, opts: CommunicateOptions) -
         react_context: None,
         caller: None,
     };
-    let c = tracing::Instrument::instrument(communicate_inner(branch, &opts, middle), span).await?;
+    let c = span.run(communicate_inner(branch, &opts, middle)).await?;
     let committed = commit_turn(branch, c.clear_first, c.messages);
     let reply = match (c.parsed, c.fields, format) {
         (Some(result), _, Some(format)) => {

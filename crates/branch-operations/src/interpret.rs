@@ -89,7 +89,7 @@ pub(crate) async fn interpret(
     text: &str,
     opts: InterpretOptions,
 ) -> Result<String> {
-    let span = tracing::info_span!("interpret", branch = %branch.id());
+    let span = crate::telemetry::verb_span("interpret", branch);
     let mut guidance = format!(
         "Domain hint: {}. Desired style: {}.",
         opts.domain, opts.style
@@ -107,5 +107,5 @@ pub(crate) async fn interpret(
     }
     chat_opts.turn.fields = fields;
     chat_opts.model = opts.model;
-    tracing::Instrument::instrument(chat(branch, chat_opts), span).await
+    span.run(chat(branch, chat_opts)).await
 }

@@ -54,6 +54,7 @@ mod react;
 mod reply;
 mod run;
 mod signals;
+mod telemetry;
 mod turn;
 
 use std::future::Future;

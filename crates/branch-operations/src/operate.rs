@@ -210,8 +210,8 @@ fn native_tool_list(schemas: &[Value]) -> Value {
 }
 
 pub(crate) async fn operate(branch: &mut Branch, opts: OperateOptions) -> Result<Operated> {
-    let span = tracing::info_span!("operate", branch = %branch.id());
-    tracing::Instrument::instrument(operate_inner(branch, opts), span).await
+    let span = crate::telemetry::verb_span("operate", branch);
+    span.run(operate_inner(branch, opts)).await
 }
 
 async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Operated> {
@@ -413,6 +413,12 @@ async fn finish(
             } else {
                 Vec::new()
             };
+            // Each call's span names the provider's id.
+            let calls = calls
+                .into_iter()
+                .zip(ids.iter().cloned().chain(std::iter::repeat(None)))
+                .map(|(call, call_id)| ToolCall { call_id, ..call })
+                .collect();
             let acted = match run_calls(branch, calls, act).await {
                 Screened::Done(mut acted) => {
                     apply_tool_call_ids(&mut acted, &ids);

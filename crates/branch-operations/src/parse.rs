@@ -407,7 +407,7 @@ pub(crate) fn decode<T: DeserializeOwned>(
 }
 
 pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -> Result<Parsed> {
-    let span = tracing::info_span!("parse", branch = %branch.id());
+    let span = crate::telemetry::verb_span("parse", branch);
     let retries = if opts.max_retries == 0 {
         3
     } else {
@@ -417,10 +417,15 @@ pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -
     // names it: `<Title>Request`.
     let mut requested = opts.clone();
     requested.format = crate::format::retitled(&opts.format, "Request");
-    let repaired = tracing::Instrument::instrument(
-        parse_with_repairs(branch, text, &requested, retries, &[], None),
-        span,
-    )
-    .await?;
+    let repaired = span
+        .run(parse_with_repairs(
+            branch,
+            text,
+            &requested,
+            retries,
+            &[],
+            None,
+        ))
+        .await?;
     outcome(text, repaired.result, opts.on_failure, &opts.format)
 }

@@ -583,7 +583,7 @@ pub(crate) fn react_stream(
 
 pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReActOutcome> {
     use futures_util::StreamExt;
-    let span = tracing::info_span!("ReAct", branch = %branch.id());
+    let span = crate::telemetry::verb_span("ReAct", branch);
     let default_format = opts.response_format.is_none();
     let return_analysis = opts.return_analysis;
     let fut = async {
@@ -595,7 +595,7 @@ pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReA
         }
         Ok::<_, OperationError>(rounds)
     };
-    let rounds = tracing::Instrument::instrument(fut, span).await?;
+    let rounds = span.run(fut).await?;
     let last = rounds.last();
     let answer = match last.map(|r| &r.result) {
         // The reference answers with the final structure's `answer` field

@@ -207,7 +207,7 @@ struct RunState<'b> {
     done: bool,
     deadline: Option<tokio::time::Instant>,
     obs: Option<crate::signals::RunObs>,
-    span: tracing::Span,
+    span: crate::telemetry::VerbSpan,
     persist: Option<Persist>,
     /// Set when the turn paused on calls awaiting approval: yielded after
     /// the turn's messages.
@@ -819,6 +819,9 @@ impl RunState<'_> {
 
     /// Reports a failure to the observer and passes it on.
     fn failed(&mut self, e: OperationError) -> OperationError {
+        if let Some(t) = crate::telemetry::error_type(&e) {
+            branch_core::telemetry::record_error(self.span.span(), t);
+        }
         match self.obs.take() {
             Some(obs) => match obs.finish::<()>(self.branch, Err(e), |_| Value::Null) {
                 Err(e) => e,
@@ -844,7 +847,7 @@ pub(crate) fn run(
     opts: RunOptions,
 ) -> impl Stream<Item = Result<Message>> + Send + '_ {
     let obs = Some(crate::signals::RunObs::start(branch, "run"));
-    let span = tracing::info_span!("run", branch = %branch.id());
+    let span = crate::telemetry::verb_span("run", branch);
     let state = RunState {
         span,
         obs,
@@ -865,8 +868,12 @@ pub(crate) fn run(
                 let e = st.failed(e);
                 return Some((Err(e), (st, true)));
             }
-            let span = st.span.clone();
-            if let Err(e) = tracing::Instrument::instrument(st.start(), span).await {
+            let (span, conversation) = (st.span.span().clone(), st.span.conversation().to_owned());
+            let started = branch_core::telemetry::in_conversation(
+                conversation,
+                tracing::Instrument::instrument(st.start(), span),
+            );
+            if let Err(e) = started.await {
                 // The buffer (if any) stays for inspection. Nothing of the
                 // failed turn (its instruction, already queued) is yielded
                 // after the error.
@@ -890,8 +897,12 @@ pub(crate) fn run(
                 }
                 return None;
             }
-            let span = st.span.clone();
-            if let Err(e) = tracing::Instrument::instrument(st.pump(), span).await {
+            let (span, conversation) = (st.span.span().clone(), st.span.conversation().to_owned());
+            let pumped = branch_core::telemetry::in_conversation(
+                conversation,
+                tracing::Instrument::instrument(st.pump(), span),
+            );
+            if let Err(e) = pumped.await {
                 st.done = true;
                 st.persist = None;
                 st.queue.clear();

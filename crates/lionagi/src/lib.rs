@@ -42,6 +42,8 @@
 
 pub mod cli;
 pub mod limits;
+#[cfg(feature = "otel")]
+pub mod telemetry;
 
 pub use branch_actions as actions;
 pub use branch_capabilities as capabilities;

@@ -29,6 +29,20 @@ pub const MAX_LINE_BYTES: usize = 1024 * 1024;
 /// Changes [`MAX_LINE_BYTES`] (a number of bytes).
 pub const MAX_LINE_BYTES_VAR: &str = "LIONAGI_MAX_LINE_BYTES";
 
+/// The longest one OTLP export request may take, reply included (feature
+/// `otel`): a collector that does not answer must not hold spans, or the
+/// program's exit, for long. `OTEL_EXPORTER_OTLP_TIMEOUT` is not read past
+/// this.
+pub const OTLP_EXPORT_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The longest the exit waits for buffered spans to be sent (feature
+/// `otel`).
+pub const OTLP_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
+
+/// The largest collector reply read (feature `otel`): it is a small status
+/// message, and only its status code is used.
+pub const MAX_COLLECTOR_REPLY_BYTES: usize = 64 * 1024;
+
 /// The caps in force: the defaults, or the values the environment sets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InputLimits {
