@@ -404,15 +404,19 @@ fn extract_one(raw: &Value) -> String {
 }
 
 /// The reasoning of a reply: a compatible server's
-/// `choices[0].message.reasoning_content`, Anthropic `thinking` /
+/// `choices[0].message.reasoning_content` (DeepSeek, vLLM, llama.cpp) or
+/// `reasoning` (OpenRouter, newer vLLM), Anthropic `thinking` /
 /// `redacted_thinking` blocks, Responses `reasoning` items.
 fn extract_reasoning(raw: &Value) -> Vec<ReasoningBlock> {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
     let mut out = Vec::new();
     if let Some(text) = first_choice(raw)
         .and_then(|c| c.get("message"))
-        .and_then(|m| s(m, "reasoning_content"))
-        .filter(|t| !t.is_empty())
+        .and_then(|m| {
+            ["reasoning_content", "reasoning"]
+                .iter()
+                .find_map(|k| s(m, k).filter(|t| !t.is_empty()))
+        })
     {
         out.push(ReasoningBlock::Thinking {
             text,

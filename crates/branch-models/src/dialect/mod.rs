@@ -76,7 +76,10 @@ impl Dialect {
     /// Normalises one server-sent event of this protocol's stream
     /// (`event_name` is `message` when the event is unnamed).
     pub fn normalize_event(self, event_name: &str, data: &str) -> Result<Normalized, NotJson> {
-        sse::normalize(event_name, data)
+        match self {
+            Self::OpenAiChat => openai_chat::normalize_event(event_name, data),
+            _ => sse::normalize(event_name, data),
+        }
     }
 }
 

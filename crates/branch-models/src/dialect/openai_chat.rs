@@ -2,10 +2,11 @@
 //! compatible server (Ollama, vLLM, llama.cpp, OpenRouter, Groq ...).
 //! Our compiled messages are already in its shape.
 
-use branch_core::model::{ChatRequest, ModelConfig};
-use serde_json::{Map, Value};
+use branch_core::model::{ChatChunk, ChatRequest, ChunkKind, ModelConfig};
+use serde_json::{Map, Value, json};
 
 use super::INTERNAL_KEYS;
+use crate::sse::{self, Normalized, NotJson};
 
 /// Models whose system messages are sent with role `developer`.
 fn uses_developer_role(model: &str) -> bool {
@@ -52,4 +53,64 @@ pub fn build_body(
         None => payload.retain(|k, _| !INTERNAL_KEYS.contains(&k.as_str())),
     }
     Value::Object(payload)
+}
+
+/// The reasoning text of a streamed delta or a whole message: DeepSeek,
+/// vLLM and llama.cpp name it `reasoning_content`, OpenRouter and newer
+/// vLLM `reasoning`. Empty text is no reasoning.
+pub(crate) fn reasoning_text(delta_or_message: &Value) -> Option<&str> {
+    ["reasoning_content", "reasoning"]
+        .iter()
+        .find_map(|k| delta_or_message.get(*k).and_then(Value::as_str))
+        .filter(|t| !t.is_empty())
+}
+
+/// Normalises one server-sent event of a chat-completions stream.
+pub fn normalize_event(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
+    sse::normalize_with(event_name, data, chunk_of)
+}
+
+/// The chunk of one chat-completions event object: a text delta, a
+/// reasoning delta ([`ChunkKind::Thinking`], no block index: the deltas
+/// build one unsigned thinking block), a tool-call delta, or the final
+/// usage-only event. `None` for anything else (kept as `system`).
+pub(crate) fn chunk_of(raw: &Value, obj: &Map<String, Value>) -> Option<ChatChunk> {
+    let delta = raw.pointer("/choices/0/delta");
+    if let Some(text) = delta
+        .and_then(|d| d.get("content"))
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())
+    {
+        let mut c = sse::with_raw(ChunkKind::Text, raw);
+        c.content = Some(text.to_owned());
+        c.is_delta = true;
+        return Some(c);
+    }
+    if let Some(text) = delta.and_then(reasoning_text) {
+        let mut c = sse::with_raw(ChunkKind::Thinking, raw);
+        c.content = Some(text.to_owned());
+        c.is_delta = true;
+        return Some(c);
+    }
+    if let Some(tc) = delta.and_then(|d| d.pointer("/tool_calls/0")) {
+        let mut c = sse::with_raw(ChunkKind::ToolUse, raw);
+        c.tool_name = sse::str_at(tc, "/function/name").map(str::to_owned);
+        c.tool_id = sse::str_at(tc, "/id").map(str::to_owned);
+        c.tool_input = Some(
+            json!({"arguments": sse::str_at(tc, "/function/arguments").unwrap_or_default()}),
+        );
+        c.is_delta = true;
+        return Some(c);
+    }
+    let no_choices = obj
+        .get("choices")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty);
+    let usage = obj.get("usage").filter(|u| !u.is_null())?;
+    if !no_choices {
+        return None;
+    }
+    let mut c = sse::with_raw(ChunkKind::Result, raw);
+    c.metadata.insert("usage".into(), usage.clone());
+    Some(c)
 }
