@@ -124,9 +124,7 @@ impl RunUsage {
         self.cache_write_1h_tokens = self
             .cache_write_1h_tokens
             .saturating_add(other.cache_write_1h_tokens);
-        self.reasoning_tokens = self
-            .reasoning_tokens
-            .saturating_add(other.reasoning_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
         if let Some(c) = other.total_cost_usd {
             *self.total_cost_usd.get_or_insert(0.0) += c;
         }
@@ -722,30 +720,54 @@ mod tests {
         let mut u = RunUsage::default();
         u.add_response(&chat);
         assert_eq!(
-            (u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens),
+            (
+                u.input_tokens,
+                u.cached_tokens,
+                u.output_tokens,
+                u.reasoning_tokens
+            ),
             (86, 1920, 300, 256)
         );
         let mut r = RunUsage::default();
         r.add_response(&responses);
         assert_eq!(
-            (r.input_tokens, r.cached_tokens, r.output_tokens, r.reasoning_tokens),
+            (
+                r.input_tokens,
+                r.cached_tokens,
+                r.output_tokens,
+                r.reasoning_tokens
+            ),
             (200, 128, 52, 40)
         );
         let mut a = RunUsage::default();
         a.add_response(&anthropic);
         assert_eq!(
-            (a.input_tokens, a.cached_tokens, a.output_tokens, a.reasoning_tokens),
+            (
+                a.input_tokens,
+                a.cached_tokens,
+                a.output_tokens,
+                a.reasoning_tokens
+            ),
             (21, 188086, 393, 0)
         );
         assert_eq!(
-            (a.cache_write_tokens, a.cache_write_5m_tokens, a.cache_write_1h_tokens),
+            (
+                a.cache_write_tokens,
+                a.cache_write_5m_tokens,
+                a.cache_write_1h_tokens
+            ),
             (50, 20, 30)
         );
         // A session's sum over its branches.
         u.merge(&r);
         u.merge(&a);
         assert_eq!(
-            (u.input_tokens, u.cached_tokens, u.output_tokens, u.reasoning_tokens),
+            (
+                u.input_tokens,
+                u.cached_tokens,
+                u.output_tokens,
+                u.reasoning_tokens
+            ),
             (307, 190134, 745, 296)
         );
         assert!(u.usage_valid);
@@ -753,7 +775,9 @@ mod tests {
         let mut bad = RunUsage::default();
         bad.add_usage(&json!({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}));
         assert_eq!((bad.input_tokens, bad.cached_tokens), (0, 5));
-        bad.add_usage(&json!({"input_tokens": 1, "output_tokens_details": {"reasoning_tokens": -3}}));
+        bad.add_usage(
+            &json!({"input_tokens": 1, "output_tokens_details": {"reasoning_tokens": -3}}),
+        );
         assert!(!bad.usage_valid);
     }
 

@@ -147,6 +147,7 @@ pub fn auth_header(auth_type: AuthType, key: &str) -> Option<(&'static str, Stri
     match auth_type {
         AuthType::Bearer => Some(("authorization", format!("Bearer {key}"))),
         AuthType::XApiKey => Some(("x-api-key", key.to_owned())),
+        AuthType::ApiKeyHeader => Some(("api-key", key.to_owned())),
         AuthType::None => None,
     }
 }
