@@ -54,6 +54,8 @@ pub struct RunUsage {
     pub cache_write_5m_tokens: u64,
     /// Of those, written with a one-hour lifetime.
     pub cache_write_1h_tokens: u64,
+    /// Output tokens spent on reasoning (part of `output_tokens`).
+    pub reasoning_tokens: u64,
     /// Cost in US dollars, when a provider reported one.
     pub total_cost_usd: Option<f64>,
     /// Agent turns, when a provider reported them.
@@ -73,6 +75,7 @@ impl Default for RunUsage {
             cache_write_tokens: 0,
             cache_write_5m_tokens: 0,
             cache_write_1h_tokens: 0,
+            reasoning_tokens: 0,
             total_cost_usd: None,
             num_turns: 0,
             duration_ms: 0.0,
@@ -121,6 +124,7 @@ impl RunUsage {
         self.cache_write_1h_tokens = self
             .cache_write_1h_tokens
             .saturating_add(other.cache_write_1h_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
         if let Some(c) = other.total_cost_usd {
             *self.total_cost_usd.get_or_insert(0.0) += c;
         }
@@ -149,11 +153,17 @@ impl RunUsage {
         }
     }
 
-    /// Adds one `usage` object. OpenAI style (`prompt_tokens`,
-    /// `completion_tokens`, `prompt_tokens_details.cached_tokens`) counts
-    /// input as prompt minus cached; Anthropic style (`input_tokens`,
-    /// `cache_read_input_tokens`, `cache_creation_input_tokens`) is taken
-    /// as reported. Unreadable numbers clear `usage_valid`.
+    /// Adds one `usage` object of any of the three protocols, to one
+    /// meaning: `input_tokens` never counts cached reads. OpenAI chat
+    /// (`prompt_tokens`, `completion_tokens`,
+    /// `prompt_tokens_details.cached_tokens`,
+    /// `completion_tokens_details.reasoning_tokens`) and OpenAI Responses
+    /// (`input_tokens`, `output_tokens`, `input_tokens_details.cached_tokens`,
+    /// `output_tokens_details.reasoning_tokens`) include cached reads in
+    /// their input count, so those are subtracted; Anthropic
+    /// (`input_tokens`, `cache_read_input_tokens`,
+    /// `cache_creation_input_tokens`, `cache_creation.*`) reports them apart
+    /// and is taken as reported. Unreadable numbers clear `usage_valid`.
     pub fn add_usage(&mut self, usage: &Value) {
         let mut ok = usage.is_object();
         let mut read = |v: Option<&Value>| {
@@ -162,24 +172,46 @@ impl RunUsage {
                 0
             })
         };
-        if usage.get("prompt_tokens").is_some() || usage.get("completion_tokens").is_some() {
-            let prompt = read(usage.get("prompt_tokens"));
-            let cached = read(usage.pointer("/prompt_tokens_details/cached_tokens"));
-            self.input_tokens = self
-                .input_tokens
-                .saturating_add(prompt.saturating_sub(cached));
-            self.cached_tokens += cached;
-            self.output_tokens += read(usage.get("completion_tokens"));
+        let add = |a: &mut u64, b: u64| *a = a.saturating_add(b);
+        let chat = usage.get("prompt_tokens").is_some() || usage.get("completion_tokens").is_some();
+        let (input, output, included_cached, reasoning) = if chat {
+            (
+                read(usage.get("prompt_tokens")),
+                read(usage.get("completion_tokens")),
+                read(usage.pointer("/prompt_tokens_details/cached_tokens")),
+                read(usage.pointer("/completion_tokens_details/reasoning_tokens")),
+            )
         } else {
-            self.input_tokens += read(usage.get("input_tokens"));
-            self.output_tokens += read(usage.get("output_tokens"));
-            self.cached_tokens += read(usage.get("cache_read_input_tokens"));
-            self.cache_write_tokens += read(usage.get("cache_creation_input_tokens"));
-            self.cache_write_5m_tokens +=
-                read(usage.pointer("/cache_creation/ephemeral_5m_input_tokens"));
-            self.cache_write_1h_tokens +=
-                read(usage.pointer("/cache_creation/ephemeral_1h_input_tokens"));
-        }
+            (
+                read(usage.get("input_tokens")),
+                read(usage.get("output_tokens")),
+                read(usage.pointer("/input_tokens_details/cached_tokens")),
+                read(usage.pointer("/output_tokens_details/reasoning_tokens")),
+            )
+        };
+        // Cached reads counted inside the input (OpenAI's meaning) never
+        // exceed it; a larger report is capped rather than trusted.
+        let included_cached = included_cached.min(input);
+        add(&mut self.input_tokens, input - included_cached);
+        add(&mut self.output_tokens, output);
+        add(&mut self.cached_tokens, included_cached);
+        add(&mut self.reasoning_tokens, reasoning);
+        add(
+            &mut self.cached_tokens,
+            read(usage.get("cache_read_input_tokens")),
+        );
+        add(
+            &mut self.cache_write_tokens,
+            read(usage.get("cache_creation_input_tokens")),
+        );
+        add(
+            &mut self.cache_write_5m_tokens,
+            read(usage.pointer("/cache_creation/ephemeral_5m_input_tokens")),
+        );
+        add(
+            &mut self.cache_write_1h_tokens,
+            read(usage.pointer("/cache_creation/ephemeral_1h_input_tokens")),
+        );
         self.usage_valid &= ok;
     }
 }
@@ -667,6 +699,89 @@ mod tests {
     }
 
     #[test]
+    fn usage_sums_each_protocols_shape_without_double_counting_cached_input() {
+        // OpenAI chat completions: prompt_tokens include the cached ones
+        // (platform.openai.com/docs/api-reference/chat/object, `usage`).
+        let chat = json!({"usage": {"prompt_tokens": 2006, "completion_tokens": 300,
+            "total_tokens": 2306,
+            "prompt_tokens_details": {"cached_tokens": 1920, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 256}}});
+        // OpenAI Responses: input_tokens include the cached ones
+        // (platform.openai.com/docs/api-reference/responses/object, `usage`).
+        let responses = json!({"usage": {"input_tokens": 328, "output_tokens": 52,
+            "total_tokens": 380,
+            "input_tokens_details": {"cached_tokens": 128},
+            "output_tokens_details": {"reasoning_tokens": 40}}});
+        // Anthropic Messages: input_tokens exclude cache reads and writes
+        // (docs.anthropic.com/en/docs/build-with-claude/prompt-caching).
+        let anthropic = json!({"usage": {"input_tokens": 21, "output_tokens": 393,
+            "cache_read_input_tokens": 188086, "cache_creation_input_tokens": 50,
+            "cache_creation": {"ephemeral_5m_input_tokens": 20, "ephemeral_1h_input_tokens": 30}}});
+        let mut u = RunUsage::default();
+        u.add_response(&chat);
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.cached_tokens,
+                u.output_tokens,
+                u.reasoning_tokens
+            ),
+            (86, 1920, 300, 256)
+        );
+        let mut r = RunUsage::default();
+        r.add_response(&responses);
+        assert_eq!(
+            (
+                r.input_tokens,
+                r.cached_tokens,
+                r.output_tokens,
+                r.reasoning_tokens
+            ),
+            (200, 128, 52, 40)
+        );
+        let mut a = RunUsage::default();
+        a.add_response(&anthropic);
+        assert_eq!(
+            (
+                a.input_tokens,
+                a.cached_tokens,
+                a.output_tokens,
+                a.reasoning_tokens
+            ),
+            (21, 188086, 393, 0)
+        );
+        assert_eq!(
+            (
+                a.cache_write_tokens,
+                a.cache_write_5m_tokens,
+                a.cache_write_1h_tokens
+            ),
+            (50, 20, 30)
+        );
+        // A session's sum over its branches.
+        u.merge(&r);
+        u.merge(&a);
+        assert_eq!(
+            (
+                u.input_tokens,
+                u.cached_tokens,
+                u.output_tokens,
+                u.reasoning_tokens
+            ),
+            (307, 190134, 745, 296)
+        );
+        assert!(u.usage_valid);
+        // A cached count larger than the input it is part of is capped.
+        let mut bad = RunUsage::default();
+        bad.add_usage(&json!({"prompt_tokens": 5, "prompt_tokens_details": {"cached_tokens": 9}}));
+        assert_eq!((bad.input_tokens, bad.cached_tokens), (0, 5));
+        bad.add_usage(
+            &json!({"input_tokens": 1, "output_tokens_details": {"reasoning_tokens": -3}}),
+        );
+        assert!(!bad.usage_valid);
+    }
+
+    #[test]
     fn run_end_view_carries_usage_fields() {
         let usage = RunUsage {
             input_tokens: 11,
@@ -686,7 +801,7 @@ mod tests {
             v["fields"],
             json!({"input_tokens": 11, "output_tokens": 7, "cached_tokens": 0,
                 "cache_write_tokens": 0, "cache_write_5m_tokens": 0, "cache_write_1h_tokens": 0,
-                "total_cost_usd": null, "num_turns": 0, "duration_ms": 0.0, "usage_valid": true})
+                "reasoning_tokens": 0, "total_cost_usd": null, "num_turns": 0, "duration_ms": 0.0, "usage_valid": true})
         );
     }
 }

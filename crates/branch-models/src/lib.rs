@@ -23,6 +23,8 @@
 
 pub mod address_rules;
 pub mod breaker;
+#[cfg(test)]
+mod chatcompat_tests;
 pub mod dialect;
 #[cfg(test)]
 mod e2e_tests;

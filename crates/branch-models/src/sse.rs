@@ -14,13 +14,13 @@ pub struct Normalized {
     pub terminal: bool,
 }
 
-fn with_raw(kind: ChunkKind, raw: &Value) -> ChatChunk {
+pub(crate) fn with_raw(kind: ChunkKind, raw: &Value) -> ChatChunk {
     let mut c = ChatChunk::new(kind);
     c.metadata.insert("raw".into(), raw.clone());
     c
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
+pub(crate) fn str_at<'a>(v: &'a Value, pointer: &str) -> Option<&'a str> {
     v.pointer(pointer).and_then(Value::as_str)
 }
 
@@ -57,8 +57,24 @@ impl std::fmt::Display for NotJson {
 
 impl std::error::Error for NotJson {}
 
-/// Normalises one SSE event (`event_name` is `message` when unnamed).
+/// A protocol's own events: the chunk for an event object of that
+/// protocol, `None` for an event it does not know (kept as `system`).
+pub(crate) type ProtocolChunk = fn(&Value, &Map<String, Value>) -> Option<ChatChunk>;
+
+/// Normalises one SSE event of any protocol (`event_name` is `message`
+/// when unnamed): every protocol's events are tried in turn. A dialect
+/// that knows its protocol uses [`normalize_with`] and only its own.
 pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
+    normalize_with(event_name, data, any_protocol)
+}
+
+/// Normalises one SSE event: the shared part (the `[DONE]` marker, JSON,
+/// failure and error events, end markers), then `protocol`'s own events.
+pub(crate) fn normalize_with(
+    event_name: &str,
+    data: &str,
+    protocol: ProtocolChunk,
+) -> Result<Normalized, NotJson> {
     if data.trim() == "[DONE]" {
         let mut c = ChatChunk::new(ChunkKind::Result);
         c.metadata.insert("done".into(), true.into());
@@ -78,7 +94,8 @@ pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
     };
     let call_failed = failed(event_name, obj);
     let ty = obj.get("type").and_then(Value::as_str).unwrap_or_default();
-    let terminal = ty == "message_stop";
+    // The other protocols' end markers, for callers of the generic decoder.
+    let terminal = matches!(ty, "message_stop" | "response.completed");
     let chunk = if matches!(ty, "error" | "response.error") || event_name == "error" {
         let mut c = with_raw(ChunkKind::Error, &raw);
         c.is_error = true;
@@ -86,70 +103,7 @@ pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
             .or_else(|| str_at(&raw, "/message"))
             .map(str::to_owned);
         c
-    } else if ty == "content_block_delta"
-        && matches!(
-            str_at(&raw, "/delta/type"),
-            Some("text_delta" | "thinking_delta")
-        )
-    {
-        let thinking = str_at(&raw, "/delta/type") == Some("thinking_delta");
-        let mut c = with_raw(
-            if thinking {
-                ChunkKind::Thinking
-            } else {
-                ChunkKind::Text
-            },
-            &raw,
-        );
-        c.content = str_at(
-            &raw,
-            if thinking {
-                "/delta/thinking"
-            } else {
-                "/delta/text"
-            },
-        )
-        .map(str::to_owned);
-        c.is_delta = true;
-        c
-    } else if ty == "content_block_start" && str_at(&raw, "/content_block/type") == Some("tool_use")
-    {
-        // Anthropic tool call start (the reference reports it as `system`;
-        // normalised here so tool calls assemble across providers).
-        let mut c = with_raw(ChunkKind::ToolUse, &raw);
-        c.tool_name = str_at(&raw, "/content_block/name").map(str::to_owned);
-        c.tool_id = str_at(&raw, "/content_block/id").map(str::to_owned);
-        c.tool_input = Some(json!({"arguments": ""}));
-        c.is_delta = true;
-        c
-    } else if ty == "content_block_delta" && str_at(&raw, "/delta/type") == Some("input_json_delta")
-    {
-        let mut c = with_raw(ChunkKind::ToolUse, &raw);
-        c.tool_input =
-            Some(json!({"arguments": str_at(&raw, "/delta/partial_json").unwrap_or_default()}));
-        c.is_delta = true;
-        c
-    } else if let Some(text) = str_at(&raw, "/choices/0/delta/content").filter(|t| !t.is_empty()) {
-        let mut c = with_raw(ChunkKind::Text, &raw);
-        c.content = Some(text.to_owned());
-        c.is_delta = true;
-        c
-    } else if let Some(tc) = raw.pointer("/choices/0/delta/tool_calls/0") {
-        let mut c = with_raw(ChunkKind::ToolUse, &raw);
-        c.tool_name = str_at(tc, "/function/name").map(str::to_owned);
-        c.tool_id = str_at(tc, "/id").map(str::to_owned);
-        c.tool_input =
-            Some(json!({"arguments": str_at(tc, "/function/arguments").unwrap_or_default()}));
-        c.is_delta = true;
-        c
-    } else if obj
-        .get("choices")
-        .and_then(Value::as_array)
-        .is_some_and(Vec::is_empty)
-        && obj.get("usage").is_some_and(|u| !u.is_null())
-    {
-        let mut c = with_raw(ChunkKind::Result, &raw);
-        c.metadata.insert("usage".into(), obj["usage"].clone());
+    } else if let Some(c) = protocol(&raw, obj) {
         c
     } else {
         with_raw(ChunkKind::System, &raw)
@@ -159,6 +113,13 @@ pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
         call_failed,
         terminal,
     })
+}
+
+/// The protocol-specific events of the generic decoder: chat completions
+/// (Anthropic Messages and OpenAI Responses events are decoded by their
+/// own dialects, `dialect::anthropic` and `dialect::responses`).
+fn any_protocol(raw: &Value, obj: &Map<String, Value>) -> Option<ChatChunk> {
+    crate::dialect::openai_chat::chunk_of(raw, obj)
 }
 
 #[cfg(test)]
@@ -196,14 +157,6 @@ mod tests {
         let done = n("message", "[DONE]");
         assert!(done.terminal);
         assert_eq!(done.chunk.to_value()["metadata"], json!({"done": true}));
-        let anth = n(
-            "content_block_delta",
-            r#"{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":"hm"}}"#,
-        );
-        assert_eq!(
-            (anth.chunk.kind, anth.chunk.content.as_deref()),
-            (ChunkKind::Thinking, Some("hm"))
-        );
         let err = n(
             "error",
             r#"{"type":"error","error":{"message":"overloaded"}}"#,

@@ -107,6 +107,12 @@ pub struct RunOptions {
     /// or not at all, so text seen here may belong to a turn that is then
     /// cancelled or fails.
     pub on_text: Option<TextHook>,
+    /// Called with each piece of the model's reasoning as it arrives:
+    /// every thinking delta of a streaming chat model (Anthropic
+    /// `thinking_delta`, a compatible server's `reasoning_content`,
+    /// Responses reasoning summaries), every thinking block of a CLI
+    /// agent. Observes only, as `on_text`.
+    pub on_thinking: Option<TextHook>,
 }
 
 turn_setters!(RunOptions);
@@ -163,6 +169,13 @@ impl RunOptions {
     /// `on_text` field).
     pub fn on_text(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
         self.on_text = Some(TextHook::new(f));
+        self
+    }
+
+    /// Calls `f` with each piece of reasoning as it arrives (see the
+    /// `on_thinking` field).
+    pub fn on_thinking(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.on_thinking = Some(TextHook::new(f));
         self
     }
 
@@ -474,12 +487,13 @@ impl RunState<'_> {
                     let Some(chunk) = next else { break };
                     match chunk {
                         Ok(c) => {
-                            if c.kind == ChunkKind::Text {
-                                if let (Some(hook), Some(text)) =
-                                    (&self.opts.on_text, c.content.as_deref())
-                                {
-                                    hook.call(text);
-                                }
+                            let hook = match c.kind {
+                                ChunkKind::Text => self.opts.on_text.as_ref(),
+                                ChunkKind::Thinking => self.opts.on_thinking.as_ref(),
+                                _ => None,
+                            };
+                            if let (Some(hook), Some(text)) = (hook, c.content.as_deref()) {
+                                hook.call(text);
                             }
                             acc.push(&c);
                         }
@@ -501,6 +515,13 @@ impl RunState<'_> {
                 );
                 let mut meta = Map::new();
                 meta.insert("model_response".into(), response.raw.clone());
+                if !response.reasoning.is_empty() {
+                    // Kept beside the reply as `chat` keeps it (turn.rs).
+                    meta.insert(
+                        branch_core::model::REASONING_METADATA_KEY.into(),
+                        branch_core::model::ReasoningBlock::list_to_value(&response.reasoning),
+                    );
+                }
                 let reply = self.assistant(response.text.clone(), meta);
                 self.emit(reply);
                 if !response.tool_calls.is_empty() {
@@ -601,11 +622,16 @@ impl RunState<'_> {
                                         }
                                         text.push_str(piece);
                                     }
-                                    Some("thinking") => thinking.push_str(
-                                        b.get("thinking")
+                                    Some("thinking") => {
+                                        let piece = b
+                                            .get("thinking")
                                             .and_then(Value::as_str)
-                                            .unwrap_or_default(),
-                                    ),
+                                            .unwrap_or_default();
+                                        if let Some(hook) = &self.opts.on_thinking {
+                                            hook.call(piece);
+                                        }
+                                        thinking.push_str(piece);
+                                    }
                                     Some("tool_use") => {
                                         if !text.is_empty() {
                                             let m = self

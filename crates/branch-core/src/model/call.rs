@@ -404,15 +404,19 @@ fn extract_one(raw: &Value) -> String {
 }
 
 /// The reasoning of a reply: a compatible server's
-/// `choices[0].message.reasoning_content`, Anthropic `thinking` /
+/// `choices[0].message.reasoning_content` (DeepSeek, vLLM, llama.cpp) or
+/// `reasoning` (OpenRouter, newer vLLM), Anthropic `thinking` /
 /// `redacted_thinking` blocks, Responses `reasoning` items.
 fn extract_reasoning(raw: &Value) -> Vec<ReasoningBlock> {
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
     let mut out = Vec::new();
     if let Some(text) = first_choice(raw)
         .and_then(|c| c.get("message"))
-        .and_then(|m| s(m, "reasoning_content"))
-        .filter(|t| !t.is_empty())
+        .and_then(|m| {
+            ["reasoning_content", "reasoning"]
+                .iter()
+                .find_map(|k| s(m, k).filter(|t| !t.is_empty()))
+        })
     {
         out.push(ReasoningBlock::Thinking {
             text,
@@ -635,6 +639,42 @@ pub mod stream_chunk {
     pub const MODEL: &str = "model";
 }
 
+/// `usage` in chat-completions shape and meaning (its `prompt_tokens`
+/// include cached reads, told apart in `prompt_tokens_details`), so that
+/// reading it back ([`Usage::from_provider`], the branch's usage sums)
+/// gives `usage` again: cached reads, cache writes and reasoning tokens
+/// are written when there are any, never folded away.
+fn openai_usage(u: &Usage) -> Value {
+    let mut m = Map::new();
+    m.insert(
+        "prompt_tokens".into(),
+        u.prompt_tokens
+            .saturating_add(u.cache_read_input_tokens)
+            .into(),
+    );
+    m.insert("completion_tokens".into(), u.completion_tokens.into());
+    m.insert("total_tokens".into(), u.total_tokens.into());
+    if u.cache_read_input_tokens > 0 {
+        m.insert(
+            "prompt_tokens_details".into(),
+            serde_json::json!({"cached_tokens": u.cache_read_input_tokens}),
+        );
+    }
+    if u.reasoning_tokens > 0 {
+        m.insert(
+            "completion_tokens_details".into(),
+            serde_json::json!({"reasoning_tokens": u.reasoning_tokens}),
+        );
+    }
+    if u.cache_creation_input_tokens > 0 {
+        m.insert(
+            "cache_creation_input_tokens".into(),
+            u.cache_creation_input_tokens.into(),
+        );
+    }
+    Value::Object(m)
+}
+
 /// Folds streaming chunks into the [`ChatResponse`] of the whole call:
 /// text and tool-call deltas assembled (by tool index), reasoning blocks
 /// assembled (see [`thinking_chunk`]), usage captured.
@@ -834,11 +874,7 @@ impl StreamAccumulator {
             serde_json::json!([{"index": 0, "message": message, "finish_reason": self.finish_reason}]),
         );
         if let Some(u) = &self.usage {
-            raw.insert(
-                "usage".into(),
-                serde_json::json!({"prompt_tokens": u.prompt_tokens,
-                    "completion_tokens": u.completion_tokens, "total_tokens": u.total_tokens}),
-            );
+            raw.insert("usage".into(), openai_usage(u));
         }
         ChatResponse {
             text: self.text,
@@ -927,6 +963,47 @@ mod tests {
         .unwrap();
         assert_eq!((a.input_tokens(), a.total_tokens), (8, 7));
         assert!(Usage::from_provider(&json!({})).is_none());
+    }
+
+    #[test]
+    fn streamed_usage_is_written_so_it_reads_back_whole() {
+        // OpenAI chat (platform.openai.com/docs/api-reference/chat/object):
+        // prompt_tokens include the cached ones.
+        let openai = json!({"prompt_tokens": 2006, "completion_tokens": 300, "total_tokens": 2306,
+            "prompt_tokens_details": {"cached_tokens": 1920},
+            "completion_tokens_details": {"reasoning_tokens": 256}});
+        // Anthropic (docs.anthropic.com prompt caching): apart.
+        let anthropic = json!({"input_tokens": 21, "output_tokens": 393,
+            "cache_read_input_tokens": 188086, "cache_creation_input_tokens": 50});
+        // Responses (platform.openai.com/docs/api-reference/responses/object).
+        let responses = json!({"input_tokens": 328, "output_tokens": 52, "total_tokens": 380,
+            "input_tokens_details": {"cached_tokens": 128},
+            "output_tokens_details": {"reasoning_tokens": 40}});
+        for usage in [openai, anthropic, responses] {
+            let read = Usage::from_provider(&usage).unwrap();
+            let mut chunk = ChatChunk::new(ChunkKind::Result);
+            chunk.metadata.insert("usage".into(), usage.clone());
+            let mut acc = StreamAccumulator::new();
+            acc.push(&chunk);
+            let resp = acc.finish();
+            assert_eq!(resp.usage.as_ref(), Some(&read), "{usage}");
+            let stored = &resp.raw["usage"];
+            assert_eq!(
+                Usage::from_provider(stored).as_ref(),
+                Some(&read),
+                "{stored}"
+            );
+        }
+        let plain = json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18});
+        let mut chunk = ChatChunk::new(ChunkKind::Result);
+        chunk.metadata.insert("usage".into(), plain.clone());
+        let mut acc = StreamAccumulator::new();
+        acc.push(&chunk);
+        assert_eq!(
+            acc.finish().raw["usage"],
+            plain,
+            "the reference's shape when nothing more"
+        );
     }
 
     #[test]

@@ -7,7 +7,9 @@ use serde_json::{Map, Number, Value};
 use uuid::Uuid;
 
 use super::error::ModelConfigError;
-use super::registry::{EndpointSpec, ProviderKind, ProviderSpec, WireProtocol, lookup_provider};
+use super::registry::{
+    EndpointSpec, ProviderKind, ProviderSpec, WireProtocol, lookup_provider, url_matches_template,
+};
 use super::sanitize::{
     is_sensitive_name, normalize_base_url, strip_sensitive_keys, strip_url_credentials,
 };
@@ -49,6 +51,8 @@ pub enum AuthType {
     Bearer,
     /// `x-api-key: <key>`.
     XApiKey,
+    /// `api-key: <key>` (Azure OpenAI's key header).
+    ApiKeyHeader,
     /// No auth header.
     None,
 }
@@ -59,6 +63,7 @@ impl AuthType {
         match self {
             Self::Bearer => "bearer",
             Self::XApiKey => "x-api-key",
+            Self::ApiKeyHeader => "api-key",
             Self::None => "none",
         }
     }
@@ -67,6 +72,7 @@ impl AuthType {
         match s {
             "bearer" => Some(Self::Bearer),
             "x-api-key" => Some(Self::XApiKey),
+            "api-key" => Some(Self::ApiKeyHeader),
             "none" => Some(Self::None),
             _ => None,
         }
@@ -694,17 +700,29 @@ impl ModelConfig {
         let Some(ep) = spec.endpoint(&self.endpoint.endpoint) else {
             return false;
         };
-        match (ep.base_url, &self.endpoint.base_url) {
-            (Some(reg), Some(cur)) => normalize_base_url(reg) == normalize_base_url(cur),
-            _ => false,
-        }
+        let Some(cur) = &self.endpoint.base_url else {
+            return false;
+        };
+        let cur = normalize_base_url(cur);
+        ep.base_url
+            .into_iter()
+            .chain(ep.base_url_templates.iter().copied())
+            .any(|reg| url_matches_template(&normalize_base_url(reg), &cur))
     }
 
-    /// The request URL: `base_url + "/" + endpoint`.
+    /// The request URL: `base_url + "/" + endpoint`, a query of the base
+    /// URL kept after the path (Azure's
+    /// `.../openai/deployments/{deployment}?api-version=...`).
     pub fn url(&self) -> Option<String> {
         let base = self.endpoint.base_url.as_deref()?;
+        let (base, query) = base.split_once('?').unwrap_or((base, ""));
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{query}")
+        };
         Some(format!(
-            "{}/{}",
+            "{}/{}{query}",
             base.trim_end_matches('/'),
             self.endpoint.endpoint
         ))
@@ -1068,6 +1086,16 @@ impl ModelConfigBuilder {
         if let Some(url) = self.base_url {
             ep.base_url = Some(url);
         }
+        if ep.base_url.is_none()
+            && spec
+                .and_then(|s| s.endpoint(&endpoint_arg))
+                .is_some_and(|e| !e.base_url_templates.is_empty())
+        {
+            return Err(ModelConfigError::invalid(
+                "base_url",
+                "this provider's URL names your own resource; give it (for Azure OpenAI: https://{resource}.openai.azure.com/openai/v1)",
+            ));
+        }
         let mut ordered = Map::new();
         if let Some(m) = model {
             ordered.insert("model".into(), m.into());
@@ -1301,7 +1329,7 @@ mod parse {
             ep.auth_type = AuthType::parse(auth).ok_or_else(|| {
                 ModelConfigError::invalid(
                     "endpoint.config.auth_type",
-                    "expected \"bearer\", \"x-api-key\" or \"none\"",
+                    "expected \"bearer\", \"x-api-key\", \"api-key\" or \"none\"",
                 )
             })?;
         }

@@ -53,6 +53,11 @@ pub struct EndpointSpec {
     pub allow_local_network: bool,
     /// The wire protocol spoken.
     pub protocol: WireProtocol,
+    /// For a provider whose URL names the user's own resource (no fixed
+    /// `base_url`): the shapes of its URLs, `{name}` standing for one DNS
+    /// label or path segment. A base URL of one of these shapes is
+    /// registered (the provider's environment key may be sent to it).
+    pub base_url_templates: &'static [&'static str],
 }
 
 impl EndpointSpec {
@@ -121,6 +126,7 @@ const fn api(
         default_headers: &[],
         allow_local_network: false,
         protocol: WireProtocol::Other,
+        base_url_templates: &[],
     }
 }
 
@@ -159,7 +165,43 @@ const fn cli(path: &'static str, aliases: &'static [&'static str]) -> EndpointSp
         default_headers: &[],
         allow_local_network: false,
         protocol: WireProtocol::Other,
+        base_url_templates: &[],
     }
+}
+
+/// Does `url` (normalised, its query ignored) have the shape of
+/// `template` (normalised), where each `{name}` in the template stands for
+/// one non-empty run of ASCII letters, digits, `-` and `_` (a DNS label or
+/// a path segment; never a dot or a slash, so a template's host suffix
+/// cannot be spoofed by `evil.example/x.openai.azure.com`)?
+pub fn url_matches_template(template: &str, url: &str) -> bool {
+    let url = url.split(['?', '#']).next().unwrap_or(url);
+    let mut rest = url;
+    let mut parts = template.split('{');
+    let Some(first) = parts.next() else {
+        return false;
+    };
+    let Some(after) = rest.strip_prefix(first) else {
+        return false;
+    };
+    rest = after;
+    for part in parts {
+        let Some((_, literal)) = part.split_once('}') else {
+            return false;
+        };
+        let label_len = rest
+            .bytes()
+            .take_while(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'_')
+            .count();
+        if label_len == 0 {
+            return false;
+        }
+        let Some(after) = rest[label_len..].strip_prefix(literal) else {
+            return false;
+        };
+        rest = after;
+    }
+    rest.is_empty()
 }
 
 const OPENAI: &str = "https://api.openai.com/v1";
@@ -250,6 +292,48 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         kind: ProviderKind::Api,
         key_env: Some("DEEPSEEK_API_KEY"),
         endpoints: &[openai_chat("https://api.deepseek.com/v1", B)],
+    },
+    ProviderSpec {
+        name: "mistral",
+        aliases: &["mistralai"],
+        kind: ProviderKind::Api,
+        key_env: Some("MISTRAL_API_KEY"),
+        endpoints: &[openai_chat("https://api.mistral.ai/v1", B)],
+    },
+    ProviderSpec {
+        name: "xai",
+        aliases: &["x-ai", "grok"],
+        kind: ProviderKind::Api,
+        key_env: Some("XAI_API_KEY"),
+        endpoints: &[openai_chat("https://api.x.ai/v1", B)],
+    },
+    ProviderSpec {
+        name: "cohere",
+        aliases: &[],
+        kind: ProviderKind::Api,
+        key_env: Some("COHERE_API_KEY"),
+        // The Compatibility API (docs.cohere.com/docs/compatibility-api).
+        endpoints: &[openai_chat("https://api.cohere.ai/compatibility/v1", B)],
+    },
+    ProviderSpec {
+        name: "azure",
+        aliases: &["azure_openai", "azure-openai"],
+        kind: ProviderKind::Api,
+        key_env: Some("AZURE_OPENAI_API_KEY"),
+        // The v1 API (learn.microsoft.com/azure/ai-foundry/openai/
+        // api-version-lifecycle): `model` names the deployment, no
+        // api-version; the older per-deployment URLs (with their
+        // `?api-version=`) are accepted too. The resource is the user's.
+        endpoints: &[EndpointSpec {
+            base_url: None,
+            base_url_templates: &[
+                "https://{resource}.openai.azure.com/openai/v1",
+                "https://{resource}.openai.azure.com/openai/deployments/{deployment}",
+                "https://{resource}.cognitiveservices.azure.com/openai/v1",
+                "https://{resource}.cognitiveservices.azure.com/openai/deployments/{deployment}",
+            ],
+            ..openai_chat("", AuthType::ApiKeyHeader)
+        }],
     },
     ProviderSpec {
         name: "gemini",
@@ -367,6 +451,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
             default_headers: &[],
             allow_local_network: false,
             protocol: WireProtocol::OpenAiChat,
+            base_url_templates: &[],
         }],
     },
     ProviderSpec {
@@ -408,5 +493,83 @@ mod tests {
             "query_cli"
         );
         assert!(lookup_provider("nope").is_none());
+    }
+
+    #[test]
+    fn compatible_providers_are_registered_for_chat_completions() {
+        for (name, alias, url, key, auth) in [
+            (
+                "mistral",
+                "mistralai",
+                Some("https://api.mistral.ai/v1"),
+                "MISTRAL_API_KEY",
+                AuthType::Bearer,
+            ),
+            (
+                "xai",
+                "x-ai",
+                Some("https://api.x.ai/v1"),
+                "XAI_API_KEY",
+                AuthType::Bearer,
+            ),
+            (
+                "cohere",
+                "cohere",
+                Some("https://api.cohere.ai/compatibility/v1"),
+                "COHERE_API_KEY",
+                AuthType::Bearer,
+            ),
+            (
+                "azure",
+                "azure_openai",
+                None,
+                "AZURE_OPENAI_API_KEY",
+                AuthType::ApiKeyHeader,
+            ),
+        ] {
+            let spec = lookup_provider(alias).unwrap();
+            assert_eq!(spec.name, name);
+            assert_eq!(spec.key_env, Some(key));
+            let ep = spec.endpoint("chat").unwrap();
+            assert_eq!(
+                (ep.path, ep.base_url, ep.auth_type, ep.protocol),
+                ("chat/completions", url, auth, WireProtocol::OpenAiChat),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn url_templates_match_one_label_per_placeholder() {
+        let t = "https://{resource}.openai.azure.com/openai/v1";
+        assert!(url_matches_template(
+            t,
+            "https://my-res.openai.azure.com/openai/v1"
+        ));
+        assert!(url_matches_template(
+            t,
+            "https://r1.openai.azure.com/openai/v1?x=1"
+        ));
+        for bad in [
+            "https://.openai.azure.com/openai/v1",
+            "https://a.b.openai.azure.com/openai/v1",
+            "https://evil.example/x.openai.azure.com/openai/v1",
+            "https://evil.example#.openai.azure.com/openai/v1",
+            "http://r.openai.azure.com/openai/v1",
+            "https://r.openai.azure.com/openai/v1/extra",
+            "https://r.openai.azure.com.evil.example/openai/v1",
+            "https://r.openai.azure.com:8443/openai/v1",
+        ] {
+            assert!(!url_matches_template(t, bad), "{bad}");
+        }
+        let d = "https://{resource}.openai.azure.com/openai/deployments/{deployment}";
+        assert!(url_matches_template(
+            d,
+            "https://r.openai.azure.com/openai/deployments/gpt-4o_prod?api-version=2024-10-21"
+        ));
+        assert!(!url_matches_template(
+            d,
+            "https://r.openai.azure.com/openai/deployments/a/b"
+        ));
     }
 }

@@ -720,3 +720,84 @@ async fn configuration_only_model_is_not_connected() {
     assert_eq!(model.to_dict(false, false), c.to_dict(false, false));
     assert_eq!(model.snapshot(), c);
 }
+
+#[test]
+fn azure_needs_its_resource_url_and_round_trips_its_api_key_auth() {
+    let err = ModelConfig::new("azure", "my-deployment").unwrap_err();
+    assert!(err.to_string().contains("base_url"), "{err}");
+    let config = ModelConfig::builder()
+        .provider("azure")
+        .model("my-deployment")
+        .base_url("https://contoso.openai.azure.com/openai/v1/")
+        .build()
+        .unwrap();
+    assert_eq!(config.endpoint().auth_type, AuthType::ApiKeyHeader);
+    assert_eq!(
+        config.url().as_deref(),
+        Some("https://contoso.openai.azure.com/openai/v1/chat/completions")
+    );
+    assert!(config.base_url_is_registered());
+    let dict = config.to_dict(false, false);
+    assert_eq!(dict["endpoint"]["config"]["auth_type"], "api-key");
+    let text = dict.to_string();
+    assert!(!text.contains("AZURE_OPENAI_API_KEY"), "{text}");
+    let back = ModelConfig::from_dict(&dict).unwrap();
+    assert_eq!(back.endpoint().auth_type, AuthType::ApiKeyHeader);
+    assert_eq!(back.to_dict(false, false), dict);
+    assert!(back.base_url_is_registered());
+
+    let legacy = ModelConfig::builder()
+        .provider("azure-openai")
+        .model("dep")
+        .base_url("https://contoso.openai.azure.com/openai/deployments/dep?api-version=2024-10-21")
+        .build()
+        .unwrap();
+    assert_eq!(
+        legacy.url().as_deref(),
+        Some(
+            "https://contoso.openai.azure.com/openai/deployments/dep/chat/completions?api-version=2024-10-21"
+        )
+    );
+    assert!(legacy.base_url_is_registered());
+    // Another host is not Azure: the environment key is never sent there.
+    for other in [
+        "https://contoso.example/openai/v1",
+        "https://a.contoso.openai.azure.com/openai/v1",
+        "http://127.0.0.1:9/v1",
+    ] {
+        let c = ModelConfig::builder()
+            .provider("azure")
+            .model("d")
+            .base_url(other)
+            .build()
+            .unwrap();
+        assert!(!c.base_url_is_registered(), "{other}");
+    }
+}
+
+#[test]
+fn compatible_providers_send_env_keys_only_to_their_registered_urls() {
+    for (provider, url) in [
+        ("mistral", "https://api.mistral.ai/v1/chat/completions"),
+        ("xai", "https://api.x.ai/v1/chat/completions"),
+        (
+            "cohere",
+            "https://api.cohere.ai/compatibility/v1/chat/completions",
+        ),
+    ] {
+        let mut c = ModelConfig::new(provider, "m").unwrap();
+        assert_eq!(c.url().as_deref(), Some(url));
+        assert!(c.base_url_is_registered(), "{provider}");
+        c.set_base_url("https://elsewhere.example/v1").unwrap();
+        assert!(!c.base_url_is_registered(), "{provider}");
+    }
+    let mut bad = ModelConfig::builder()
+        .provider("azure")
+        .model("d")
+        .base_url("https://contoso.openai.azure.com/openai/v1")
+        .build()
+        .unwrap()
+        .to_dict(false, false);
+    bad["endpoint"]["config"]["auth_type"] = json!("api_key");
+    assert!(ModelConfig::from_dict(&bad).is_err());
+}

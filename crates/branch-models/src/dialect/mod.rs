@@ -95,6 +95,7 @@ impl Dialect {
     pub fn normalize_event(self, event_name: &str, data: &str) -> Result<Normalized, NotJson> {
         match self {
             Self::Responses => responses::normalize_event(event_name, data),
+            Self::OpenAiChat => openai_chat::normalize_event(event_name, data),
             _ => sse::normalize(event_name, data),
         }
     }
@@ -165,6 +166,7 @@ pub fn auth_header(auth_type: AuthType, key: &str) -> Option<(&'static str, Stri
     match auth_type {
         AuthType::Bearer => Some(("authorization", format!("Bearer {key}"))),
         AuthType::XApiKey => Some(("x-api-key", key.to_owned())),
+        AuthType::ApiKeyHeader => Some(("api-key", key.to_owned())),
         AuthType::None => None,
     }
 }

@@ -301,6 +301,7 @@ mod tests {
         let display = Display {
             stream: false,
             spinner: false,
+            dim: false,
         };
         let piped = |lines: &[&str]| {
             let (tx, rx) = tokio::sync::mpsc::channel(lines.len().max(1));

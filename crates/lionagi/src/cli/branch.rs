@@ -374,8 +374,9 @@ pub fn listing(branch: &Branch) -> String {
     s
 }
 
-/// Token usage as `branch show` prints it: input and output, then what
-/// was served from or written to a prompt cache and the cost, when any.
+/// Token usage as `branch show` prints it: input (cached reads excluded)
+/// and output, then what was served from or written to a prompt cache,
+/// the output spent on reasoning and the cost, when any.
 fn usage_text(u: &branch_core::RunUsage) -> String {
     let mut t = format!("{} in / {} out", u.input_tokens, u.output_tokens);
     if u.cached_tokens > 0 {
@@ -383,6 +384,9 @@ fn usage_text(u: &branch_core::RunUsage) -> String {
     }
     if u.cache_write_tokens > 0 {
         t.push_str(&format!(" / {} cache-written", u.cache_write_tokens));
+    }
+    if u.reasoning_tokens > 0 {
+        t.push_str(&format!(" / {} reasoning", u.reasoning_tokens));
     }
     if let Some(c) = u.total_cost_usd {
         t.push_str(&format!(" / ${c:.4}"));

@@ -100,6 +100,10 @@ fn converse_or_ask(
         stream: !args.json,
         // Only for a person watching: never into a file or a pipe.
         spinner: !args.json && std::io::stdout().is_terminal() && std::io::stderr().is_terminal(),
+        // Escape codes only for a terminal, and never when the person
+        // asked for none (no-color.org).
+        dim: std::io::stdout().is_terminal()
+            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
     };
     if let Some(question) = &args.question {
         let mut answers = if args.approve {
@@ -283,6 +287,8 @@ fn one_turn(
             "model": info.label,
             "served_model": answer.served_model,
             "usage": answer.usage,
+            "reasoning": answer.reasoning,
+            "finish_reason": answer.finish_reason,
             "tool_calls": calls,
         });
         turn::say(&format!("{line}\n"));

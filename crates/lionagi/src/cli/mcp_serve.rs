@@ -43,6 +43,7 @@ impl Ask for Served {
             let quiet = Display {
                 stream: false,
                 spinner: false,
+                dim: false,
             };
             let answer = match &self.servers {
                 Some(s) => {

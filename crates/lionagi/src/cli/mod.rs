@@ -19,6 +19,7 @@ mod input;
 pub mod mcp_serve;
 mod mcp_tools;
 mod model_choice;
+mod reasoning;
 mod spinner;
 mod store;
 mod tool_turn;

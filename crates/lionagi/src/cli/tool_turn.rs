@@ -9,6 +9,7 @@ use branch_operations::{BranchOperations, OperateOptions, OperationError};
 use serde_json::Value;
 
 use super::chat_error::{ChatError, ModelInfo};
+use super::reasoning::{ReasoningPrinter, finish_of, reasoning_of};
 use super::spinner::Spinner;
 use super::turn::{Answer, Display, say};
 
@@ -114,12 +115,17 @@ async fn rounds(
             return Err(e);
         }
     };
+    let last = branch.msgs().last_response();
+    let reasoning = last.and_then(reasoning_of);
+    if display.stream {
+        if let Some(r) = &reasoning {
+            ReasoningPrinter::new(display.dim).print_whole(r);
+        }
+    }
     if display.stream && !text.is_empty() {
         say(&format!("{text}\n"));
     }
-    let response = branch
-        .msgs()
-        .last_response()
+    let response = last
         .and_then(|m| match &m.content {
             MessageContent::AssistantResponse(_) => m.element.metadata.get("model_response"),
             _ => None,
@@ -138,5 +144,7 @@ async fn rounds(
             .filter(|u| !u.is_null())
             .cloned(),
         paused,
+        reasoning,
+        finish_reason: response.as_ref().and_then(finish_of),
     })
 }

@@ -12,6 +12,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::chat_error::{ChatError, ModelInfo};
+use super::reasoning::{ReasoningPrinter, finish_of, reasoning_of};
 use super::spinner::Spinner;
 
 /// How the reply is shown.
@@ -21,6 +22,8 @@ pub(crate) struct Display {
     pub stream: bool,
     /// Show a spinner until the first token (stdout is a terminal).
     pub spinner: bool,
+    /// Show reasoning dimmed (stdout is a terminal and `NO_COLOR` unset).
+    pub dim: bool,
 }
 
 /// A turn that went through.
@@ -35,6 +38,10 @@ pub(crate) struct Answer {
     /// The reply asked for tool calls that await approval: the turn is
     /// paused (its reply recorded, the calls kept on the branch).
     pub paused: bool,
+    /// The reasoning the reply came with, readable text, when any.
+    pub reasoning: Option<String>,
+    /// Why the model stopped, normalised (see [`finish_of`]).
+    pub finish_reason: Option<&'static str>,
 }
 
 /// Asks `question` on `branch`. `Err(ChatError::Interrupted)` when Ctrl-C
@@ -51,14 +58,24 @@ pub(crate) async fn ask(
     // Rendered as the library renders every instruction (the system prompt
     // folds into the first one as guidance, as the reference does).
     let mut opts = RunOptions::new(question);
+    let thoughts = ReasoningPrinter::new(display.dim);
     if display.stream {
         let printed = Arc::clone(&printed);
+        let text_stopper = stopper.clone();
+        let before_text = thoughts.clone();
         opts = opts.on_text(move |text| {
-            if let Some(s) = &stopper {
+            if let Some(s) = &text_stopper {
                 s.stop();
             }
             printed.store(true, Ordering::Relaxed);
-            say(text);
+            say(&format!("{}{text}", before_text.close()));
+        });
+        let thinking = thoughts.clone();
+        opts = opts.on_thinking(move |piece| {
+            if let Some(s) = &stopper {
+                s.stop();
+            }
+            say(&thinking.thinking(piece));
         });
     }
     // Listening for Ctrl-C before the request goes out: a signal between
@@ -96,7 +113,12 @@ pub(crate) async fn ask(
     }
     drop(spinner);
     let printed = printed.load(Ordering::Relaxed);
-    if printed {
+    // A run of reasoning still open (no answer text after it) is closed,
+    // so the terminal is never left dimmed; it ends the line too.
+    let closing = thoughts.close();
+    if !closing.is_empty() {
+        say(&closing);
+    } else if printed {
         say("\n");
     }
     if cancelled {
@@ -111,6 +133,13 @@ pub(crate) async fn ask(
         MessageContent::AssistantResponse(c) => c.assistant_response.clone(),
         _ => String::new(),
     };
+    let reasoning = reasoning_of(&reply);
+    if display.stream && !thoughts.shown() {
+        // A model that does not stream its reasoning: shown whole, first.
+        if let Some(r) = &reasoning {
+            thoughts.print_whole(r);
+        }
+    }
     if display.stream && !printed && !text.is_empty() {
         // A model that does not stream text deltas: show the reply whole.
         say(&format!("{text}\n"));
@@ -129,6 +158,8 @@ pub(crate) async fn ask(
         served_model: served,
         usage,
         paused,
+        reasoning,
+        finish_reason: response.and_then(finish_of),
     })
 }
 
