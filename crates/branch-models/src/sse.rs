@@ -1,4 +1,6 @@
-//! Server-sent events to normalised chunks (providers.md §8).
+//! Server-sent events to normalised chunks (providers.md §8): the shared
+//! types and the chat-completions (and Responses) events. Anthropic
+//! Messages events are decoded in `dialect::anthropic::events`.
 
 use branch_core::model::{ChatChunk, ChunkKind};
 use serde_json::{Map, Value, json};
@@ -78,7 +80,7 @@ pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
     };
     let call_failed = failed(event_name, obj);
     let ty = obj.get("type").and_then(Value::as_str).unwrap_or_default();
-    let mut terminal = ty == "message_stop";
+    let mut terminal = false;
     let chunk = if matches!(ty, "error" | "response.error") || event_name == "error" {
         let mut c = with_raw(ChunkKind::Error, &raw);
         c.is_error = true;
@@ -94,49 +96,6 @@ pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
     } else if ty == "response.completed" {
         terminal = true;
         with_raw(ChunkKind::Result, &raw)
-    } else if ty == "content_block_delta"
-        && matches!(
-            str_at(&raw, "/delta/type"),
-            Some("text_delta" | "thinking_delta")
-        )
-    {
-        let thinking = str_at(&raw, "/delta/type") == Some("thinking_delta");
-        let mut c = with_raw(
-            if thinking {
-                ChunkKind::Thinking
-            } else {
-                ChunkKind::Text
-            },
-            &raw,
-        );
-        c.content = str_at(
-            &raw,
-            if thinking {
-                "/delta/thinking"
-            } else {
-                "/delta/text"
-            },
-        )
-        .map(str::to_owned);
-        c.is_delta = true;
-        c
-    } else if ty == "content_block_start" && str_at(&raw, "/content_block/type") == Some("tool_use")
-    {
-        // Anthropic tool call start (the reference reports it as `system`;
-        // normalised here so tool calls assemble across providers).
-        let mut c = with_raw(ChunkKind::ToolUse, &raw);
-        c.tool_name = str_at(&raw, "/content_block/name").map(str::to_owned);
-        c.tool_id = str_at(&raw, "/content_block/id").map(str::to_owned);
-        c.tool_input = Some(json!({"arguments": ""}));
-        c.is_delta = true;
-        c
-    } else if ty == "content_block_delta" && str_at(&raw, "/delta/type") == Some("input_json_delta")
-    {
-        let mut c = with_raw(ChunkKind::ToolUse, &raw);
-        c.tool_input =
-            Some(json!({"arguments": str_at(&raw, "/delta/partial_json").unwrap_or_default()}));
-        c.is_delta = true;
-        c
     } else if let Some(text) = str_at(&raw, "/choices/0/delta/content").filter(|t| !t.is_empty()) {
         let mut c = with_raw(ChunkKind::Text, &raw);
         c.content = Some(text.to_owned());
@@ -204,14 +163,6 @@ mod tests {
         let done = n("message", "[DONE]");
         assert!(done.terminal);
         assert_eq!(done.chunk.to_value()["metadata"], json!({"done": true}));
-        let anth = n(
-            "content_block_delta",
-            r#"{"type":"content_block_delta","delta":{"type":"thinking_delta","thinking":"hm"}}"#,
-        );
-        assert_eq!(
-            (anth.chunk.kind, anth.chunk.content.as_deref()),
-            (ChunkKind::Thinking, Some("hm"))
-        );
         let err = n(
             "error",
             r#"{"type":"error","error":{"message":"overloaded"}}"#,
