@@ -595,3 +595,35 @@ fn try_build_body_names_the_message_at_fault() {
     let e = try_build_body(&config(None), &req, false).unwrap_err();
     assert!(e.message.contains("message 1 (function)"), "{}", e.message);
 }
+
+/// The stand-in Messages server refuses what the reference sends for a
+/// tool conversation (OpenAI-shaped tools, `tool_calls`, `role: tool`) and
+/// takes the native translation of the same request.
+#[test]
+fn the_stand_in_refuses_the_reference_body_and_takes_ours() {
+    let req = ChatRequest::new(vec![
+        ChatMessage::user("6*7?"),
+        assistant_calling(
+            "",
+            vec![tool_call("toolu_1", "multiply", r#"{"a":6,"b":7}"#)],
+        ),
+        tool_result("toolu_1", "42"),
+        ChatMessage::user("So?"),
+    ])
+    .with_field("tools", json!([multiply_tool()]));
+    let reference = req.generic_payload(config(None).kwargs(), false);
+    let mut reference = reference.as_object().unwrap().clone();
+    reference.insert("max_tokens".into(), 8192.into());
+    let e = crate::mock_messages::validate(&Value::Object(reference)).unwrap_err();
+    assert!(e.contains("tools.0.custom"), "{e}");
+    let ours = build_body(&config(None), &req, false);
+    assert_eq!(crate::mock_messages::validate(&ours), Ok(()));
+    // And a reply whose results do not answer the calls is refused.
+    let mut broken = ours.clone();
+    broken["messages"][2]["content"][0]["tool_use_id"] = "toolu_x".into();
+    assert!(
+        crate::mock_messages::validate(&broken)
+            .unwrap_err()
+            .contains("unexpected `tool_use_id`")
+    );
+}
