@@ -9,12 +9,12 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use branch_core::json_repair::{parse_lenient, parse_truncated};
-use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_execution};
+use branch_core::model::{ChunkKind, StreamAccumulator, api_call_execution};
 use branch_core::{Branch, ToDictOptions};
 use branch_models::address_rules::classify;
 use branch_models::guard::{check_host, check_ip};
 use branch_models::json_grammar::Grammar;
-use branch_models::sse::normalize;
+use branch_models::dialect::Dialect;
 use branch_models::sse_frame::{SseError, SseEvent, SseFramer};
 use serde_json::Value;
 
@@ -203,43 +203,48 @@ pub fn provider_reply(data: &[u8]) {
     let Ok(raw) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    let r = ChatResponse::from_raw(raw);
-    let _ = r.tool_calls.len();
-    let _ = r.usage.as_ref().map(|u| u.input_tokens());
-    let _ = api_call_execution(Ok(&r), 0.0);
+    for dialect in [Dialect::OpenAiChat, Dialect::Anthropic] {
+        let r = dialect.decode_reply(raw.clone());
+        let _ = r.tool_calls.len();
+        let _ = r.usage.as_ref().map(|u| u.input_tokens());
+        let _ = api_call_execution(Ok(&r), 0.0);
+    }
 }
 
 /// Fuzzes the decoding of streamed provider replies of every dialect
 /// (OpenAI chat-completion chunks, Anthropic Messages events, OpenAI
 /// Responses events): bytes are framed as SSE, each event normalised into
-/// a chunk (`branch_models::sse::normalize`) and folded into the whole
-/// reply (`StreamAccumulator`), as a streaming call does. Nothing panics,
-/// and the accumulated text is exactly the text chunks' content.
+/// a chunk by each dialect (`Dialect::normalize_event`) and folded into
+/// the whole reply (`StreamAccumulator`), as a streaming call does.
+/// Nothing panics, and the accumulated text is exactly the text chunks'
+/// content.
 pub fn provider_stream(data: &[u8]) {
     let mut framer = SseFramer::new();
     let mut events = Vec::new();
     if framer.push(data, &mut events).is_err() {
         return;
     }
-    let mut acc = StreamAccumulator::new();
-    let mut text = String::new();
-    for ev in &events {
-        let name = if ev.event.is_empty() {
-            "message"
-        } else {
-            ev.event.as_str()
-        };
-        let Ok(n) = normalize(name, &ev.data) else {
-            continue;
-        };
-        if n.chunk.kind == ChunkKind::Text {
-            text.push_str(n.chunk.content.as_deref().unwrap_or_default());
+    for dialect in [Dialect::OpenAiChat, Dialect::Anthropic] {
+        let mut acc = StreamAccumulator::new();
+        let mut text = String::new();
+        for ev in &events {
+            let name = if ev.event.is_empty() {
+                "message"
+            } else {
+                ev.event.as_str()
+            };
+            let Ok(n) = dialect.normalize_event(name, &ev.data) else {
+                continue;
+            };
+            if n.chunk.kind == ChunkKind::Text {
+                text.push_str(n.chunk.content.as_deref().unwrap_or_default());
+            }
+            acc.push(&n.chunk);
+            let _ = n.chunk.to_value();
         }
-        acc.push(&n.chunk);
-        let _ = n.chunk.to_value();
+        let reply = acc.finish();
+        assert_eq!(reply.text, text, "{dialect:?}");
     }
-    let reply = acc.finish();
-    assert_eq!(reply.text, text);
 }
 
 /// Fuzzes the local-network guard's decision: any host string is checked

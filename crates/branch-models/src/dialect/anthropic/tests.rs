@@ -627,3 +627,102 @@ fn the_stand_in_refuses_the_reference_body_and_takes_ours() {
             .contains("unexpected `tool_use_id`")
     );
 }
+
+/// The stand-in's event stream of a whole message (thinking, text,
+/// `tool_use` split every three characters) assembles back into it.
+#[tokio::test]
+async fn a_stand_in_stream_assembles_back_into_its_message() {
+    let server = crate::mock_messages::MockMessagesServer::start().await;
+    server.push(json!({
+        "content": [
+            {"type": "thinking", "thinking": "Multiply first.", "signature": "sig-Z"},
+            {"type": "text", "text": "Working on it…"},
+            {"type": "tool_use", "id": "toolu_9", "name": "multiply", "input": {"a": 6, "b": 7, "note": "süß"}}
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 9, "output_tokens": 30}
+    }));
+    let m = IModel::with_api_key(
+        ModelConfig::builder()
+            .provider("anthropic")
+            .model("claude-sonnet-4-5")
+            .base_url(&server.base_url())
+            .allow_local_network(true)
+            .build()
+            .unwrap(),
+        ApiKey::new("k"),
+    )
+    .unwrap();
+    let req = ChatRequest::new(vec![ChatMessage::user("6*7?")])
+        .with_field("tools", json!([multiply_tool()]));
+    let mut s = m.stream(req).await.unwrap();
+    let mut acc = StreamAccumulator::new();
+    while let Some(c) = s.next().await {
+        acc.push(&c.unwrap());
+    }
+    let r = acc.finish();
+    assert_eq!(server.rejections(), Vec::<String>::new());
+    assert_eq!(r.text, "Working on it…");
+    assert_eq!(r.tool_calls[0].id, "toolu_9");
+    let args: Value = serde_json::from_str(&r.tool_calls[0].arguments).unwrap();
+    assert_eq!(args, json!({"a": 6, "b": 7, "note": "süß"}));
+    assert_eq!(
+        r.reasoning,
+        vec![ReasoningBlock::Thinking {
+            text: "Multiply first.".into(),
+            signature: Some("sig-Z".into())
+        }]
+    );
+}
+
+/// A multi-turn native tool conversation through the `anthropic` provider
+/// against llama.cpp's `/v1/messages` (`LIONAGI_E2E_BASE_URL`): tools with
+/// `input_schema`, a `tool_use` / `tool_result` round, an image-free user
+/// turn merged after the results, caching breakpoints; whole and streamed.
+/// Only the protocol is asserted, never what the tiny model says.
+#[tokio::test]
+async fn e2e_llama_cpp_messages_multi_turn_tools() {
+    let Some((url, name)) = crate::mock::e2e_server() else {
+        return;
+    };
+    let config = ModelConfig::builder()
+        .provider("anthropic")
+        .model(&name)
+        .base_url(&url)
+        .allow_local_network(true)
+        .kwarg("max_tokens", 16)
+        .build()
+        .unwrap();
+    let m = IModel::with_api_key(config, ApiKey::new("dummy-key-e2e")).unwrap();
+    let req = ChatRequest::new(vec![
+        ChatMessage::system("You can multiply."),
+        ChatMessage::user("What is 6*7?"),
+        assistant_calling(
+            "Let me compute.",
+            vec![tool_call("toolu_1", "multiply", r#"{"a":6,"b":7}"#)],
+        ),
+        tool_result("toolu_1", "42"),
+        ChatMessage::user("So what is it?"),
+    ])
+    .with_field("tools", json!([multiply_tool()]))
+    .with_field("tool_choice", "auto")
+    .with_field("prompt_caching", true)
+    .with_field("temperature", 0);
+    let r = m.chat(req.clone()).await.unwrap();
+    assert!(
+        r.raw.get("content").is_some_and(Value::is_array),
+        "{}",
+        r.raw
+    );
+    assert!(r.finish().is_some());
+    assert!(r.usage.as_ref().is_some_and(|u| u.input_tokens() > 0));
+    let mut s = m.stream(req).await.unwrap();
+    let mut acc = StreamAccumulator::new();
+    while let Some(c) = s.next().await {
+        acc.push(&c.unwrap());
+    }
+    assert!(acc.is_done(), "message_stop seen");
+    let r = acc.finish();
+    assert!(!r.text.is_empty() || !r.tool_calls.is_empty());
+    assert!(r.usage.is_some_and(|u| u.completion_tokens > 0));
+}
