@@ -12,9 +12,9 @@ use branch_core::json_repair::{parse_lenient, parse_truncated};
 use branch_core::model::{ChunkKind, StreamAccumulator, api_call_execution};
 use branch_core::{Branch, ToDictOptions};
 use branch_models::address_rules::classify;
+use branch_models::dialect::Dialect;
 use branch_models::guard::{check_host, check_ip};
 use branch_models::json_grammar::Grammar;
-use branch_models::dialect::Dialect;
 use branch_models::sse_frame::{SseError, SseEvent, SseFramer};
 use serde_json::Value;
 
