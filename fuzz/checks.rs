@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use branch_core::json_repair::{parse_lenient, parse_truncated};
-use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_execution};
+use branch_core::model::{ChunkKind, StreamAccumulator, api_call_execution};
 use branch_core::{Branch, ToDictOptions};
 use branch_models::address_rules::classify;
 use branch_models::dialect::Dialect;
@@ -211,6 +211,9 @@ pub fn provider_reply(data: &[u8]) {
         let _ = dialect.reply_error_status(&raw, 200);
         let r = dialect.decode_reply(raw.clone());
         let _ = r.finish();
+        let _ = r.tool_calls.len();
+        let _ = r.usage.as_ref().map(|u| u.input_tokens());
+        let _ = api_call_execution(Ok(&r), 0.0);
     }
 }
 
@@ -249,7 +252,7 @@ pub fn provider_stream(data: &[u8]) {
             let _ = n.chunk.to_value();
         }
         let reply = acc.finish();
-        assert_eq!(reply.text, text);
+        assert_eq!(reply.text, text, "{dialect:?}");
     }
 }
 

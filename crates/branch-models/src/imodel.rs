@@ -313,9 +313,11 @@ impl IModel {
 
         let built;
         let body = match payload {
-            Some(b) => b,
-            None => {
-                built = dialect::build_body(config, request, stream);
+            // `null` is the body of a request the dialect cannot translate:
+            // built again, it gives the reason.
+            Some(b) if !b.is_null() => b,
+            _ => {
+                built = dialect::try_build_body(config, request, stream)?;
                 &built
             }
         };

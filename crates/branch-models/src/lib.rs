@@ -41,6 +41,8 @@ pub mod limits;
 pub mod local;
 #[cfg(any(test, feature = "test-support"))]
 pub mod mock;
+#[cfg(any(test, feature = "test-support"))]
+pub mod mock_messages;
 mod reply_stream;
 mod secret;
 pub mod sse;

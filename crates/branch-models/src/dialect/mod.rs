@@ -76,7 +76,8 @@ impl Dialect {
     pub fn decode_reply(self, raw: Value) -> ChatResponse {
         match self {
             Self::Responses => responses::decode_reply(raw),
-            _ => ChatResponse::from_raw(raw),
+            Self::Anthropic => anthropic::decode_reply(raw),
+            Self::OpenAiChat => ChatResponse::from_raw(raw),
         }
     }
 
@@ -96,15 +97,28 @@ impl Dialect {
         match self {
             Self::Responses => responses::normalize_event(event_name, data),
             Self::OpenAiChat => openai_chat::normalize_event(event_name, data),
-            _ => sse::normalize(event_name, data),
+            Self::Anthropic => anthropic::normalize_event(event_name, data),
         }
     }
 }
 
-/// Builds the JSON body the reference sends for `request`: the model's
-/// `kwargs`, updated with the request's fields, then the dialect's own
-/// translation.
+/// Builds the JSON body sent for `request` (see [`try_build_body`]); a
+/// request the dialect cannot translate has no body: `null`, and sending
+/// it fails with the reason.
 pub fn build_body(config: &ModelConfig, request: &ChatRequest, stream: bool) -> Value {
+    try_build_body(config, request, stream).unwrap_or(Value::Null)
+}
+
+/// Builds the JSON body sent for `request`: the model's `kwargs`, updated
+/// with the request's fields, then the dialect's own translation. Errors
+/// when the request has no faithful form in the dialect (an Anthropic
+/// image that is neither a data URL nor http(s), tool-call arguments that
+/// are not a JSON object ...).
+pub fn try_build_body(
+    config: &ModelConfig,
+    request: &ChatRequest,
+    stream: bool,
+) -> Result<Value, ModelError> {
     let mut payload: Map<String, Value> = config.kwargs().clone();
     for (k, v) in &request.fields {
         payload.insert(k.clone(), v.clone());
@@ -113,9 +127,17 @@ pub fn build_body(config: &ModelConfig, request: &ChatRequest, stream: bool) -> 
         payload.shift_remove("stream");
     }
     match Dialect::of(config) {
-        Dialect::OpenAiChat => openai_chat::build_body(config, request, stream, payload),
-        Dialect::Anthropic => anthropic::build_body(config, request, stream, payload),
-        Dialect::Responses => responses::build_body(config, request, stream, payload),
+        Dialect::OpenAiChat => Ok(openai_chat::build_body(config, request, stream, payload)),
+        Dialect::Responses => Ok(responses::build_body(config, request, stream, payload)),
+        Dialect::Anthropic => {
+            anthropic::build_body(config, request, stream, payload).map_err(|reason| {
+                error(
+                    config,
+                    ModelErrorKind::BadRequest,
+                    format!("the request has no Anthropic Messages form: {reason}"),
+                )
+            })
+        }
     }
 }
 
