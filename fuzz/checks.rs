@@ -203,10 +203,6 @@ pub fn provider_reply(data: &[u8]) {
     let Ok(raw) = serde_json::from_slice::<Value>(data) else {
         return;
     };
-    let r = ChatResponse::from_raw(raw.clone());
-    let _ = r.tool_calls.len();
-    let _ = r.usage.as_ref().map(|u| u.input_tokens());
-    let _ = api_call_execution(Ok(&r), 0.0);
     for dialect in DIALECTS {
         let _ = dialect.reply_error_status(&raw, 200);
         let r = dialect.decode_reply(raw.clone());

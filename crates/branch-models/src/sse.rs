@@ -1,7 +1,7 @@
 //! Server-sent events to normalised chunks (providers.md §8).
 
 use branch_core::model::{ChatChunk, ChunkKind};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// One normalised event: the chunk, and whether it says the call failed.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,6 +124,8 @@ fn any_protocol(raw: &Value, obj: &Map<String, Value>) -> Option<ChatChunk> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn n(name: &str, data: &str) -> Normalized {

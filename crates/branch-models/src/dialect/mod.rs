@@ -18,7 +18,7 @@ use serde_json::{Map, Value};
 
 pub use anthropic::ANTHROPIC_DEFAULT_MAX_TOKENS;
 
-use crate::sse::{self, Normalized, NotJson};
+use crate::sse::{Normalized, NotJson};
 
 /// Keys never sent when the endpoint has no request model (§4.1).
 pub(crate) const INTERNAL_KEYS: &[&str] = &[
