@@ -124,7 +124,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         .join("examples")
         .join(example);
     let mut cmd = std::process::Command::new(&binary);
-    if matches!(*name, "turns" | "model") && find_nginx().is_none() {
+    if matches!(name.as_str(), "turns" | "model") && find_nginx().is_none() {
         // No nginx: our own static responder serves in its place.
         run(cargo()
             .args([

@@ -149,7 +149,7 @@ async fn main() -> Result<(), Error> {
     );
 
     let bodies = capture("c64", &a).await?;
-    let _ = run_raw(&client, &url, &bodies, a.concurrency).await?;
+    run_raw(&client, &url, &bodies, a.concurrency).await?;
     let turns = (a.branches * TURNS) as f64;
     for (name, concurrency) in [("c64", a.concurrency), ("all_at_once", a.branches)] {
         // Three alternating measured passes; the best of each side.
