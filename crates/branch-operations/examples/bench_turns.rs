@@ -118,6 +118,18 @@ async fn capture(workload: &str, a: &Args) -> Result<Vec<Value>, Error> {
 async fn main() -> Result<(), Error> {
     let a = args()?;
     bench_server::raise_open_files_limit();
+    // A branch dumps its logs at capacity (the reference's default) into
+    // `./data/logs`: that cost is part of a turn, but the files belong in a
+    // directory of the benchmark's own, removed at the end.
+    let scratch = std::env::temp_dir().join(format!("lionagi-bench-turns-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    std::env::set_current_dir(&scratch)?;
+    let result = run(a).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+async fn run(a: Args) -> Result<(), Error> {
     let server = StaticServer::start(&bench_server::chat_completion_json(REPLY))?;
     let model = model_for(&server.base_url())?;
     let url = format!("{}/chat/completions", server.base_url());
