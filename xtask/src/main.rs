@@ -4,7 +4,9 @@
 //!   targets' smoke run on stable, every test.
 //! - `cargo xtask bench <name> [args]`: runs a benchmark program in release
 //!   mode and prints its figures as a table (`serialize`, `model`, `turns`,
-//!   `extensions`, `store`, `local`).
+//!   `extensions`, `store`, `local`). `turns` and `model` start a fixed-reply
+//!   server in another process (nginx, else our `static_responder`);
+//!   `--callgrind` counts their client instructions per request instead.
 //! - `cargo xtask fetch-model`: puts the default embedded model into the
 //!   model cache and prints its path.
 //! - `cargo xtask refdiff [NAME...]`: the differential harness against
@@ -15,6 +17,7 @@
 
 use std::process::{Command, ExitCode};
 
+mod callgrind;
 mod fetch_model;
 mod refdiff;
 
@@ -103,30 +106,53 @@ fn bench(args: &[String]) -> Result<(), String> {
         .iter()
         .find(|b| b.0 == name)
         .ok_or_else(|| format!("unknown benchmark `{name}`"))?;
-    let mut cmd = cargo();
-    cmd.args([
-        "run",
-        "--release",
-        "--quiet",
-        "--package",
-        package,
-        "--example",
-        example,
-    ]);
+    let callgrind = args.iter().any(|a| a == "--callgrind");
+    let rest: Vec<String> = args[1..]
+        .iter()
+        .filter(|a| *a != "--callgrind")
+        .cloned()
+        .collect();
+    let mut build = cargo();
+    build.args(["build", "--release", "--quiet", "--package", package]);
+    build.args(["--example", example]);
     if !features.is_empty() {
-        cmd.args(["--features", features]);
+        build.args(["--features", features]);
     }
-    cmd.arg("--").args(&args[1..]);
+    run(&mut build)?;
+    let binary = callgrind::target_dir()
+        .join("release")
+        .join("examples")
+        .join(example);
+    let mut cmd = std::process::Command::new(&binary);
+    if matches!(name.as_str(), "turns" | "model") && find_nginx().is_none() {
+        // No nginx: our own static responder serves in its place.
+        run(cargo()
+            .args([
+                "build",
+                "--release",
+                "--quiet",
+                "--package",
+                "branch-models",
+            ])
+            .args(["--example", "static_responder"]))?;
+        cmd.env(
+            "LIONAGI_BENCH_RESPONDER",
+            callgrind::target_dir().join("release/examples/static_responder"),
+        );
+    }
+    if callgrind {
+        return callgrind::callgrind(name, &binary, &rest);
+    }
+    cmd.args(&rest);
+    // The program's notes (which server, the load average) go straight to
+    // the terminal; its figures are read from stdout.
+    cmd.stderr(std::process::Stdio::inherit());
     eprintln!("xtask: running {cmd:?}");
     let out = cmd
         .output()
         .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
     if !out.status.success() {
-        return Err(format!(
-            "benchmark `{name}` failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
+        return Err(format!("benchmark `{name}` failed ({})", out.status));
     }
     let text = String::from_utf8_lossy(&out.stdout);
     println!("| benchmark | metric | ours | baseline (same run) | ratio |");
@@ -161,6 +187,16 @@ fn bench(args: &[String]) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// nginx on PATH or in /usr/sbin (Debian's package puts it there).
+fn find_nginx() -> Option<std::path::PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .chain(["/usr/sbin".into(), "/sbin".into()])
+        .map(|d| d.join("nginx"))
+        .find(|p| p.is_file())
+        .filter(|_| std::env::var_os("LIONAGI_BENCH_NO_NGINX").is_none())
 }
 
 fn round(n: &str) -> String {

@@ -1,93 +1,150 @@
-//! 1,000 concurrent chat calls to a static loopback server through `IModel`,
-//! beside raw `reqwest` sending the same bodies, in the same run.
+//! Chat calls through `IModel` against a fixed-reply server in another
+//! process (nginx, or our static responder), beside raw `reqwest` sending
+//! the same body with the same concurrency, in the same run.
 //!
-//! `cargo run --release -p branch-models --features test-support --example bench_model [N]`
+//! `cargo xtask bench model [--calls N]` (default 1,000, all at once)
 //!
-//! Prints one JSON line: bench, metric, ours (IModel ms), baseline (raw reqwest ms),
-//! unit, ratio.
+//! Figures: wall time and the client's CPU time (`getrusage` of this
+//! process; the server's is not counted), best of 5 alternating rounds.
+//! `--side imodel|raw|none` runs one side once and exits, for
+//! `cargo xtask bench model --callgrind`.
+//!
+//! Prints one JSON line per metric: bench, metric, ours, baseline, unit,
+//! ratio (ours / baseline).
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use branch_models::mock::{MockReply, MockServer};
+use branch_models::bench_server::{self, StaticServer, Usage};
 use branch_models::{ChatMessage, ChatModel, ChatRequest, IModel, ModelConfig};
 
+type Error = Box<dyn std::error::Error + Send + Sync>;
+
+const ROUNDS: usize = 5;
+
+async fn run_imodel(model: &Arc<IModel>, request: &ChatRequest, calls: usize) -> Result<(), Error> {
+    let tasks: Vec<_> = (0..calls)
+        .map(|_| {
+            let m = Arc::clone(model);
+            let r = request.clone();
+            tokio::spawn(async move { m.chat(r).await.map(|resp| resp.text.len()) })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
+async fn run_raw(
+    client: &reqwest::Client,
+    url: &str,
+    body: &[u8],
+    calls: usize,
+) -> Result<(), Error> {
+    let tasks: Vec<_> = (0..calls)
+        .map(|_| {
+            let c = client.clone();
+            let (u, b) = (url.to_owned(), body.to_vec());
+            tokio::spawn(async move {
+                let resp = c
+                    .post(u)
+                    .header("content-type", "application/json")
+                    .header("authorization", "Bearer bench-key")
+                    .body(b)
+                    .send()
+                    .await?
+                    .error_for_status()?;
+                let v: serde_json::Value = resp.json().await?;
+                Ok::<bool, reqwest::Error>(v.is_object())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await??;
+    }
+    Ok(())
+}
+
 #[tokio::main]
-async fn main() {
-    let calls: usize = std::env::args()
-        .nth(1)
-        .and_then(|a| a.parse().ok())
-        .unwrap_or(1000);
-    let server = MockServer::start_static(MockReply::text("pong")).await;
+async fn main() -> Result<(), Error> {
+    let mut calls = 1000usize;
+    let mut side: Option<String> = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--calls" => calls = it.next().ok_or("--calls needs a value")?.parse()?,
+            "--side" => side = Some(it.next().ok_or("--side needs a value")?),
+            // The old positional form: `bench_model N`.
+            n => calls = n.parse()?,
+        }
+    }
+    bench_server::raise_open_files_limit();
+    let server = StaticServer::start(&bench_server::chat_completion_json("pong"))?;
     let config = ModelConfig::builder()
         .provider("openai")
         .model("gpt-4.1-mini")
         .base_url(&server.base_url())
         .allow_local_network(true)
-        .build()
-        .expect("config");
-    let model = Arc::new(IModel::with_api_key(config, "bench-key").expect("model"));
+        .build()?;
+    let model = Arc::new(IModel::with_api_key(config, "bench-key")?);
     let request = ChatRequest::new(vec![ChatMessage::user("ping")]);
-    let body = serde_json::to_vec(&model.request_payload(&request, false)).expect("body");
+    // The raw client sends the body IModel builds, serialized once.
+    let body = serde_json::to_vec(&model.request_payload(&request, false))?;
     let url = format!("{}/chat/completions", server.base_url());
-    let raw = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+    let raw = reqwest::Client::builder().no_proxy().build()?;
 
-    // Warm both connection pools.
-    model.chat(request.clone()).await.expect("warm-up");
-    raw.post(&url)
-        .body(body.clone())
-        .send()
-        .await
-        .expect("warm-up");
-
-    let mut results = Vec::new();
-    for round in 0..3 {
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..calls)
-            .map(|_| {
-                let m = Arc::clone(&model);
-                let r = request.clone();
-                tokio::spawn(async move { m.chat(r).await.map(|resp| resp.text.len()) })
-            })
-            .collect();
-        for t in tasks {
-            t.await.expect("join").expect("imodel call");
+    if let Some(side) = side {
+        match side.as_str() {
+            "imodel" => run_imodel(&model, &request, calls).await?,
+            "raw" => run_raw(&raw, &url, &body, calls).await?,
+            "none" => {}
+            s => return Err(format!("unknown side {s}").into()),
         }
-        let imodel = start.elapsed();
-
-        let start = Instant::now();
-        let tasks: Vec<_> = (0..calls)
-            .map(|_| {
-                let c = raw.clone();
-                let (u, b) = (url.clone(), body.clone());
-                tokio::spawn(async move {
-                    let resp = c
-                        .post(u)
-                        .header("content-type", "application/json")
-                        .header("authorization", "Bearer bench-key")
-                        .body(b)
-                        .send()
-                        .await?;
-                    let v: serde_json::Value = resp.json().await?;
-                    Ok::<usize, reqwest::Error>(v.to_string().len())
-                })
-            })
-            .collect();
-        for t in tasks {
-            t.await.expect("join").expect("raw call");
-        }
-        let raw_t = start.elapsed();
-        results.push((round, imodel, raw_t));
+        println!("{{\"side\": \"{side}\", \"requests\": {calls}}}");
+        return Ok(());
     }
-    let best_imodel = results.iter().map(|r| r.1).min().unwrap_or_default();
-    let best_raw = results.iter().map(|r| r.2).min().unwrap_or_default();
-    println!(
-        "{{\"bench\": \"model\", \"metric\": \"{calls}_concurrent_calls\", \"ours\": {:.1}, \"baseline\": {:.1}, \"unit\": \"ms\", \"ratio\": {:.3}}}",
-        best_imodel.as_secs_f64() * 1000.0,
-        best_raw.as_secs_f64() * 1000.0,
-        best_imodel.as_secs_f64() / best_raw.as_secs_f64()
+    eprintln!(
+        "server: {:?} (pid {}), load average {:?}",
+        server.kind(),
+        server.pid(),
+        bench_server::load_average()
     );
+
+    // Warm both connection pools with a full pass each.
+    run_imodel(&model, &request, calls).await?;
+    run_raw(&raw, &url, &body, calls).await?;
+    let mut best = [(f64::MAX, f64::MAX); 2];
+    for _ in 0..ROUNDS {
+        let u = Usage::now();
+        let t = Instant::now();
+        run_imodel(&model, &request, calls).await?;
+        let (w, c) = (t.elapsed().as_secs_f64(), Usage::now().cpu_since(&u));
+        best[0] = (best[0].0.min(w), best[0].1.min(c));
+        let u = Usage::now();
+        let t = Instant::now();
+        run_raw(&raw, &url, &body, calls).await?;
+        let (w, c) = (t.elapsed().as_secs_f64(), Usage::now().cpu_since(&u));
+        best[1] = (best[1].0.min(w), best[1].1.min(c));
+    }
+    let print = |metric: &str, ours: f64, base: f64, unit: &str| {
+        println!(
+            "{{\"bench\": \"model\", \"metric\": \"{metric}\", \"ours\": {ours:.2}, \"baseline\": {base:.2}, \"unit\": \"{unit}\", \"ratio\": {:.3}}}",
+            ours / base
+        );
+    };
+    print(
+        &format!("{calls}_concurrent_calls_wall"),
+        best[0].0 * 1e3,
+        best[1].0 * 1e3,
+        "ms",
+    );
+    let n = calls as f64;
+    print(
+        "cpu_per_call",
+        best[0].1 / n * 1e6,
+        best[1].1 / n * 1e6,
+        "us",
+    );
+    Ok(())
 }

@@ -22,6 +22,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod address_rules;
+#[cfg(feature = "test-support")]
+pub mod bench_server;
 pub mod breaker;
 #[cfg(test)]
 mod chatcompat_tests;

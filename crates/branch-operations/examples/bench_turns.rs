@@ -1,19 +1,32 @@
-//! Benchmark: 1,000 branches × 3 `communicate` turns against a static
-//! loopback server, and raw reqwest sending the same request bodies to the
-//! same server with the same concurrency, in the same run.
+//! Benchmark: `communicate` turns against a fixed-reply server in another
+//! process (nginx, or our static responder), beside raw reqwest sending the
+//! same request bodies with the same concurrency, in the same run.
 //!
-//! `cargo run --release -p branch-operations --example bench_turns [BRANCHES] [CONCURRENCY]`
+//! `cargo xtask bench turns [--branches N] [--concurrency C] [--seq-turns N]`
+//!
+//! Workloads: N branches × 3 turns at concurrency C (default 1,000 × 3 at
+//! 64); the same all at once; one conversation of `--seq-turns` sequential
+//! turns (default 1,000) with the per-turn cost at its start and its end.
+//! Figures: wall time, the client's CPU time (`getrusage`, every thread of
+//! this process; the server's is not counted), and the peak memory of the
+//! 1,000 × 3 run against the bytes its branches hold.
+//!
+//! `--side ours|raw|none --workload c64|all|seq` runs one side of one
+//! workload once and exits: `cargo xtask bench turns --callgrind` runs those
+//! under callgrind and subtracts the `none` (setup only) run.
 //!
 //! Prints one JSON object per line: `bench`, `metric`, `ours`,
-//! `baseline`, `unit`, `ratio` (ours / baseline for times, baseline /
-//! ours for rates, so above 1 means slower than raw HTTP either way).
+//! `baseline`, `unit`, `ratio` (ours / baseline, so above 1 means costlier
+//! than raw HTTP).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use branch_core::Branch;
+use branch_core::branch::ToDictOptions;
 use branch_core::model::{ChatModel, ModelConfig};
 use branch_models::IModel;
+use branch_models::bench_server::{self, StaticServer, Usage};
 use branch_models::mock::{MockReply, MockServer};
 use branch_operations::{BranchOperations, CommunicateOptions};
 use futures_util::StreamExt;
@@ -21,84 +34,242 @@ use serde_json::{Value, json};
 
 mod telemetry_cost;
 
-const TURNS: usize = 3;
+type Error = Box<dyn std::error::Error>;
 
-fn line(metric: &str, ours: f64, baseline: f64, unit: &str, ratio: f64) {
+const TURNS: usize = 3;
+const REPLY: &str = "Benchmark reply.";
+/// Turns averaged for the per-turn cost at each end of the long conversation.
+const WINDOW: usize = 100;
+
+fn line(metric: &str, ours: f64, baseline: f64, unit: &str) {
     println!(
         "{}",
         json!({"bench": "turns", "metric": metric, "ours": ours, "baseline": baseline,
-            "unit": unit, "ratio": ratio})
+            "unit": unit, "ratio": ours / baseline})
     );
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut args = std::env::args().skip(1);
-    let branches: usize = args.next().map_or(Ok(1000), |a| a.parse())?;
-    let concurrency: usize = args.next().map_or(Ok(64), |a| a.parse())?;
+/// Command-line settings.
+struct Args {
+    branches: usize,
+    concurrency: usize,
+    seq_turns: usize,
+    side: Option<String>,
+    workload: String,
+}
 
-    let server = MockServer::start_static(MockReply::text("Benchmark reply.")).await;
+fn args() -> Result<Args, Error> {
+    let mut a = Args {
+        branches: 1000,
+        concurrency: 64,
+        seq_turns: 1000,
+        side: None,
+        workload: "c64".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--branches" => a.branches = value()?.parse()?,
+            "--concurrency" => a.concurrency = value()?.parse()?,
+            "--seq-turns" => a.seq_turns = value()?.parse()?,
+            "--side" => a.side = Some(value()?),
+            "--workload" => a.workload = value()?,
+            other => return Err(format!("unknown argument {other}").into()),
+        }
+    }
+    Ok(a)
+}
+
+fn model_for(base_url: &str) -> Result<Arc<dyn ChatModel>, Error> {
     let config = ModelConfig::builder()
         .provider("openai")
         .model("gpt-4.1-mini")
-        .base_url(&server.base_url())
+        .base_url(base_url)
         .allow_local_network(true)
         .build()?;
-    let model: Arc<dyn ChatModel> = Arc::new(IModel::with_api_key(config, "bench")?);
+    Ok(Arc::new(IModel::with_api_key(config, "bench")?))
+}
 
-    // A warm-up pass of each side, then three alternating measured passes;
-    // the best of each side is reported (both sides see the same warm
-    // server and connection pools).
-    let _ = run_ours(&model, branches, concurrency).await?;
-    let bodies: Vec<Value> = server.bodies();
+fn branches(model: &Arc<dyn ChatModel>, n: usize) -> Result<Vec<Branch>, Error> {
+    (0..n)
+        .map(|_| {
+            Ok(Branch::builder()
+                .system("You are a benchmark.")
+                .chat_model(model.clone())
+                .build()?)
+        })
+        .collect()
+}
+
+/// The request bodies our client sends for a workload, recorded once by
+/// the in-process mock server (outside any measured phase), so the raw
+/// client sends exactly the same bytes' worth of JSON.
+async fn capture(workload: &str, a: &Args) -> Result<Vec<Value>, Error> {
+    let server = MockServer::start_static(MockReply::text(REPLY)).await;
+    let model = model_for(&server.base_url())?;
+    if workload == "seq" {
+        conversation(&model, a.seq_turns, &mut |_| {}).await?;
+    } else {
+        run_ours(branches(&model, a.branches)?, a.concurrency, false).await?;
+    }
+    Ok(server.bodies())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let a = args()?;
+    bench_server::raise_open_files_limit();
+    // A branch dumps its logs at capacity (the reference's default) into
+    // `./data/logs`: that cost is part of a turn, but the files belong in a
+    // directory of the benchmark's own, removed at the end.
+    let scratch = std::env::temp_dir().join(format!("lionagi-bench-turns-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    std::env::set_current_dir(&scratch)?;
+    let result = run(a).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+async fn run(a: Args) -> Result<(), Error> {
+    let server = StaticServer::start(&bench_server::chat_completion_json(REPLY))?;
+    let model = model_for(&server.base_url())?;
     let url = format!("{}/chat/completions", server.base_url());
-    let client = reqwest::Client::new();
-    let _ = run_raw(&client, &url, &bodies, concurrency).await?;
-    let (mut ours, mut baseline, mut model_only) = (f64::MAX, f64::MAX, f64::MAX);
-    for _ in 0..3 {
-        ours = ours.min(run_ours(&model, branches, concurrency).await?);
-        baseline = baseline.min(run_raw(&client, &url, &bodies, concurrency).await?);
-        model_only = model_only.min(run_model(&model, &bodies, concurrency).await?);
+    let client = reqwest::Client::builder().no_proxy().build()?;
+
+    if let Some(side) = a.side.as_deref() {
+        return one_side(side, &a, &model, &client, &url).await;
+    }
+    eprintln!(
+        "server: {:?} (pid {}), load average {:?}",
+        server.kind(),
+        server.pid(),
+        bench_server::load_average()
+    );
+
+    // Peak memory first, while the process is fresh: the growth of the peak
+    // resident size during the 1,000 × 3 run against the JSON bytes of the
+    // messages and logs its branches hold at the end. This run also warms
+    // our connection pool.
+    let all = branches(&model, a.branches)?;
+    let before = Usage::now();
+    let held = run_ours(all, a.concurrency, true).await?;
+    let after = Usage::now();
+    line(
+        "peak_memory_growth_vs_bytes_held",
+        after.max_rss_bytes.saturating_sub(before.max_rss_bytes) as f64 / 1e6,
+        held as f64 / 1e6,
+        "MB",
+    );
+
+    let bodies = capture("c64", &a).await?;
+    run_raw(&client, &url, &bodies, a.concurrency).await?;
+    let turns = (a.branches * TURNS) as f64;
+    for (name, concurrency) in [("c64", a.concurrency), ("all_at_once", a.branches)] {
+        // Three alternating measured passes; the best of each side.
+        let mut best = [(f64::MAX, f64::MAX); 2];
+        for _ in 0..3 {
+            let all = branches(&model, a.branches)?;
+            let u = Usage::now();
+            let t = Instant::now();
+            run_ours(all, concurrency, false).await?;
+            let (w, c) = (t.elapsed().as_secs_f64(), Usage::now().cpu_since(&u));
+            best[0] = (best[0].0.min(w), best[0].1.min(c));
+            let u = Usage::now();
+            let t = Instant::now();
+            run_raw(&client, &url, &bodies, concurrency).await?;
+            let (w, c) = (t.elapsed().as_secs_f64(), Usage::now().cpu_since(&u));
+            best[1] = (best[1].0.min(w), best[1].1.min(c));
+        }
+        line(&format!("{name}_wall_time"), best[0].0, best[1].0, "s");
+        line(
+            &format!("{name}_cpu_per_turn"),
+            best[0].1 / turns * 1e6,
+            best[1].1 / turns * 1e6,
+            "us",
+        );
     }
 
-    let turns = (branches * TURNS) as f64;
-    line("wall_time", ours, baseline, "s", ours / baseline);
-    // Where the time goes: the model layer alone (IModel::chat with the same
-    // messages, no branch) against raw HTTP.
-    line(
-        "model_layer_wall_time",
-        model_only,
-        baseline,
-        "s",
-        model_only / baseline,
-    );
-    line(
-        "throughput",
-        turns / ours,
-        turns / baseline,
-        "turns/s",
-        (turns / baseline) / (turns / ours),
+    // One long conversation: per-turn wall and CPU over the first and the
+    // last WINDOW turns, ours and raw resending the same history.
+    let seq = capture("seq", &a).await?;
+    let n = a.seq_turns;
+    let mut ours_marks = Vec::with_capacity(n + 1);
+    conversation(&model, n, &mut |_| {
+        ours_marks.push((Instant::now(), Usage::now()))
+    })
+    .await?;
+    let mut raw_marks = Vec::with_capacity(n + 1);
+    raw_marks.push((Instant::now(), Usage::now()));
+    for body in &seq {
+        post(&client, &url, body).await?;
+        raw_marks.push((Instant::now(), Usage::now()));
+    }
+    let window = WINDOW.min(n / 2).max(1);
+    let per_turn = |m: &[(Instant, Usage)], from: usize| {
+        let (t0, u0) = &m[from];
+        let (t1, u1) = &m[from + window];
+        (
+            t1.duration_since(*t0).as_secs_f64() / window as f64 * 1e6,
+            u1.cpu_since(u0) / window as f64 * 1e6,
+        )
+    };
+    for (label, from) in [("start", 0), ("end", n - window)] {
+        let (ow, oc) = per_turn(&ours_marks, from);
+        let (rw, rc) = per_turn(&raw_marks, from);
+        line(
+            &format!("seq_{n}_turns_{label}_wall_per_turn"),
+            ow,
+            rw,
+            "us",
+        );
+        line(&format!("seq_{n}_turns_{label}_cpu_per_turn"), oc, rc, "us");
+    }
+    // Telemetry on versus off, same run (examples/telemetry_cost).
+    telemetry_cost::measure(&model, a.branches, a.concurrency).await?;
+    Ok(())
+}
+
+/// One side of one workload, once, for callgrind (`none`: the setup only).
+async fn one_side(
+    side: &str,
+    a: &Args,
+    model: &Arc<dyn ChatModel>,
+    client: &reqwest::Client,
+    url: &str,
+) -> Result<(), Error> {
+    let concurrency = match a.workload.as_str() {
+        "c64" => a.concurrency,
+        "all" => a.branches,
+        "seq" => 1,
+        w => return Err(format!("unknown workload {w}").into()),
+    };
+    let bodies = capture(&a.workload, a).await?;
+    match (side, a.workload.as_str()) {
+        ("none", _) => {}
+        ("ours", "seq") => conversation(model, a.seq_turns, &mut |_| {}).await?,
+        ("ours", _) => {
+            run_ours(branches(model, a.branches)?, concurrency, false).await?;
+        }
+        ("raw", _) => run_raw(client, url, &bodies, concurrency).await?,
+        (s, _) => return Err(format!("unknown side {s}").into()),
+    }
+    println!(
+        "{}",
+        json!({"side": side, "workload": a.workload, "requests": bodies.len()})
     );
     // Telemetry on versus off, same run (examples/telemetry_cost).
     telemetry_cost::measure(&model, branches, concurrency).await?;
     Ok(())
 }
 
+/// The branches × TURNS turns at `concurrency`; with `measure_held`,
+/// returns the JSON bytes of their messages and logs at the end.
 async fn run_ours(
-    model: &Arc<dyn ChatModel>,
-    branches: usize,
+    all: Vec<Branch>,
     concurrency: usize,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let mut all = Vec::with_capacity(branches);
-    for _ in 0..branches {
-        all.push(
-            Branch::builder()
-                .system("You are a benchmark.")
-                .chat_model(model.clone())
-                .build()?,
-        );
-    }
-    let t0 = Instant::now();
+    measure_held: bool,
+) -> Result<usize, Error> {
     let results: Vec<Result<Branch, String>> = futures_util::stream::iter(all)
         .map(|mut b| async move {
             for t in 0..TURNS {
@@ -111,13 +282,43 @@ async fn run_ours(
         .buffer_unordered(concurrency)
         .collect()
         .await;
-    let secs = t0.elapsed().as_secs_f64();
-    // The branches are dropped after the clock stops: the benchmark times
-    // turns, not teardown.
-    if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
-        return Err(format!("a turn failed: {e}").into());
+    let mut held = 0;
+    for r in &results {
+        let b = r.as_ref().map_err(|e| format!("a turn failed: {e}"))?;
+        if measure_held {
+            held += b.to_json_vec(&ToDictOptions::default())?.len();
+        }
     }
-    Ok(secs)
+    Ok(held)
+}
+
+/// One branch, `turns` sequential turns; `mark` is called before the
+/// first turn and after each.
+async fn conversation(
+    model: &Arc<dyn ChatModel>,
+    turns: usize,
+    mark: &mut dyn FnMut(usize),
+) -> Result<(), Error> {
+    let mut b = branches(model, 1)?.remove(0);
+    mark(0);
+    for t in 0..turns {
+        b.communicate(CommunicateOptions::new(format!("Question {t}")))
+            .await?;
+        mark(t + 1);
+    }
+    Ok(())
+}
+
+async fn post(client: &reqwest::Client, url: &str, body: &Value) -> Result<(), Error> {
+    let resp = client
+        .post(url)
+        .bearer_auth("bench")
+        .json(body)
+        .send()
+        .await?
+        .error_for_status()?;
+    let _: Value = resp.json().await?;
+    Ok(())
 }
 
 async fn run_raw(
@@ -125,61 +326,14 @@ async fn run_raw(
     url: &str,
     bodies: &[Value],
     concurrency: usize,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let t0 = Instant::now();
-    let raw: Vec<Result<(), String>> = futures_util::stream::iter(bodies.iter().cloned())
-        .map(|body| {
-            let client = client.clone();
-            async move {
-                let resp = client
-                    .post(url)
-                    .bearer_auth("bench")
-                    .json(&body)
-                    .send()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let _: Value = resp.json().await.map_err(|e| e.to_string())?;
-                Ok(())
-            }
-        })
+) -> Result<(), Error> {
+    let raw: Vec<Result<(), String>> = futures_util::stream::iter(bodies)
+        .map(|body| async move { post(client, url, body).await.map_err(|e| e.to_string()) })
         .buffer_unordered(concurrency)
         .collect()
         .await;
-    let secs = t0.elapsed().as_secs_f64();
     if let Some(Err(e)) = raw.iter().find(|r| r.is_err()) {
         return Err(format!("a raw request failed: {e}").into());
     }
-    Ok(secs)
-}
-
-async fn run_model(
-    model: &Arc<dyn ChatModel>,
-    bodies: &[Value],
-    concurrency: usize,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    use branch_core::model::{ChatMessage, ChatRequest};
-    let requests: Vec<ChatRequest> = bodies
-        .iter()
-        .map(|b| {
-            ChatRequest::new(
-                b["messages"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(ChatMessage::from_value)
-                    .collect(),
-            )
-        })
-        .collect();
-    let t0 = Instant::now();
-    let results: Vec<bool> = futures_util::stream::iter(requests)
-        .map(|r| async move { model.chat(r).await.is_ok() })
-        .buffer_unordered(concurrency)
-        .collect()
-        .await;
-    let secs = t0.elapsed().as_secs_f64();
-    if results.iter().any(|ok| !ok) {
-        return Err("a model call failed".into());
-    }
-    Ok(secs)
+    Ok(())
 }

@@ -114,6 +114,16 @@ fn main() {
         Some(raw_ser * 1e3),
         "ms",
     );
+    // to_dict alone (into a `Value`) beside serde_json::to_value building
+    // the same tree from a value (issue 15: within 2×).
+    let raw_tree = best(5, || serde_json::to_value(&value).unwrap());
+    let ours_tree = best(5, || branch.to_dict(&opts).unwrap());
+    report(
+        "to_dict_vs_to_value",
+        ours_tree * 1e3,
+        Some(raw_tree * 1e3),
+        "ms",
+    );
     let direct = best(5, || branch.to_json_vec(&opts).unwrap());
     report(
         "to_json_vec_direct",
@@ -141,6 +151,17 @@ fn main() {
         Some(raw_parse * 1e3),
         "ms",
     );
+    // from_dict alone, on an already parsed value, beside the parse of the
+    // same bytes (issue 15: within 1.2×).
+    let parsed: Value = serde_json::from_slice(&bytes).unwrap();
+    let from_dict = best(5, || Branch::from_dict(&parsed).unwrap());
+    report(
+        "from_dict_vs_parse",
+        from_dict * 1e3,
+        Some(raw_parse * 1e3),
+        "ms",
+    );
+    drop(parsed);
     report("document_size", bytes.len() as f64 / 1e6, None, "MB");
 
     // Idle branch: a system message and a shared model.
