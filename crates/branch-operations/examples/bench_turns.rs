@@ -258,8 +258,6 @@ async fn one_side(
         "{}",
         json!({"side": side, "workload": a.workload, "requests": bodies.len()})
     );
-    // Telemetry on versus off, same run (examples/telemetry_cost).
-    telemetry_cost::measure(&model, branches, concurrency).await?;
     Ok(())
 }
 
