@@ -54,7 +54,9 @@ pub struct RunUsage {
     pub cache_write_5m_tokens: u64,
     /// Of those, written with a one-hour lifetime.
     pub cache_write_1h_tokens: u64,
-    /// Output tokens spent on reasoning (part of `output_tokens`).
+    /// Output tokens spent on reasoning (part of `output_tokens`). Not in
+    /// the reference's `RunEnd` fields, so written only when there are any.
+    #[serde(skip_serializing_if = "is_zero")]
     pub reasoning_tokens: u64,
     /// Cost in US dollars, when a provider reported one.
     pub total_cost_usd: Option<f64>,
@@ -64,6 +66,10 @@ pub struct RunUsage {
     pub duration_ms: f64,
     /// False when some reported usage could not be read.
     pub usage_valid: bool,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl Default for RunUsage {
@@ -801,7 +807,7 @@ mod tests {
             v["fields"],
             json!({"input_tokens": 11, "output_tokens": 7, "cached_tokens": 0,
                 "cache_write_tokens": 0, "cache_write_5m_tokens": 0, "cache_write_1h_tokens": 0,
-                "reasoning_tokens": 0, "total_cost_usd": null, "num_turns": 0, "duration_ms": 0.0, "usage_valid": true})
+                "total_cost_usd": null, "num_turns": 0, "duration_ms": 0.0, "usage_valid": true})
         );
     }
 }
