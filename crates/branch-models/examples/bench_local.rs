@@ -188,7 +188,9 @@ async fn main() {
     );
     let as_stored = model.clone().with_weight_format(WeightFormat::AsStored);
     let (ours_total, ours_decode) = generation(&model, tokens).await;
+    eprintln!("bench_local: Q8_0 {ours_total:.1} tokens/s, decode {ours_decode:.1}");
     let (stored_total, stored_decode) = generation(&as_stored, tokens).await;
+    eprintln!("bench_local: as stored {stored_total:.1} tokens/s, decode {stored_decode:.1}");
     drop(as_stored);
     let ours_ttft = ttft_per_turn(&model, false, "ours").await;
 

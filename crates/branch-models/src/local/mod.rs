@@ -14,10 +14,11 @@
 //! Request fields honoured: `temperature` (0 = greedy; default 0.8),
 //! `top_p` (default 0.95), `seed` (default random), `max_tokens` /
 //! `max_completion_tokens` (default 512), `stop`, llama.cpp's
-//! `ignore_eos`, and llama.cpp's `cache_prompt` (default true: the tokens of
-//! the last call stay evaluated, and a prompt starting with them evaluates
-//! only the rest, so a conversation's next turn does not redo its history;
-//! see `prefix.rs`), and `response_format`: `json_object`, or `json_schema`
+//! `ignore_eos`, and llama.cpp's `cache_prompt` (default true, except for
+//! a sampled request with a `seed`, which stays reproducible bit for bit:
+//! the tokens of recent calls stay evaluated, and a prompt starting with
+//! them evaluates only the rest, so a conversation's next turn does not redo
+//! its history; see `prefix.rs`), and `response_format`: `json_object`, or `json_schema`
 //! with a schema, makes the reply a JSON document that follows it
 //! (constrained decoding: only tokens that keep the text a valid prefix
 //! are sampled; see [`crate::json_grammar`]). Other fields (`tools` ...)
@@ -251,8 +252,13 @@ impl LocalModel {
                 reason: "expected a boolean",
             })?,
         };
+        // The cached prefix changes how the prompt is split into batches,
+        // which moves the logits in their last bits: enough to change a
+        // seeded draw. A request naming its seed asks for the same text
+        // every time, so it evaluates its whole prompt unless it opts in.
+        let seeded = fields.get("seed").is_some_and(|v| !v.is_null()) && sampling.temperature > 0.0;
         let cache_prompt = match fields.get("cache_prompt") {
-            None | Some(Value::Null) => true,
+            None | Some(Value::Null) => !seeded,
             Some(v) => v.as_bool().ok_or(LocalModelError::BadParameter {
                 field: "cache_prompt",
                 reason: "expected a boolean",
