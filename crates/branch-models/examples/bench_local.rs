@@ -1,24 +1,36 @@
-//! Generation speed of the embedded local model, beside a llama.cpp server
-//! serving the same GGUF (when `LIONAGI_LLAMACPP_BASE_URL` is set, e.g.
-//! `http://127.0.0.1:8088/v1`), on the same prompt in the same run.
+//! Speed of the embedded local model, beside a llama.cpp server serving the
+//! same GGUF (when `LIONAGI_LLAMACPP_BASE_URL` is set, e.g.
+//! `http://127.0.0.1:8088/v1`), in the same run.
 //!
 //! `cargo run --release -p branch-models --features embedded --example bench_local [TOKENS]`
 //!
 //! Prints one JSON object per line: bench, metric, ours, baseline, unit,
-//! ratio (ours / baseline; `null` without a baseline). Both sides generate
-//! exactly TOKENS tokens (default 128; `ignore_eos`) greedily; the best of
-//! three runs after a warm-up counts.
+//! ratio (ours / baseline; `null` without a baseline).
+//!
+//! Generation: both sides generate exactly TOKENS tokens (default 128;
+//! `ignore_eos`) greedily; the best of three runs after a warm-up counts.
 //! - `generation_tokens_per_s`: completion tokens / wall time of the whole
 //!   call (prompt processing included; llama.cpp's over loopback HTTP via
 //!   `IModel`);
 //! - `decode_tokens_per_s`: tokens after the first / time after the first
-//!   (ours from streaming; llama.cpp's from its reported `timings`).
+//!   (ours from streaming; llama.cpp's from its reported `timings`);
+//! - the same two with the GGUF's matrices kept as stored
+//!   (`WeightFormat::AsStored`) instead of converted to Q8_0.
+//!
+//! Conversation: 20 turns of a conversation (each reply 32 tokens, greedy),
+//! streamed; the time to the first text chunk of each turn, the median over
+//! three conversations that differ from their first message on (so turn 1
+//! is never served from an earlier run's cache). llama.cpp gets
+//! `cache_prompt: true`; ours uses its prompt cache (the default).
+//! - `ttft_turn1_ms`, `ttft_turn20_ms`;
+//! - `ttft_turn20_over_turn1`: the growth of each side (unit ×), the
+//!   target being ≤ 1.2 for ours.
 
 use std::time::Instant;
 
 use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ChunkKind, ModelConfig};
 use branch_models::IModel;
-use branch_models::local::LocalModel;
+use branch_models::local::{LocalModel, WeightFormat};
 use futures_util::StreamExt;
 use serde_json::Value;
 
@@ -74,13 +86,89 @@ fn best(runs: &[f64]) -> f64 {
 }
 
 fn line(metric: &str, ours: f64, baseline: Option<f64>) {
+    line_in(metric, ours, baseline, "tokens/s");
+}
+
+fn line_in(metric: &str, ours: f64, baseline: Option<f64>, unit: &str) {
     let (b, r) = match baseline {
-        Some(b) if b > 0.0 => (format!("{b:.1}"), format!("{:.3}", ours / b)),
+        Some(b) if b > 0.0 => (format!("{b:.3}"), format!("{:.3}", ours / b)),
         _ => ("null".into(), "null".into()),
     };
     println!(
-        "{{\"bench\": \"local\", \"metric\": \"{metric}\", \"ours\": {ours:.1}, \"baseline\": {b}, \"unit\": \"tokens/s\", \"ratio\": {r}}}"
+        "{{\"bench\": \"local\", \"metric\": \"{metric}\", \"ours\": {ours:.3}, \"baseline\": {b}, \"unit\": \"{unit}\", \"ratio\": {r}}}"
     );
+}
+
+const TURNS: usize = 20;
+const REPLY_TOKENS: u64 = 32;
+const CONVERSATIONS: usize = 3;
+
+/// Milliseconds to the first text chunk of each turn of one conversation.
+async fn conversation(model: &dyn ChatModel, run: usize, cache_field: bool) -> Vec<f64> {
+    let mut history = vec![ChatMessage::system(format!(
+        "Conversation {run}. You answer in a few sentences."
+    ))];
+    let mut ttft = Vec::with_capacity(TURNS);
+    for turn in 1..=TURNS {
+        history.push(ChatMessage::user(format!(
+            "Question {turn} of conversation {run}: tell me one fact about the number {}.",
+            turn * 7 + run
+        )));
+        let mut request = ChatRequest::new(history.clone())
+            .with_field("temperature", 0)
+            .with_field("max_tokens", REPLY_TOKENS)
+            .with_field("ignore_eos", true);
+        if cache_field {
+            request = request.with_field("cache_prompt", true);
+        }
+        let start = Instant::now();
+        let mut stream = model.stream(request).await.expect("stream");
+        let mut first = None;
+        let mut text = String::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.expect("chunk");
+            if chunk.kind == ChunkKind::Text {
+                first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1e3);
+                text.push_str(chunk.content.as_deref().unwrap_or(""));
+            }
+        }
+        ttft.push(first.expect("a text chunk"));
+        history.push(ChatMessage::assistant(text));
+    }
+    ttft
+}
+
+/// Per-turn medians over several conversations.
+async fn ttft_per_turn(model: &dyn ChatModel, cache_field: bool, side: &str) -> Vec<f64> {
+    let mut runs = Vec::new();
+    for run in 0..CONVERSATIONS {
+        runs.push(conversation(model, run, cache_field).await);
+    }
+    let medians: Vec<f64> = (0..TURNS)
+        .map(|t| {
+            let mut v: Vec<f64> = runs.iter().map(|r| r[t]).collect();
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        })
+        .collect();
+    let shown: Vec<String> = medians.iter().map(|m| format!("{m:.1}")).collect();
+    eprintln!(
+        "bench_local: {side} TTFT per turn (ms): {}",
+        shown.join(" ")
+    );
+    medians
+}
+
+async fn generation(model: &LocalModel, tokens: u64) -> (f64, f64) {
+    ours_once(model, 8).await;
+    let mut runs = Vec::new();
+    for _ in 0..3 {
+        runs.push(ours_once(model, tokens).await);
+    }
+    (
+        best(&runs.iter().map(|r| r.0).collect::<Vec<_>>()),
+        best(&runs.iter().map(|r| r.1).collect::<Vec<_>>()),
+    )
 }
 
 #[tokio::main]
@@ -98,16 +186,19 @@ async fn main() {
         "bench_local: model loaded in {:.2} s",
         load.elapsed().as_secs_f64()
     );
-    ours_once(&model, 8).await;
-    let mut ours = Vec::new();
-    for _ in 0..3 {
-        ours.push(ours_once(&model, tokens).await);
-    }
+    let as_stored = model.clone().with_weight_format(WeightFormat::AsStored);
+    let (ours_total, ours_decode) = generation(&model, tokens).await;
+    eprintln!("bench_local: Q8_0 {ours_total:.1} tokens/s, decode {ours_decode:.1}");
+    let (stored_total, stored_decode) = generation(&as_stored, tokens).await;
+    eprintln!("bench_local: as stored {stored_total:.1} tokens/s, decode {stored_decode:.1}");
+    drop(as_stored);
+    let ours_ttft = ttft_per_turn(&model, false, "ours").await;
 
     let base_url = std::env::var("LIONAGI_LLAMACPP_BASE_URL")
         .ok()
         .filter(|u| !u.is_empty());
     let mut baseline: Vec<(f64, Option<f64>)> = Vec::new();
+    let mut base_ttft = None;
     if let Some(url) = base_url {
         let config = ModelConfig::builder()
             .provider("llamacpp")
@@ -122,13 +213,38 @@ async fn main() {
         for _ in 0..3 {
             baseline.push(baseline_once(&server, tokens).await);
         }
+        base_ttft = Some(ttft_per_turn(&server, true, "llama.cpp").await);
     }
-    let ours_total = best(&ours.iter().map(|r| r.0).collect::<Vec<_>>());
-    let ours_decode = best(&ours.iter().map(|r| r.1).collect::<Vec<_>>());
     let base_total =
         (!baseline.is_empty()).then(|| best(&baseline.iter().map(|r| r.0).collect::<Vec<_>>()));
     let base_decode: Vec<f64> = baseline.iter().filter_map(|r| r.1).collect();
     let base_decode = (!base_decode.is_empty()).then(|| best(&base_decode));
     line("generation_tokens_per_s", ours_total, base_total);
     line("decode_tokens_per_s", ours_decode, base_decode);
+    line(
+        "generation_tokens_per_s_as_stored",
+        stored_total,
+        base_total,
+    );
+    line("decode_tokens_per_s_as_stored", stored_decode, base_decode);
+    let first = |v: &Vec<f64>| v[0];
+    let last = |v: &Vec<f64>| v[TURNS - 1];
+    line_in(
+        "ttft_turn1_ms",
+        first(&ours_ttft),
+        base_ttft.as_ref().map(first),
+        "ms",
+    );
+    line_in(
+        "ttft_turn20_ms",
+        last(&ours_ttft),
+        base_ttft.as_ref().map(last),
+        "ms",
+    );
+    line_in(
+        "ttft_turn20_over_turn1",
+        last(&ours_ttft) / first(&ours_ttft),
+        base_ttft.as_ref().map(|b| last(b) / first(b)),
+        "x",
+    )
 }

@@ -103,6 +103,14 @@ pub fn saturating_wait(secs: f64) -> Duration {
     Duration::try_from_secs_f64(secs).map_or(MAX_CONFIG_WAIT, |d| d.min(MAX_CONFIG_WAIT))
 }
 
+/// Token sequences the embedded model keeps evaluated between calls, per
+/// loaded model (its prompt cache, llama.cpp's `cache_prompt`). Each holds
+/// the keys and values of at most the context window: for
+/// SmolLM2-135M, 45 KiB per token, so 90 MiB at the default 2,048 tokens.
+/// Two cover a conversation plus one side call (a parse or a summary)
+/// interleaved with it; more would trade memory for rarer reuse.
+pub const LOCAL_PROMPT_CACHES: usize = 2;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -315,6 +315,94 @@ async fn stop_strings_and_budget_end_the_reply() {
     assert_eq!(short.usage.unwrap().completion_tokens, 3);
 }
 
+/// A greedy reply to `messages` and the prompt tokens it reused, with the
+/// prompt cache on (`cache_prompt` true, the default) or off.
+async fn greedy_turn(model: &LocalModel, messages: &[ChatMessage], cache: bool) -> (String, u64) {
+    let request = ChatRequest::new(messages.to_vec())
+        .with_field("temperature", 0)
+        .with_field("max_tokens", 12)
+        .with_field("cache_prompt", cache);
+    let reply = model.chat(request).await.unwrap();
+    let cached = reply.raw["usage"]["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap();
+    (reply.text, cached)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prompt_cache_gives_the_cold_reply_across_turns_divergence_and_cancellation() {
+    let Some((_turn, model)) = model().await else {
+        return;
+    };
+    let questions = [
+        "Name a colour.",
+        "Why is the sky that colour?",
+        "Say it in five words.",
+        "Thanks. One more fact?",
+    ];
+    let mut history = Vec::new();
+    let mut reused = Vec::new();
+    for q in questions {
+        history.push(ChatMessage::user(q));
+        let (warm, cached) = greedy_turn(&model, &history, true).await;
+        let (cold, none) = greedy_turn(&model, &history, false).await;
+        assert_eq!(warm, cold, "turn {}", history.len());
+        assert_eq!(none, 0, "cache_prompt false evaluates the whole prompt");
+        reused.push(cached);
+        history.push(ChatMessage::assistant(warm));
+    }
+    // Every later turn starts from the one before: at least the previous
+    // prompt is reused, so the reuse grows with the conversation.
+    assert!(
+        reused.windows(2).all(|w| w[1] > w[0]) && reused[1] > 20,
+        "cached tokens per turn: {reused:?}"
+    );
+
+    // An edited first question diverges right after the system prompt.
+    let mut edited = history.clone();
+    edited[0] = ChatMessage::user("Name an animal.");
+    let (warm, cached) = greedy_turn(&model, &edited, true).await;
+    let (cold, _) = greedy_turn(&model, &edited, false).await;
+    assert_eq!(warm, cold, "diverging prefix");
+    assert!(
+        cached > 0 && cached < reused[1],
+        "diverged after {cached} tokens"
+    );
+
+    // Back to the original conversation (the other cached sequence), then
+    // a turn whose stream is dropped after its first chunk: whatever it
+    // left cached, the next call still gives the cold reply.
+    history.push(ChatMessage::user("Tell me a long story about it."));
+    let mut stream = model
+        .stream(
+            ChatRequest::new(history.clone())
+                .with_field("max_tokens", 400)
+                .with_field("ignore_eos", true)
+                .with_field("temperature", 0),
+        )
+        .await
+        .unwrap();
+    assert_eq!(stream.next().await.unwrap().unwrap().kind, ChunkKind::Text);
+    drop(stream);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while model.is_generating() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (warm, cached) = greedy_turn(&model, &history, true).await;
+    let (cold, _) = greedy_turn(&model, &history, false).await;
+    assert_eq!(warm, cold, "after a dropped stream");
+    assert!(cached > *reused.last().unwrap(), "reused {cached}");
+
+    // Two conversations at once: each gets its own cold reply.
+    let other = vec![ChatMessage::user("Count to three.")];
+    let (a, b) = tokio::join!(
+        greedy_turn(&model, &history, true),
+        greedy_turn(&model, &other, true)
+    );
+    assert_eq!(a.0, warm);
+    assert_eq!(b.0, greedy_turn(&model, &other, false).await.0);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_stream_stops_generation() {
     let Some((_turn, model)) = model().await else {

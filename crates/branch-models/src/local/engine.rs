@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use candle_core::quantized::gguf_file;
 
 use super::error::LocalModelError;
-use super::llama::{LlamaConfig, LlamaWeights};
+use super::llama::{LlamaConfig, LlamaWeights, WeightFormat};
+use super::prefix::PromptCache;
 use super::template::{ChatTemplate, IM_END, Piece};
 use super::tokenizer::{PreTokenizer, Tokenizer};
 
@@ -26,6 +27,9 @@ pub struct Engine {
     pub(crate) context: usize,
     /// One generation at a time: two would only share the same cores.
     pub(crate) turn: Mutex<()>,
+    /// The last calls' evaluated tokens (see [`super::prefix`]); a call
+    /// takes its sequence out and puts it back only when consistent.
+    pub(crate) prompt_cache: Mutex<PromptCache>,
     pub(crate) tokens_generated: AtomicU64,
     pub(crate) active: AtomicUsize,
 }
@@ -117,7 +121,11 @@ pub fn tokenizer_from_file(path: &Path) -> Result<Tokenizer, LocalModelError> {
 
 impl Engine {
     /// Loads a GGUF file (blocking: seconds of I/O and conversion).
-    pub fn load(path: &Path, context: Option<usize>) -> Result<Self, LocalModelError> {
+    pub fn load(
+        path: &Path,
+        context: Option<usize>,
+        format: WeightFormat,
+    ) -> Result<Self, LocalModelError> {
         let io = |source| LocalModelError::Io {
             path: path.to_owned(),
             source,
@@ -155,7 +163,7 @@ impl Engine {
             .unwrap_or(DEFAULT_CONTEXT)
             .min(config.context_length)
             .max(1);
-        let weights = LlamaWeights::load(&ct, &mut file, config)?;
+        let weights = LlamaWeights::load(&ct, &mut file, config, format)?;
         if weights.vocab() < tokenizer.vocab_size() {
             return Err(LocalModelError::bad_metadata(
                 "tokenizer.ggml.tokens",
@@ -169,6 +177,7 @@ impl Engine {
             stop_ids,
             context,
             turn: Mutex::new(()),
+            prompt_cache: Mutex::new(PromptCache::default()),
             tokens_generated: AtomicU64::new(0),
             active: AtomicUsize::new(0),
         })
@@ -195,14 +204,18 @@ impl Engine {
     }
 }
 
-/// Live engines by file and context window.
-type EngineMap = HashMap<(PathBuf, Option<usize>), Weak<Engine>>;
+/// Live engines by file, context window and weight format.
+type EngineMap = HashMap<(PathBuf, Option<usize>, WeightFormat), Weak<Engine>>;
 
 /// The process-wide engine of `path`, loading it if no live one exists.
-pub fn shared_engine(path: &Path, context: Option<usize>) -> Result<Arc<Engine>, LocalModelError> {
+pub fn shared_engine(
+    path: &Path,
+    context: Option<usize>,
+    format: WeightFormat,
+) -> Result<Arc<Engine>, LocalModelError> {
     static ENGINES: OnceLock<Mutex<EngineMap>> = OnceLock::new();
     let engines = ENGINES.get_or_init(Default::default);
-    let key = (path.to_owned(), context);
+    let key = (path.to_owned(), context, format);
     // Held while loading: a second caller waits for the first load instead
     // of loading the same file again.
     let mut map = engines
@@ -211,7 +224,7 @@ pub fn shared_engine(path: &Path, context: Option<usize>) -> Result<Arc<Engine>,
     if let Some(engine) = map.get(&key).and_then(Weak::upgrade) {
         return Ok(engine);
     }
-    let engine = Arc::new(Engine::load(path, context)?);
+    let engine = Arc::new(Engine::load(path, context, format)?);
     map.retain(|_, w| w.strong_count() > 0);
     map.insert(key, Arc::downgrade(&engine));
     Ok(engine)

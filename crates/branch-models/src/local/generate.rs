@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::engine::Engine;
 use super::error::LocalModelError;
+use super::prefix::Sequence;
 use super::sampler::{Sampler, Sampling};
 use super::tokenizer::StreamDecoder;
 use crate::json_grammar::Grammar;
@@ -25,6 +26,9 @@ pub struct Job {
     pub sampling: Sampling,
     /// Keep going past stop tokens (llama.cpp's `ignore_eos`; benchmarks).
     pub ignore_eos: bool,
+    /// Start from the cached prefix and leave this call's tokens cached
+    /// (llama.cpp's `cache_prompt`, default true).
+    pub cache_prompt: bool,
     /// The JSON grammar the reply must follow (`response_format`).
     pub grammar: Option<Grammar>,
     /// Completion id (`chatcmpl-...`).
@@ -57,8 +61,32 @@ pub fn run(engine: &Arc<Engine>, job: &Job, tx: &Sender) {
     if tx.is_closed() {
         return;
     }
-    if let Err(e) = generate(engine, job, tx) {
-        let _ = tx.blocking_send(Err(e.into_model_error(&job.model)));
+    // Taken out of the engine: if this thread dies mid-call the cache is
+    // simply gone, never half-written.
+    let cached = if job.cache_prompt {
+        engine
+            .prompt_cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(&job.prompt)
+    } else {
+        None
+    };
+    let mut seq = cached.unwrap_or_else(|| Sequence::new(engine.weights.state(engine.context)));
+    match generate(engine, job, tx, &mut seq) {
+        // Every way out of `generate` that is not an error (finished, or the
+        // reader gone) leaves each held token's position evaluated.
+        Ok(()) if job.cache_prompt => {
+            engine
+                .prompt_cache
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .put(seq);
+        }
+        Ok(()) => {}
+        Err(e) => {
+            let _ = tx.blocking_send(Err(e.into_model_error(&job.model)));
+        }
     }
 }
 
@@ -77,7 +105,12 @@ fn held_suffix(text: &str, stops: &[String]) -> usize {
         .unwrap_or(0)
 }
 
-fn generate(engine: &Engine, job: &Job, tx: &Sender) -> Result<(), LocalModelError> {
+fn generate(
+    engine: &Engine,
+    job: &Job,
+    tx: &Sender,
+    seq: &mut Sequence,
+) -> Result<(), LocalModelError> {
     let context = engine.context;
     if job.prompt.len() >= context {
         return Err(LocalModelError::ContextLength {
@@ -85,16 +118,16 @@ fn generate(engine: &Engine, job: &Job, tx: &Sender) -> Result<(), LocalModelErr
             context,
         });
     }
-    let mut state = engine.weights.state(context);
     let mut sampler = Sampler::new(&job.sampling);
     let mut decoder = StreamDecoder::new();
     let mut text = String::new();
     let mut sent = 0;
     let mut completion = 0usize;
     let mut cut_at_stop_string = false;
-    let mut logits = engine
-        .weights
-        .forward(&mut state, &job.prompt)
+    let rest = seq.reuse(&job.prompt);
+    let cached = job.prompt.len() - rest.len();
+    let mut logits = seq
+        .forward(&engine.weights, rest)
         .map_err(LocalModelError::compute)?;
     let send = |delta: &str| -> bool {
         if delta.is_empty() {
@@ -169,12 +202,11 @@ fn generate(engine: &Engine, job: &Job, tx: &Sender) -> Result<(), LocalModelErr
         if tx.is_closed() {
             return Ok(());
         }
-        if state.position() >= context {
+        if seq.position() >= context {
             break "length";
         }
-        logits = engine
-            .weights
-            .forward(&mut state, &[token])
+        logits = seq
+            .forward(&engine.weights, &[token])
             .map_err(LocalModelError::compute)?;
     };
     if !cut_at_stop_string {
@@ -187,6 +219,7 @@ fn generate(engine: &Engine, job: &Job, tx: &Sender) -> Result<(), LocalModelErr
         "prompt_tokens": job.prompt.len(),
         "completion_tokens": completion,
         "total_tokens": job.prompt.len() + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     });
     let mut end = ChatChunk::new(ChunkKind::Result);
     end.metadata.insert(

@@ -2,17 +2,18 @@
 //!
 //! Written against candle-core/candle-nn directly rather than
 //! candle-transformers' `quantized_llama`: that crate compiles hundreds of
-//! models, and this one needs a preallocated KV cache, grouped-query
-//! attention without copying K/V per head, and the Q4_1 → Q8_0 conversion at
+//! models, and this one needs a KV cache that can be cut back to the prefix
+//! the next prompt shares with it, grouped-query attention without copying
+//! K/V per head, and the Q4_1 → Q8_0 conversion at
 //! load.
 
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor, gguf_file};
 use candle_core::{DType, Device, Module, Tensor};
-use candle_nn::kv_cache::KvCache;
 
 use super::error::LocalModelError;
+use super::kv::LayerCache;
 
 /// Hyper-parameters from the GGUF metadata (`llama.*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -79,16 +80,32 @@ fn bad(what: &str) -> impl Fn(candle_core::Error) -> LocalModelError + '_ {
     }
 }
 
-/// Reads a tensor; Q4_1 (and other slow 4-bit formats) become Q8_0, whose
-/// CPU kernels are several times faster than candle's Q4_1 ones.
+/// How the matrices of a GGUF are held in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum WeightFormat {
+    /// Q4_0, Q4_1, Q5_0 and Q5_1 become Q8_0 (lossless for them): candle's
+    /// CPU kernels for Q4_1 and the Q5 formats are scalar, its Q8_0 one is
+    /// AVX2, and `cargo xtask bench local` measures this faster on the
+    /// default Q4_1 model despite twice the bytes per token. Other formats
+    /// (the K-quants, Q8_0, floats) are kept.
+    #[default]
+    Q8_0,
+    /// Every matrix as the file stores it.
+    AsStored,
+}
+
+/// Reads a tensor, converting it as `format` says.
 fn qtensor<R: std::io::Read + std::io::Seek>(
     ct: &gguf_file::Content,
     r: &mut R,
     name: &str,
+    format: WeightFormat,
 ) -> Result<QTensor, LocalModelError> {
     let t = ct.tensor(r, name, &Device::Cpu).map_err(bad(name))?;
     match t.dtype() {
-        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1
+            if format == WeightFormat::Q8_0 =>
+        {
             let f = t.dequantize(&Device::Cpu).map_err(bad(name))?;
             QTensor::quantize(&f, GgmlDType::Q8_0).map_err(bad(name))
         }
@@ -100,8 +117,9 @@ fn matmul<R: std::io::Read + std::io::Seek>(
     ct: &gguf_file::Content,
     r: &mut R,
     name: &str,
+    format: WeightFormat,
 ) -> Result<QMatMul, LocalModelError> {
-    QMatMul::from_arc(Arc::new(qtensor(ct, r, name)?)).map_err(bad(name))
+    QMatMul::from_arc(Arc::new(qtensor(ct, r, name, format)?)).map_err(bad(name))
 }
 
 fn dense<R: std::io::Read + std::io::Seek>(
@@ -120,6 +138,7 @@ impl LlamaWeights {
         ct: &gguf_file::Content,
         r: &mut R,
         config: LlamaConfig,
+        format: WeightFormat,
     ) -> Result<Self, LocalModelError> {
         if config.n_head == 0
             || config.n_head_kv == 0
@@ -136,9 +155,9 @@ impl LlamaWeights {
         let vocab = embeddings.dim(0).map_err(bad("token_embd.weight"))?;
         // Tied embeddings when the GGUF has no separate output matrix.
         let output = if ct.tensor_infos.contains_key("output.weight") {
-            matmul(ct, r, "output.weight")?
+            matmul(ct, r, "output.weight", format)?
         } else {
-            matmul(ct, r, "token_embd.weight")?
+            matmul(ct, r, "token_embd.weight", format)?
         };
         let output_norm = dense(ct, r, "output_norm.weight")?;
         let mut layers = Vec::with_capacity(config.n_layer);
@@ -146,14 +165,14 @@ impl LlamaWeights {
             let p = |s: &str| format!("blk.{i}.{s}.weight");
             layers.push(Layer {
                 attn_norm: dense(ct, r, &p("attn_norm"))?,
-                wq: matmul(ct, r, &p("attn_q"))?,
-                wk: matmul(ct, r, &p("attn_k"))?,
-                wv: matmul(ct, r, &p("attn_v"))?,
-                wo: matmul(ct, r, &p("attn_output"))?,
+                wq: matmul(ct, r, &p("attn_q"), format)?,
+                wk: matmul(ct, r, &p("attn_k"), format)?,
+                wv: matmul(ct, r, &p("attn_v"), format)?,
+                wo: matmul(ct, r, &p("attn_output"), format)?,
                 ffn_norm: dense(ct, r, &p("ffn_norm"))?,
-                gate: matmul(ct, r, &p("ffn_gate"))?,
-                up: matmul(ct, r, &p("ffn_up"))?,
-                down: matmul(ct, r, &p("ffn_down"))?,
+                gate: matmul(ct, r, &p("ffn_gate"), format)?,
+                up: matmul(ct, r, &p("ffn_up"), format)?,
+                down: matmul(ct, r, &p("ffn_down"), format)?,
             });
         }
         let (cos, sin) = rope_tables(&config).map_err(LocalModelError::compute)?;
@@ -183,9 +202,10 @@ impl LlamaWeights {
     pub fn state(&self, context: usize) -> State {
         State {
             caches: (0..self.layers.len())
-                .map(|_| KvCache::new(2, context))
+                .map(|_| LayerCache::default())
                 .collect(),
             pos: 0,
+            max: context.min(self.config.context_length),
         }
     }
 
@@ -214,7 +234,7 @@ impl LlamaWeights {
             let q = candle_nn::rotary_emb::rope_i(&heads(&layer.wq, cfg.n_head)?, &cos, &sin)?;
             let k = candle_nn::rotary_emb::rope_i(&heads(&layer.wk, n_kv)?, &cos, &sin)?;
             let v = heads(&layer.wv, n_kv)?;
-            let (k, v) = cache.append(&k, &v)?;
+            let (k, v) = cache.write(state.pos, &k, &v, state.max)?;
             // Grouped-query attention without repeating K/V: the n_rep query
             // heads sharing a K/V head are stacked along the row axis.
             let q = q.reshape((1, n_kv, n_rep * len, hd))?;
@@ -240,16 +260,25 @@ impl LlamaWeights {
     }
 }
 
-/// Per-generation state: the KV caches and the next position.
+/// Decoding state: the KV caches and the next position. Every position
+/// below `pos` holds the keys and values of one evaluated token; a
+/// `forward` that fails leaves `pos` where it was.
+#[derive(Debug)]
 pub struct State {
-    caches: Vec<KvCache>,
+    caches: Vec<LayerCache>,
     pos: usize,
+    max: usize,
 }
 
 impl State {
     /// Positions used so far.
     pub fn position(&self) -> usize {
         self.pos
+    }
+
+    /// Forgets every position from `pos` on (the cache keeps its memory).
+    pub fn truncate(&mut self, pos: usize) {
+        self.pos = self.pos.min(pos);
     }
 }
 

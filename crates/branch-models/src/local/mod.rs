@@ -13,8 +13,12 @@
 //!
 //! Request fields honoured: `temperature` (0 = greedy; default 0.8),
 //! `top_p` (default 0.95), `seed` (default random), `max_tokens` /
-//! `max_completion_tokens` (default 512), `stop`, and llama.cpp's
-//! `ignore_eos`, and `response_format`: `json_object`, or `json_schema`
+//! `max_completion_tokens` (default 512), `stop`, llama.cpp's
+//! `ignore_eos`, and llama.cpp's `cache_prompt` (default true, except for
+//! a sampled request with a `seed`, which stays reproducible bit for bit:
+//! the tokens of recent calls stay evaluated, and a prompt starting with
+//! them evaluates only the rest, so a conversation's next turn does not redo
+//! its history; see `prefix.rs`), and `response_format`: `json_object`, or `json_schema`
 //! with a schema, makes the reply a JSON document that follows it
 //! (constrained decoding: only tokens that keep the text a valid prefix
 //! are sampled; see [`crate::json_grammar`]). Other fields (`tools` ...)
@@ -33,7 +37,9 @@
 mod engine;
 mod error;
 mod generate;
+mod kv;
 pub mod llama;
+mod prefix;
 pub mod sampler;
 pub mod template;
 pub mod tokenizer;
@@ -51,6 +57,7 @@ use serde_json::{Value, json};
 
 pub use engine::{DEFAULT_CONTEXT, tokenizer_from_file, tokenizer_from_gguf};
 pub use error::LocalModelError;
+pub use llama::WeightFormat;
 
 use crate::json_grammar::Grammar;
 use engine::{Engine, shared_engine};
@@ -119,6 +126,7 @@ pub struct LocalModel {
     config: ModelConfig,
     path: PathBuf,
     context: Option<usize>,
+    weights: WeightFormat,
     engine: Arc<Mutex<Option<Arc<Engine>>>>,
 }
 
@@ -147,6 +155,7 @@ impl LocalModel {
             config,
             path,
             context: None,
+            weights: WeightFormat::default(),
             engine: Arc::new(Mutex::new(None)),
         })
     }
@@ -170,6 +179,13 @@ impl LocalModel {
         self
     }
 
+    /// The same model with its weights held in `format`.
+    pub fn with_weight_format(mut self, format: WeightFormat) -> Self {
+        self.weights = format;
+        self.engine = Arc::new(Mutex::new(None));
+        self
+    }
+
     /// The GGUF file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -184,7 +200,7 @@ impl LocalModel {
         if let Some(e) = &*slot {
             return Ok(Arc::clone(e));
         }
-        let e = shared_engine(&self.path, self.context)?;
+        let e = shared_engine(&self.path, self.context, self.weights)?;
         *slot = Some(Arc::clone(&e));
         Ok(e)
     }
@@ -236,6 +252,18 @@ impl LocalModel {
                 reason: "expected a boolean",
             })?,
         };
+        // The cached prefix changes how the prompt is split into batches,
+        // which moves the logits in their last bits: enough to change a
+        // seeded draw. A request naming its seed asks for the same text
+        // every time, so it evaluates its whole prompt unless it opts in.
+        let seeded = fields.get("seed").is_some_and(|v| !v.is_null()) && sampling.temperature > 0.0;
+        let cache_prompt = match fields.get("cache_prompt") {
+            None | Some(Value::Null) => !seeded,
+            Some(v) => v.as_bool().ok_or(LocalModelError::BadParameter {
+                field: "cache_prompt",
+                reason: "expected a boolean",
+            })?,
+        };
         let grammar = response_grammar(fields.get("response_format"))?;
         let pieces = engine.template.render(&request.messages)?;
         let prompt = engine.prompt_tokens(&pieces)?;
@@ -252,6 +280,7 @@ impl LocalModel {
             prompt,
             sampling,
             ignore_eos,
+            cache_prompt,
             grammar,
             id: format!("chatcmpl-local-{}", uuid::Uuid::new_v4().simple()),
             model: self.model_name(),
@@ -307,11 +336,14 @@ impl ChatModel for LocalModel {
         let mut acc = StreamAccumulator::new();
         let mut id = None;
         let mut created = None;
+        let mut prompt_details = None;
         while let Some(chunk) = stream.next().await {
             let chunk = chunk?;
             if let Some(raw) = chunk.raw() {
                 id = id.or_else(|| raw.get("id").cloned());
                 created = created.or_else(|| raw.get("created").cloned());
+                prompt_details =
+                    prompt_details.or_else(|| raw.pointer("/usage/prompt_tokens_details").cloned());
             }
             acc.push(&chunk);
         }
@@ -339,6 +371,7 @@ impl ChatModel for LocalModel {
                 "prompt_tokens": usage.prompt_tokens,
                 "completion_tokens": usage.completion_tokens,
                 "total_tokens": usage.total_tokens,
+                "prompt_tokens_details": prompt_details.unwrap_or(Value::Null),
             },
         });
         Ok(ChatResponse::from_raw(raw))
