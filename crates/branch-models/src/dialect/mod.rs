@@ -141,6 +141,17 @@ pub fn try_build_body(
     }
 }
 
+/// OpenAI's reasoning models (the o-series and GPT-5): chat completions
+/// sends their system messages with role `developer`; Responses asks for
+/// their encrypted reasoning items.
+pub(crate) fn openai_reasoning_model(model: &str) -> bool {
+    let name = model.rsplit('/').next().unwrap_or(model);
+    let name = name.strip_prefix("ft:").unwrap_or(name);
+    ["o1", "o3", "o4", "gpt-5"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
 /// Payload parts counted by the input-token estimate (providers.md §9).
 const COUNTED_PARTS: &[&str] = &[
     "system",

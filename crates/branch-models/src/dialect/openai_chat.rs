@@ -7,17 +7,8 @@ use branch_core::model::{
 };
 use serde_json::{Map, Value, json};
 
-use super::INTERNAL_KEYS;
+use super::{INTERNAL_KEYS, openai_reasoning_model};
 use crate::sse::{self, Normalized, NotJson};
-
-/// Models whose system messages are sent with role `developer`.
-fn uses_developer_role(model: &str) -> bool {
-    let name = model.rsplit('/').next().unwrap_or(model);
-    let name = name.strip_prefix("ft:").unwrap_or(name);
-    ["o1", "o3", "o4", "gpt-5"]
-        .iter()
-        .any(|p| name.starts_with(p))
-}
 
 /// Does the provider require an assistant turn's `reasoning_content` back
 /// when that turn called tools? DeepSeek does: "if the model performed a
@@ -55,11 +46,11 @@ pub fn build_body(
     stream: bool,
     mut payload: Map<String, Value>,
 ) -> Value {
-    let developer = config.model_name().is_some_and(uses_developer_role)
+    let developer = config.model_name().is_some_and(openai_reasoning_model)
         || payload
             .get("model")
             .and_then(Value::as_str)
-            .is_some_and(uses_developer_role);
+            .is_some_and(openai_reasoning_model);
     let replay = replays_reasoning_with_tool_calls(config);
     let messages = request
         .messages

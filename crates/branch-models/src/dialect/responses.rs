@@ -26,6 +26,7 @@ use branch_core::model::{
 };
 use serde_json::{Map, Value, json};
 
+use super::openai_reasoning_model;
 use crate::sse::{self, Normalized, NotJson};
 
 /// Fields of the Responses request that we send (the API reference's
@@ -67,15 +68,6 @@ pub const RESPONSES_FIELDS: &[&str] = &[
 /// content, so they can be sent back when the provider stores nothing.
 pub const ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
 
-/// Models that produce reasoning items (OpenAI's o-series and GPT-5).
-fn reasoning_model(model: &str) -> bool {
-    let name = model.rsplit('/').next().unwrap_or(model);
-    let name = name.strip_prefix("ft:").unwrap_or(name);
-    ["o1", "o3", "o4", "gpt-5"]
-        .iter()
-        .any(|p| name.starts_with(p))
-}
-
 /// The Responses body: `payload` (kwargs and call fields, merged) with the
 /// chat-completions keywords translated, `instructions` and `input` from
 /// the messages, the state options, and `stream`.
@@ -87,11 +79,11 @@ pub fn build_body(
 ) -> Value {
     payload.shift_remove("messages");
     let store = payload.get("store").and_then(Value::as_bool);
-    let reasons = config.model_name().is_some_and(reasoning_model)
+    let reasons = config.model_name().is_some_and(openai_reasoning_model)
         || payload
             .get("model")
             .and_then(Value::as_str)
-            .is_some_and(reasoning_model)
+            .is_some_and(openai_reasoning_model)
         || payload.contains_key("reasoning")
         || payload.contains_key("reasoning_effort");
     translate_fields(&mut payload, stream);
