@@ -5,7 +5,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
@@ -15,14 +15,57 @@ use uuid::Uuid;
 
 use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
 use crate::error::{BranchError, Result};
+use crate::model::RequestBody;
 use crate::pile::{Pile, Stored};
 use crate::progression::de_opt_created_at;
 
 /// An immutable log entry holding a JSON snapshot.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// Its largest values may be kept as the JSON text they were sent or
+/// received as ([`Log::with_kept`]: an API call's request body and reply):
+/// they are parsed only when the content is read ([`Log::content`],
+/// `to_dict`) and copied verbatim into a dump, so a turn does not build,
+/// keep and free a second tree of the conversation.
+#[derive(Debug, Clone)]
 pub struct Log {
     element: Element,
-    content: Map<String, Value>,
+    /// The content, or its head with `null` where a kept value goes
+    /// (materialized from the head and `kept` on first read).
+    head: Map<String, Value>,
+    kept: Vec<KeptJson>,
+    full: OnceLock<Map<String, Value>>,
+}
+
+/// A value of a log's content kept as JSON text, at a path of keys.
+#[derive(Debug, Clone)]
+pub struct KeptJson {
+    path: &'static [&'static str],
+    text: bytes::Bytes,
+}
+
+impl KeptJson {
+    /// The serialized request body, at `path`.
+    pub fn body(path: &'static [&'static str], body: &RequestBody) -> Self {
+        Self {
+            path,
+            text: body.bytes().clone(),
+        }
+    }
+
+    /// `value`, serialized, at `path` (one compact serialization instead
+    /// of a deep copy).
+    pub fn value(path: &'static [&'static str], value: &Value) -> serde_json::Result<Self> {
+        Ok(Self {
+            path,
+            text: serde_json::to_vec(value)?.into(),
+        })
+    }
+}
+
+impl PartialEq for Log {
+    fn eq(&self, other: &Self) -> bool {
+        self.element == other.element && self.content() == other.content()
+    }
 }
 
 impl Stored for Log {
@@ -44,8 +87,19 @@ impl Log {
         };
         Self {
             element: Element::new(),
-            content,
+            head: content,
+            kept: Vec::new(),
+            full: OnceLock::new(),
         }
+    }
+
+    /// A log of `head` with the `kept` values put in at their paths (each
+    /// path must name a key of `head`, or of an object in it, holding the
+    /// place; a value whose path is missing is added at its end).
+    pub fn with_kept(head: Map<String, Value>, kept: Vec<KeptJson>) -> Self {
+        let mut log = Self::new(head);
+        log.kept = kept;
+        log
     }
 
     /// A log of any JSON value; a non-object is stored under `"value"`.
@@ -73,13 +127,138 @@ impl Log {
 
     /// The snapshot.
     pub fn content(&self) -> &Map<String, Value> {
-        &self.content
+        if self.kept.is_empty() {
+            return &self.head;
+        }
+        self.full.get_or_init(|| self.materialize())
     }
 
     /// The element fields.
     pub fn element(&self) -> &Element {
         &self.element
     }
+
+    /// Writes the content as compact JSON (what serde_json writes for
+    /// [`Log::content`]), copying kept values verbatim.
+    fn write_content(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        if self.kept.iter().any(|k| !has_place(&self.head, k.path)) {
+            // Not a shape this writer splices: the plain way.
+            return serde_json::to_writer(out, self.content());
+        }
+        write_map(out, &self.head, &self.kept, 0)
+    }
+
+    /// The content with the kept values parsed in.
+    fn materialize(&self) -> Map<String, Value> {
+        let mut m = self.head.clone();
+        for k in &self.kept {
+            put_at(&mut m, k.path, json_text_value(&k.text));
+        }
+        m
+    }
+
+    /// This log as one line of a dump: what `serde_json::to_writer` writes
+    /// for it.
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        if self.kept.iter().any(|k| !has_place(&self.head, k.path)) {
+            // Not a shape this writer splices: the plain way.
+            return serde_json::to_writer(out, self);
+        }
+        out.extend_from_slice(b"{\"id\":");
+        serde_json::to_writer(&mut *out, &self.element.id)?;
+        out.extend_from_slice(b",\"created_at\":");
+        serde_json::to_writer(&mut *out, &Finite(self.element.created_at))?;
+        out.extend_from_slice(b",\"metadata\":");
+        serde_json::to_writer(
+            &mut *out,
+            &MetadataOut {
+                metadata: &self.element.metadata,
+                lion_class: lion_class::LOG,
+            },
+        )?;
+        out.extend_from_slice(b",\"content\":");
+        self.write_content(out)?;
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+/// JSON text written by serde_json, parsed back. Such text always parses;
+/// were it ever not JSON, the text itself is kept (as a string) rather
+/// than dropped.
+pub(crate) fn json_text_value(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Puts `v` at `path` in `m` (the last key replaced or added; missing or
+/// non-object intermediate keys become objects).
+fn put_at(m: &mut Map<String, Value>, path: &[&str], v: Value) {
+    match path {
+        [] => {}
+        [last] => {
+            m.insert((*last).to_owned(), v);
+        }
+        [first, rest @ ..] => {
+            let slot = m
+                .entry((*first).to_owned())
+                .or_insert_with(|| Value::Object(Map::new()));
+            if !slot.is_object() {
+                *slot = Value::Object(Map::new());
+            }
+            if let Value::Object(inner) = slot {
+                put_at(inner, rest, v);
+            }
+        }
+    }
+}
+
+/// Whether `path` names a key that exists in `m` through objects.
+fn has_place(m: &Map<String, Value>, path: &[&str]) -> bool {
+    match path {
+        [] => false,
+        [last] => m.contains_key(*last),
+        [first, rest @ ..] => match m.get(*first) {
+            Some(Value::Object(inner)) => has_place(inner, rest),
+            _ => false,
+        },
+    }
+}
+
+/// Writes `m` compactly, the kept values (every one has its place in `m`)
+/// spliced in at `depth` of their paths.
+fn write_map(
+    out: &mut Vec<u8>,
+    m: &Map<String, Value>,
+    kept: &[KeptJson],
+    depth: usize,
+) -> serde_json::Result<()> {
+    out.push(b'{');
+    for (i, (k, v)) in m.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, k)?;
+        out.push(b':');
+        let here = |p: &&KeptJson| p.path.get(depth) == Some(&k.as_str());
+        if let Some(leaf) = kept
+            .iter()
+            .filter(here)
+            .find(|p| p.path.len() == depth + 1)
+        {
+            out.extend_from_slice(&leaf.text);
+            continue;
+        }
+        match v {
+            Value::Object(inner) if kept.iter().any(|p| here(&p)) => {
+                let below: Vec<KeptJson> = kept.iter().filter(here).cloned().collect();
+                write_map(out, inner, &below, depth + 1)?;
+            }
+            _ => serde_json::to_writer(&mut *out, v)?,
+        }
+    }
+    out.push(b'}');
+    Ok(())
 }
 
 impl Serialize for Log {
@@ -94,7 +273,17 @@ impl Serialize for Log {
                 lion_class: lion_class::LOG,
             },
         )?;
-        m.serialize_entry("content", &self.content)?;
+        // An export parses kept values without keeping the parsed copy.
+        let parsed;
+        let content = match self.full.get() {
+            Some(full) => full,
+            None if self.kept.is_empty() => &self.head,
+            None => {
+                parsed = self.materialize();
+                &parsed
+            }
+        };
+        m.serialize_entry("content", content)?;
         m.end()
     }
 }
@@ -126,7 +315,9 @@ impl<'de> Deserialize<'de> for Log {
                 created_at: w.created_at.unwrap_or_else(element::now),
                 metadata: w.metadata,
             },
-            content,
+            head: content,
+            kept: Vec::new(),
+            full: OnceLock::new(),
         })
     }
 }
@@ -390,29 +581,37 @@ fn is_csv(path: &Path) -> bool {
 
 /// One JSON object per line, or CSV with the content as a JSON cell.
 fn render_logs(logs: &Pile<Log>, csv: bool) -> Result<String> {
-    let mut out = String::new();
+    let mut out = Vec::new();
     if csv {
-        out.push_str("id,created_at,content\n");
+        out.extend_from_slice(b"id,created_at,content\n");
     }
+    let mut cell = Vec::new();
     for log in logs.iter() {
         let err = |e: serde_json::Error| BranchError::Serialize {
             path: format!("logs.{}", log.id()),
             reason: e.to_string(),
         };
         if csv {
-            let content = serde_json::to_string(log.content()).map_err(err)?;
-            out.push_str(&format!(
-                "{},{},\"{}\"\n",
-                log.id(),
-                log.created_at(),
-                content.replace('"', "\"\"")
-            ));
+            cell.clear();
+            log.write_content(&mut cell).map_err(err)?;
+            out.extend_from_slice(format!("{},{},\"", log.id(), log.created_at()).as_bytes());
+            for &b in &cell {
+                if b == b'"' {
+                    out.push(b'"');
+                }
+                out.push(b);
+            }
+            out.extend_from_slice(b"\"\n");
         } else {
-            out.push_str(&serde_json::to_string(log).map_err(err)?);
-            out.push('\n');
+            log.write_json(&mut out).map_err(err)?;
+            out.push(b'\n');
         }
     }
-    Ok(out)
+    // serde_json writes UTF-8, and kept values are serde_json's own text.
+    String::from_utf8(out).map_err(|e| BranchError::Serialize {
+        path: "logs".into(),
+        reason: e.to_string(),
+    })
 }
 
 fn write_file(path: &Path, text: &str) -> Result<()> {
@@ -573,6 +772,78 @@ mod tests {
         let text = std::fs::read_to_string(files[0].as_ref().unwrap().path()).unwrap();
         assert_eq!(text.lines().count(), 2);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A log keeping its payload and reply as JSON text reads, exports and
+    /// dumps exactly as the same log holding them as values.
+    #[test]
+    fn kept_values_read_and_write_as_plain_values() {
+        let payload = json!({"model": "m", "temperature": 0.7, "messages": [
+            {"role": "user", "content": "a \"quoted\" é\n"}], "n": 1.0});
+        let reply = json!({"id": "r", "choices": [{"message": {"content": "hi"}}],
+            "usage": {"prompt_tokens": 3}});
+        let head = |response: Value, payload: Value| {
+            let mut m = Map::new();
+            m.insert("id".into(), "x".into());
+            m.insert("created_at".into(), 1.5.into());
+            m.insert("metadata".into(), json!({"lion_class": "L"}));
+            m.insert(
+                "execution".into(),
+                json!({"status": "completed", "duration": 0.1, "response": response,
+                    "error": null, "retryable": null}),
+            );
+            m.insert("payload".into(), payload);
+            m
+        };
+        let plain = Log::new(head(reply.clone(), payload.clone()));
+        let body = RequestBody::of(&payload).unwrap();
+        let kept = Log {
+            element: plain.element.clone(),
+            ..Log::with_kept(
+                head(Value::Null, Value::Null),
+                vec![
+                    KeptJson::body(&["payload"], &body),
+                    KeptJson::value(&["execution", "response"], &reply).unwrap(),
+                ],
+            )
+        };
+        // Export (a `Value`, and text) before anything was read.
+        assert_eq!(
+            serde_json::to_value(&kept).unwrap(),
+            serde_json::to_value(&plain).unwrap()
+        );
+        assert_eq!(
+            serde_json::to_string(&kept).unwrap(),
+            serde_json::to_string(&plain).unwrap()
+        );
+        let mut pile = Pile::new(true);
+        pile.push(kept.clone());
+        let mut plain_pile = Pile::new(true);
+        plain_pile.push(plain.clone());
+        for csv in [false, true] {
+            assert_eq!(
+                render_logs(&pile, csv).unwrap(),
+                render_logs(&plain_pile, csv).unwrap()
+            );
+        }
+        assert_eq!(
+            render_logs(&pile, false).unwrap(),
+            format!("{}\n", serde_json::to_string(&plain).unwrap())
+        );
+        assert_eq!(kept.content(), plain.content());
+        assert_eq!(kept, plain);
+        // A kept value whose place is missing is added, and still dumps.
+        let odd = Log::with_kept(
+            head(Value::Null, Value::Null),
+            vec![KeptJson::value(&["extra", "deep"], &json!([1])).unwrap()],
+        );
+        assert_eq!(odd.content()["extra"], json!({"deep": [1]}));
+        let mut odd_pile = Pile::new(true);
+        odd_pile.push(odd.clone());
+        assert_eq!(
+            render_logs(&odd_pile, false).unwrap(),
+            format!("{}\n", serde_json::to_string(&odd).unwrap())
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use branch_core::model::{
     AuthType, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError,
-    ModelErrorKind,
+    ModelErrorKind, RequestBody,
 };
 use branch_core::telemetry;
 use serde_json::Value;
@@ -282,13 +282,26 @@ impl IModel {
         serde_json::from_str(&text).unwrap_or(Value::String(text))
     }
 
+    /// The body of `request`, serialized once, with its token estimate.
+    fn body(&self, request: &ChatRequest, stream: bool) -> Result<RequestBody, ModelError> {
+        let body = dialect::try_build_body(&self.inner.config, request, stream)?;
+        // One serialization gives both the bytes sent and the estimate.
+        let (bytes, counted) = serialize_counting(&body).map_err(|_| {
+            self.err(
+                ModelErrorKind::Config,
+                "the request body is not serializable",
+            )
+        })?;
+        Ok(RequestBody::from_json_bytes(bytes, counted))
+    }
+
     /// Everything before the first byte: URL, key, body, cap, guard.
-    /// `payload` is the body when the caller already built it (with
-    /// [`ChatModel::request_payload`]); otherwise it is built here.
+    /// `body` is the body when the caller already built it (with
+    /// [`ChatModel::request_body`]); otherwise it is built here.
     fn prepare(
         &self,
         request: &ChatRequest,
-        payload: Option<&Value>,
+        body: Option<&RequestBody>,
         stream: bool,
     ) -> Result<Prepared, ModelError> {
         let config = &self.inner.config;
@@ -311,23 +324,12 @@ impl IModel {
             .map_err(|m| self.err(ModelErrorKind::Config, m))?;
         }
 
-        let built;
-        let body = match payload {
-            // `null` is the body of a request the dialect cannot translate:
-            // built again, it gives the reason.
-            Some(b) if !b.is_null() => b,
-            _ => {
-                built = dialect::try_build_body(config, request, stream)?;
-                &built
-            }
+        let body = match body {
+            Some(b) => b.clone(),
+            None => self.body(request, stream)?,
         };
-        // One serialization gives both the bytes sent and the estimate.
-        let (body_bytes, counted) = serialize_counting(body).map_err(|_| {
-            self.err(
-                ModelErrorKind::Config,
-                "the request body is not serializable",
-            )
-        })?;
+        let counted = body.counted();
+        let body_bytes = body.bytes().clone();
         let scale = self.lock_state().input_token_scale.max(1.0);
         #[allow(
             clippy::cast_possible_truncation,
@@ -561,7 +563,7 @@ impl IModel {
     async fn chat_inner(
         &self,
         request: ChatRequest,
-        payload: Option<&Value>,
+        body: Option<&RequestBody>,
     ) -> Result<ChatResponse, ModelError> {
         if let Some(b) = &self.inner.breaker {
             b.admit().map_err(|_| {
@@ -575,7 +577,7 @@ impl IModel {
         let mut attempts = 0;
         let result = match tokio::time::timeout(
             deadline,
-            self.chat_attempts(&request, payload, &mut attempts),
+            self.chat_attempts(&request, body, &mut attempts),
         )
         .await
         {
@@ -609,11 +611,11 @@ impl IModel {
     async fn chat_attempts(
         &self,
         request: &ChatRequest,
-        payload: Option<&Value>,
+        body: Option<&RequestBody>,
         attempts: &mut u32,
     ) -> Result<ChatResponse, ModelError> {
         let span = tracing::Span::current();
-        let p = self.prepare(request, payload, false)?;
+        let p = self.prepare(request, body, false)?;
         self.ensure_ollama_model().await;
         let _permit = self
             .inner
@@ -776,17 +778,17 @@ impl IModel {
         result
     }
 
-    /// One complete call sending `payload`, the body
-    /// [`ChatModel::request_payload`] built for `request` (see
-    /// [`ChatModel::chat_with_payload`]).
-    pub async fn invoke_with_payload(
+    /// One complete call sending `body`, the body
+    /// [`ChatModel::request_body`] built for `request` (see
+    /// [`ChatModel::chat_with_body`]).
+    pub async fn invoke_with_body(
         &self,
         request: ChatRequest,
-        payload: &Value,
+        body: &RequestBody,
     ) -> Result<ChatResponse, ModelError> {
         let span = self.span(&request, false);
         let result = self
-            .chat_inner(request, Some(payload))
+            .chat_inner(request, Some(body))
             .instrument(span.clone())
             .await;
         record_outcome(&span, &result);
@@ -824,7 +826,7 @@ fn record_outcome(span: &tracing::Span, result: &Result<ChatResponse, ModelError
 struct Prepared {
     url: reqwest::Url,
     headers: reqwest::header::HeaderMap,
-    body_bytes: Vec<u8>,
+    body_bytes: bytes::Bytes,
     counted: u64,
     scaled: u64,
 }
@@ -972,12 +974,16 @@ impl ChatModel for IModel {
         self.invoke(request).await
     }
 
-    async fn chat_with_payload(
+    fn request_body(&self, request: &ChatRequest) -> Result<RequestBody, ModelError> {
+        self.body(request, false)
+    }
+
+    async fn chat_with_body(
         &self,
         request: ChatRequest,
-        payload: &Value,
+        body: &RequestBody,
     ) -> Result<ChatResponse, ModelError> {
-        self.invoke_with_payload(request, payload).await
+        self.invoke_with_body(request, body).await
     }
 
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use branch_core::branch::same_model;
-use branch_core::log::Log;
+use branch_core::log::{KeptJson, Log};
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{
     ChatMessage, ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, ReasoningBlock,
-    api_call_execution,
+    api_call_execution_head,
 };
 use branch_core::{Branch, Participant, Role};
 use branch_messages::{
@@ -379,15 +379,18 @@ pub(crate) async fn send(
     request: ChatRequest,
     caller: Option<&dyn crate::middle::CallModel>,
 ) -> Result<ChatResponse> {
-    let payload = model.request_payload(&request, false);
+    // Built once: the bytes sent are the bytes the log keeps. A request
+    // with no form in the model's protocol fails in the call below, as
+    // any other call does, and is logged with a `null` payload.
+    let body = model.request_body(&request).ok();
     let started_at = branch_core::model::now_timestamp();
     let t0 = Instant::now();
     let span = tracing::debug_span!("api_call", model = ?model.config().model_name());
     let call = async {
-        match caller {
-            Some(c) => c.call(model.clone(), request).await,
-            // The body built for the log is the body sent.
-            None => model.chat_with_payload(request, &payload).await,
+        match (caller, &body) {
+            (Some(c), _) => c.call(model.clone(), request).await,
+            (None, Some(b)) => model.chat_with_body(request, b).await,
+            (None, None) => model.chat(request).await,
         }
     };
     let result = tracing::Instrument::instrument(call, span).await;
@@ -399,18 +402,34 @@ pub(crate) async fn send(
         }
     }
     metadata.insert("lion_class".into(), API_CALLING.into());
-    // Built by moving the parts in: `json!` would copy each of them
-    // through the serializer, the payload included.
+    // The request body and the reply are kept as JSON text (the body the
+    // very bytes sent), parsed only if the log is read.
     let mut record = Map::with_capacity(5);
     record.insert("id".into(), Uuid::new_v4().to_string().into());
     record.insert("created_at".into(), started_at.into());
     record.insert("metadata".into(), Value::Object(metadata));
     record.insert(
         "execution".into(),
-        api_call_execution(result.as_ref(), duration),
+        api_call_execution_head(result.as_ref(), duration),
     );
-    record.insert("payload".into(), payload);
-    branch.log(Log::new(record));
+    record.insert("payload".into(), Value::Null);
+    let mut kept = Vec::with_capacity(2);
+    if let Some(b) = &body {
+        kept.push(KeptJson::body(&["payload"], b));
+    }
+    if let Ok(r) = &result {
+        match KeptJson::value(&["execution", "response"], &r.raw) {
+            Ok(k) => kept.push(k),
+            // A `Value` always serializes; were it ever not to, the reply
+            // is still recorded whole.
+            Err(_) => {
+                if let Some(Value::Object(e)) = record.get_mut("execution") {
+                    e.insert("response".into(), r.raw.clone());
+                }
+            }
+        }
+    }
+    branch.log(Log::with_kept(record, kept));
     result.map_err(OperationError::api)
 }
 

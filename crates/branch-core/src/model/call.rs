@@ -136,6 +136,58 @@ impl ChatRequest {
     }
 }
 
+/// The serialized JSON body of one call, built once: the bytes sent (a
+/// retry resends them without copying) and what the API-call log keeps as
+/// its `payload`, parsed back only when the log is read.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RequestBody {
+    bytes: bytes::Bytes,
+    counted: u64,
+}
+
+impl RequestBody {
+    /// The body of `value` (compact JSON, as `serde_json::to_vec` writes it).
+    pub fn of(value: &Value) -> serde_json::Result<Self> {
+        Ok(Self::from_json_bytes(serde_json::to_vec(value)?, 0))
+    }
+
+    /// A body already serialized by serde_json (compact), with the
+    /// model's token estimate of its counted parts. The bytes must be one
+    /// JSON value.
+    pub fn from_json_bytes(bytes: Vec<u8>, counted: u64) -> Self {
+        debug_assert!(serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok());
+        Self {
+            bytes: bytes.into(),
+            counted,
+        }
+    }
+
+    /// The bytes (shared, not copied).
+    pub fn bytes(&self) -> &bytes::Bytes {
+        &self.bytes
+    }
+
+    /// The model's token estimate of the body (0 when it made none).
+    pub fn counted(&self) -> u64 {
+        self.counted
+    }
+
+    /// The body parsed back into a `Value` (for a reader of the log).
+    pub fn to_value(&self) -> Value {
+        crate::log::json_text_value(&self.bytes)
+    }
+}
+
+impl std::fmt::Debug for RequestBody {
+    // A body carries the conversation: its length only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestBody")
+            .field("bytes", &self.bytes.len())
+            .field("counted", &self.counted)
+            .finish()
+    }
+}
+
 /// A tool call requested by the model.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
@@ -310,12 +362,25 @@ impl ChatResponse {
 /// (serialization.md §6.1): `{"status", "duration", "response", "error",
 /// "retryable"}`.
 pub fn api_call_execution(result: Result<&ChatResponse, &ModelError>, duration_secs: f64) -> Value {
+    let mut v = api_call_execution_head(result, duration_secs);
+    if let (Ok(r), Value::Object(m)) = (result, &mut v) {
+        m.insert("response".into(), r.raw.clone());
+    }
+    v
+}
+
+/// [`api_call_execution`] with `response` left `null`, for a log that
+/// keeps the reply apart (`Log::with_kept` at `["execution", "response"]`).
+pub fn api_call_execution_head(
+    result: Result<&ChatResponse, &ModelError>,
+    duration_secs: f64,
+) -> Value {
     let mut m = Map::with_capacity(5);
     match result {
-        Ok(r) => {
+        Ok(_) => {
             m.insert("status".into(), "completed".into());
             m.insert("duration".into(), duration_secs.into());
-            m.insert("response".into(), r.raw.clone());
+            m.insert("response".into(), Value::Null);
             m.insert("error".into(), Value::Null);
         }
         Err(e) => {

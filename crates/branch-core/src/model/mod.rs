@@ -18,8 +18,8 @@ pub mod settings;
 use std::sync::Arc;
 
 pub use call::{
-    ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
-    ToolCall, Usage, api_call_execution, extract_text, stream_chunk, thinking_chunk,
+    ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, RequestBody,
+    StreamAccumulator, ToolCall, Usage, api_call_execution, api_call_execution_head, extract_text, stream_chunk, thinking_chunk,
 };
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,
@@ -99,17 +99,31 @@ pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
     /// One complete (non-streaming) call, retried per the model's policy.
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError>;
 
-    /// One complete call whose body the caller already built with
-    /// [`ChatModel::request_payload`]`(&request, false)` (the Branch logs
-    /// that body): a model that sends JSON sends `payload` instead of
-    /// building it a second time. It must be that body; the default
-    /// ignores it and calls [`ChatModel::chat`].
-    async fn chat_with_payload(
+    /// The serialized body a non-streaming call with `request` sends (what
+    /// the Branch logs as the API call's `payload`), built once and handed
+    /// back to [`ChatModel::chat_with_body`]. Errors when the request has
+    /// no form in the model's protocol.
+    fn request_body(&self, request: &ChatRequest) -> Result<RequestBody, ModelError> {
+        RequestBody::of(&self.request_payload(request, false)).map_err(|e| {
+            ModelError::new(
+                ModelErrorKind::Config,
+                self.config().provider(),
+                self.config().model_name(),
+                format!("the request body is not serializable: {e}"),
+            )
+        })
+    }
+
+    /// One complete call sending `body`, which
+    /// [`ChatModel::request_body`]`(&request)` of this model built: a
+    /// model that sends JSON sends those bytes instead of building them a
+    /// second time. The default ignores it and calls [`ChatModel::chat`].
+    async fn chat_with_body(
         &self,
         request: ChatRequest,
-        payload: &serde_json::Value,
+        body: &RequestBody,
     ) -> Result<ChatResponse, ModelError> {
-        let _ = payload;
+        let _ = body;
         self.chat(request).await
     }
 
