@@ -50,7 +50,10 @@ mod response_format;
 mod token_usage;
 pub mod yaml;
 
-pub use compile::{CompileOptions, RequestMessage, RequestRole, ToolMode, compile_request};
+pub use compile::{
+    CompileOptions, RenderCache, RequestMessage, RequestRole, ToolMode, compile_request,
+    compile_request_cached,
+};
 pub use error::{CompileError, ImageOwner};
 pub use render::{RenderedContent, render_instruction, render_message};
 pub use response_format::ResponseFormat;

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::breaker::Breaker;
-use crate::dialect::{self, Dialect, serialize_counting};
+use crate::dialect::{self, Dialect};
 use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
 use crate::limits::{self, CallLimits};
@@ -284,9 +284,9 @@ impl IModel {
 
     /// The body of `request`, serialized once, with its token estimate.
     fn body(&self, request: &ChatRequest, stream: bool) -> Result<RequestBody, ModelError> {
-        let body = dialect::try_build_body(&self.inner.config, request, stream)?;
         // One serialization gives both the bytes sent and the estimate.
-        let (bytes, counted) = serialize_counting(&body).map_err(|_| {
+        let (bytes, counted) = dialect::try_build_body_bytes(&self.inner.config, request, stream)?
+            .map_err(|_| {
             self.err(
                 ModelErrorKind::Config,
                 "the request body is not serializable",

@@ -15,7 +15,8 @@ use branch_core::model::{
 };
 use branch_core::{Branch, Participant, Role};
 use branch_messages::{
-    CompileOptions, ResponseFormat, ToolMode, compile_request, token_usage_note,
+    CompileOptions, RenderCache, ResponseFormat, ToolMode, compile_request_cached,
+    token_usage_note,
 };
 use branch_providers::ProviderEntry;
 use serde_json::{Map, Value};
@@ -278,17 +279,26 @@ pub(crate) async fn compile(
             ToolMode::Prompt
         },
     };
+    // The renderings of past instructions, kept between turns (taken out
+    // and put back around this synchronous step: no await between, so a
+    // dropped turn cannot lose it; an entry is checked against the
+    // message each time, so it cannot go stale).
+    let mut cache = branch
+        .extensions_mut()
+        .remove::<RenderCache>()
+        .unwrap_or_default();
     let compiled = if opts.pending.is_empty() {
-        compile_request(branch.msgs(), content, &copts)
+        compile_request_cached(branch.msgs(), content, &copts, &mut cache)
     } else {
         let mut scratch = MessageManager::from_pile(branch.messages().clone());
         scratch.set_view(branch.msgs().view().cloned());
         for m in opts.pending {
             scratch.add_message(m.clone());
         }
-        compile_request(&scratch, content, &copts)
-    }
-    .map_err(OperationError::compile)?;
+        compile_request_cached(&scratch, content, &copts, &mut cache)
+    };
+    branch.extensions_mut().insert(cache);
+    let compiled = compiled.map_err(OperationError::compile)?;
     let mut messages: Vec<ChatMessage> = compiled.into_iter().map(ChatMessage::from).collect();
     if opts.token_note {
         let contents: Vec<&Value> = messages.iter().map(|m| &m.content).collect();

@@ -6,6 +6,7 @@ use branch_core::message::InstructionContent;
 use branch_core::model::ReasoningBlock;
 use serde_json::{Map, Value, json};
 
+use super::cache::RenderCache;
 use super::message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::{RenderedContent, render_instruction_as};
@@ -106,7 +107,10 @@ pub(crate) fn merge(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
 
 /// Renders the entries; empty renderings are skipped. Returns the
 /// messages and whether the last entry rendered empty.
-pub(crate) fn render(entries: Vec<Entry<'_>>) -> Result<(Vec<RequestMessage>, bool), CompileError> {
+pub(crate) fn render(
+    entries: Vec<Entry<'_>>,
+    mut cache: Option<&mut RenderCache>,
+) -> Result<(Vec<RequestMessage>, bool), CompileError> {
     let last = entries.len().saturating_sub(1);
     let mut out = Vec::with_capacity(entries.len());
     let mut last_empty = false;
@@ -117,7 +121,14 @@ pub(crate) fn render(entries: Vec<Entry<'_>>) -> Result<(Vec<RequestMessage>, bo
                 owner,
                 history,
             } => {
-                let content = render_instruction_as(&c, owner, history)?;
+                let content = match (&c, owner, cache.as_deref_mut()) {
+                    // Only a past instruction the compilation left as
+                    // stored is kept (see `cache`).
+                    (Content::Borrowed(stored), ImageOwner::Stored(id), Some(cache)) if history => {
+                        cache.history(id, stored)?
+                    }
+                    _ => render_instruction_as(&c, owner, history)?,
+                };
                 if content.is_empty() {
                     last_empty = i == last;
                     continue;

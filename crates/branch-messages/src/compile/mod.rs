@@ -24,6 +24,7 @@
 //! it), and pending action results reach the current turn even when the
 //! system fold targets it (the reference loses them there).
 
+mod cache;
 mod dedup;
 mod entry;
 mod message;
@@ -35,6 +36,7 @@ use branch_core::model::{REASONING_METADATA_KEY, ReasoningBlock};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+pub use cache::RenderCache;
 pub use message::{RequestMessage, RequestRole};
 
 use crate::error::{CompileError, ImageOwner};
@@ -89,6 +91,27 @@ pub fn compile_request(
     msgs: &MessageManager,
     current: &InstructionContent,
     opts: &CompileOptions<'_>,
+) -> Result<Vec<RequestMessage>, CompileError> {
+    compile(msgs, current, opts, None)
+}
+
+/// [`compile_request`], taking the renderings of past instructions from
+/// `cache` and keeping new ones there: the same messages, without
+/// rendering again the instructions the previous turns rendered.
+pub fn compile_request_cached(
+    msgs: &MessageManager,
+    current: &InstructionContent,
+    opts: &CompileOptions<'_>,
+    cache: &mut RenderCache,
+) -> Result<Vec<RequestMessage>, CompileError> {
+    compile(msgs, current, opts, Some(cache))
+}
+
+fn compile(
+    msgs: &MessageManager,
+    current: &InstructionContent,
+    opts: &CompileOptions<'_>,
+    mut cache: Option<&mut RenderCache>,
 ) -> Result<Vec<RequestMessage>, CompileError> {
     let order: Vec<Uuid> = match opts.progression {
         Some(p) if !p.is_empty() => p.to_vec(),
@@ -243,7 +266,10 @@ pub fn compile_request(
         history: false,
     });
 
-    let (messages, last_empty) = entry::render(entries)?;
+    let (messages, last_empty) = entry::render(entries, cache.as_deref_mut())?;
+    if let Some(cache) = cache {
+        cache.prune(&order);
+    }
     if let Some(e) = empty_error.filter(|_| last_empty) {
         return Err(e);
     }

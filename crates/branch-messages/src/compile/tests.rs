@@ -1,4 +1,7 @@
-use branch_core::message::{InstructionContent, Message, MessageManager, SystemContent};
+use branch_core::Progression;
+use branch_core::message::{
+    ImageDetail, InstructionContent, Message, MessageManager, SystemContent,
+};
 use branch_core::model::ChatMessage;
 use serde_json::{Map, Value, json};
 
@@ -457,4 +460,176 @@ fn a_past_instruction_renders_without_its_schemas_and_format() {
         crate::render::instruction_text_as(&c, false),
         crate::render::instruction_text(&stripped)
     );
+}
+
+/// Compiles with `cache` and cold; both must give the same request (or the
+/// same error).
+fn same_as_cold(
+    mm: &MessageManager,
+    current: &InstructionContent,
+    opts: &CompileOptions<'_>,
+    cache: &mut RenderCache,
+    step: &str,
+) {
+    let cold = compile_request(mm, current, opts);
+    let warm = compile_request_cached(mm, current, opts, cache);
+    match (cold, warm) {
+        (Ok(c), Ok(w)) => assert_eq!(w, c, "{step}"),
+        (Err(c), Err(w)) => assert_eq!(w.to_string(), c.to_string(), "{step}"),
+        (c, w) => panic!("{step}: cold {c:?}, cached {w:?}"),
+    }
+}
+
+fn instruction_mut(mm: &mut MessageManager, id: Uuid) -> &mut InstructionContent {
+    match &mut mm.get_mut(&id).unwrap().content {
+        MessageContent::Instruction(c) => c,
+        _ => panic!("not an instruction"),
+    }
+}
+
+/// The render cache never changes what is compiled: every edit of a
+/// message or of what its rendering depends on (its fields, the system
+/// message, the order, folded action results, ReAct's context, the tool
+/// mode) gives, with one cache kept throughout, the cold compilation.
+#[test]
+fn cached_compilation_equals_a_cold_one_through_every_change() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let a = mm.add_message(Message::instruction(InstructionContent {
+        guidance: Some("g".into()),
+        prompt_context: vec![json!({"k": "v"})],
+        ..ins("first")
+    }));
+    mm.add_message(Message::assistant("r1"));
+    let b = mm.add_message(Message::instruction(ins("second")));
+    mm.add_message(Message::assistant("r2"));
+    let c = mm.add_message(Message::instruction(InstructionContent {
+        images: vec!["https://example.com/a.png".into()],
+        ..ins("third")
+    }));
+    mm.add_message(Message::assistant("r3"));
+    let now = ins("now");
+    let d = CompileOptions::default();
+    let mut check = |mm: &MessageManager, opts: &CompileOptions<'_>, step: &str| {
+        same_as_cold(mm, &now, opts, &mut cache, step);
+    };
+    check(&mm, &d, "initial");
+    check(&mm, &d, "again (all cached)");
+
+    instruction_mut(&mut mm, b).instruction = Some("second, edited".into());
+    check(&mm, &d, "instruction edited in place");
+    instruction_mut(&mut mm, b).guidance = Some(json!({"style": "terse"}));
+    check(&mm, &d, "guidance added");
+    instruction_mut(&mut mm, b).prompt_context.push("more".into());
+    check(&mm, &d, "context item added");
+    instruction_mut(&mut mm, b).plain_content = Some("PLAIN".into());
+    check(&mm, &d, "plain content set");
+    instruction_mut(&mut mm, b).plain_content = None;
+    check(&mm, &d, "plain content cleared");
+    instruction_mut(&mut mm, c).image_detail = Some(ImageDetail::Low);
+    check(&mm, &d, "image detail changed");
+    instruction_mut(&mut mm, c).images.push("ftp://nope".into());
+    check(&mm, &d, "a refused image source");
+    instruction_mut(&mut mm, c).images.pop();
+    check(&mm, &d, "refused source removed");
+    instruction_mut(&mut mm, c).tool_schemas.push(json!({"name": "t"}));
+    instruction_mut(&mut mm, c).response_format = Some(json!({"x": "str"}));
+    check(&mm, &d, "tool schemas and format (not shown in history)");
+
+    // The same id turned into another kind and back.
+    let saved = mm.get_mut(&b).unwrap().content.clone();
+    mm.get_mut(&b).unwrap().content = Message::assistant("now a reply").content;
+    check(&mm, &d, "instruction replaced by a reply");
+    mm.get_mut(&b).unwrap().content = saved;
+    check(&mm, &d, "instruction restored");
+
+    // The system message: changed, removed (the fold moves), restored.
+    mm.set_system(Message::system(SystemContent::new("OTHER SYSTEM")));
+    check(&mm, &d, "system changed");
+    mm.remove_system();
+    check(&mm, &d, "system removed");
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    check(&mm, &d, "system back");
+
+    // Order: an explicit progression, reversed, and a curated view.
+    let order: Vec<Uuid> = mm.progression().iter().copied().collect();
+    let reversed: Vec<Uuid> = order.iter().rev().copied().collect();
+    let skip_first: Vec<Uuid> = order.iter().skip(2).copied().collect();
+    check(
+        &mm,
+        &CompileOptions {
+            progression: Some(&skip_first),
+            ..d
+        },
+        "first turn left out (the fold moves to a cached one)",
+    );
+    check(
+        &mm,
+        &CompileOptions {
+            progression: Some(&reversed),
+            ..d
+        },
+        "reversed",
+    );
+    check(&mm, &d, "natural order again");
+    mm.set_view(Some(Progression::from_ids(skip_first.iter().copied())));
+    check(&mm, &d, "curated view");
+    mm.set_view(None);
+
+    // Action results fold into the next instruction, then it is cached
+    // again once nothing folds into it.
+    let mut args = Map::new();
+    args.insert("a".into(), 1.into());
+    let req = mm.add_message(Message::action_request("f", args));
+    mm.add_action_response(req, Some(2.into()), None, None)
+        .unwrap();
+    let e = mm.add_message(Message::instruction(ins("after the call")));
+    check(&mm, &d, "results folded into a new instruction");
+    check(
+        &mm,
+        &CompileOptions {
+            tool_mode: ToolMode::Native,
+            ..d
+        },
+        "native tool mode",
+    );
+    instruction_mut(&mut mm, e).prompt_context.push("x".into());
+    check(&mm, &d, "folded-into instruction edited");
+
+    // ReAct's context shown once.
+    let ctx = vec![json!({"k": "v"}), json!("more")];
+    let react = CompileOptions {
+        react_context: Some(&ctx),
+        ..d
+    };
+    check(&mm, &react, "react context de-duplicated");
+    check(&mm, &d, "without react context");
+
+    // Truncation and a new message reusing nothing.
+    mm.truncate(3);
+    check(&mm, &d, "truncated");
+    instruction_mut(&mut mm, a).instruction = Some("first, edited".into());
+    check(&mm, &d, "first edited after truncation");
+    mm.add_message(Message::instruction(ins("second")));
+    check(&mm, &d, "a new message with an old text");
+    mm.clear_messages();
+    check(&mm, &d, "cleared");
+}
+
+/// Entries of messages no longer compiled are dropped once they outnumber
+/// the live ones.
+#[test]
+fn render_cache_drops_what_is_no_longer_compiled() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    for i in 0..200 {
+        mm.add_message(Message::instruction(ins(&format!("q{i}"))));
+        mm.add_message(Message::assistant("r"));
+    }
+    compile_request_cached(&mm, &ins("now"), &CompileOptions::default(), &mut cache).unwrap();
+    assert_eq!(cache.len(), 200);
+    mm.truncate(4);
+    compile_request_cached(&mm, &ins("now"), &CompileOptions::default(), &mut cache).unwrap();
+    assert_eq!(cache.len(), 2);
 }

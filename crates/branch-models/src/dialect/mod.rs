@@ -119,13 +119,7 @@ pub fn try_build_body(
     request: &ChatRequest,
     stream: bool,
 ) -> Result<Value, ModelError> {
-    let mut payload: Map<String, Value> = config.kwargs().clone();
-    for (k, v) in &request.fields {
-        payload.insert(k.clone(), v.clone());
-    }
-    if !stream {
-        payload.shift_remove("stream");
-    }
+    let payload = merged_payload(config, request, stream);
     match Dialect::of(config) {
         Dialect::OpenAiChat => Ok(openai_chat::build_body(config, request, stream, payload)),
         Dialect::Responses => Ok(responses::build_body(config, request, stream, payload)),
@@ -139,6 +133,34 @@ pub fn try_build_body(
             })
         }
     }
+}
+
+/// [`try_build_body`] serialized, with the token estimate of
+/// [`serialize_counting`]; chat completions writes its messages straight
+/// into the bytes (the same bytes) without building the body's `Value`.
+pub fn try_build_body_bytes(
+    config: &ModelConfig,
+    request: &ChatRequest,
+    stream: bool,
+) -> Result<Result<(Vec<u8>, u64), serde_json::Error>, ModelError> {
+    if Dialect::of(config) != Dialect::OpenAiChat {
+        return try_build_body(config, request, stream).map(|b| serialize_counting(&b));
+    }
+    let payload = merged_payload(config, request, stream);
+    Ok(openai_chat::write_body(config, request, stream, payload))
+}
+
+/// The model's `kwargs`, updated with the request's fields (`stream` only
+/// for a streaming call).
+fn merged_payload(config: &ModelConfig, request: &ChatRequest, stream: bool) -> Map<String, Value> {
+    let mut payload: Map<String, Value> = config.kwargs().clone();
+    for (k, v) in &request.fields {
+        payload.insert(k.clone(), v.clone());
+    }
+    if !stream {
+        payload.shift_remove("stream");
+    }
+    payload
 }
 
 /// OpenAI's reasoning models (the o-series and GPT-5): chat completions
@@ -172,26 +194,41 @@ pub fn serialize_counting(body: &Value) -> serde_json::Result<(Vec<u8>, u64)> {
         return Ok((serde_json::to_vec(body)?, 0));
     };
     let mut out = Vec::with_capacity(512);
+    let counted = write_counting(&mut out, map, |_, _| Ok(false))?;
+    Ok((out, counted))
+}
+
+/// Writes `map` compactly into `out` and returns the estimate of
+/// [`serialize_counting`]; `special` may write a key's value itself
+/// (returning `true`) instead of the map's.
+pub(crate) fn write_counting(
+    out: &mut Vec<u8>,
+    map: &Map<String, Value>,
+    mut special: impl FnMut(&mut Vec<u8>, &str) -> serde_json::Result<bool>,
+) -> serde_json::Result<u64> {
     let mut chars = 0usize;
     out.push(b'{');
     for (i, (k, v)) in map.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, k)?;
+        serde_json::to_writer(&mut *out, k)?;
         out.push(b':');
         let start = out.len();
-        serde_json::to_writer(&mut out, v)?;
+        let written = special(out, k)?;
+        if !written {
+            serde_json::to_writer(&mut *out, v)?;
+        }
         if COUNTED_PARTS.contains(&k.as_str()) {
             chars += match v {
-                Value::String(s) => s.chars().count(),
+                Value::String(s) if !written => s.chars().count(),
                 // UTF-8: every byte but a continuation byte starts a char.
                 _ => out[start..].iter().filter(|&&b| b & 0xC0 != 0x80).count(),
             };
         }
     }
     out.push(b'}');
-    Ok((out, (chars as u64).div_ceil(4)))
+    Ok((chars as u64).div_ceil(4))
 }
 
 /// The auth header for `auth_type`, if any.

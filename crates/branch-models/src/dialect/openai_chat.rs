@@ -38,37 +38,28 @@ fn unsigned_thinking(m: &ChatMessage) -> String {
         .collect()
 }
 
-/// The chat-completions body: `payload` (kwargs and call fields, merged)
-/// with `messages` and `stream`, filtered to the endpoint's request model.
-pub fn build_body(
+/// How the messages of a request go out.
+struct Shape {
+    /// System messages go out as `developer` (OpenAI's reasoning models).
+    developer: bool,
+    /// Assistant turns that called tools carry their `reasoning_content`.
+    replay: bool,
+}
+
+/// `payload` (kwargs and call fields, merged) with `messages` holding its
+/// place (`null`) and `stream`, filtered to the endpoint's request model.
+fn shape(
     config: &ModelConfig,
-    request: &ChatRequest,
     stream: bool,
-    mut payload: Map<String, Value>,
-) -> Value {
+    payload: &mut Map<String, Value>,
+) -> Shape {
     let developer = config.model_name().is_some_and(openai_reasoning_model)
         || payload
             .get("model")
             .and_then(Value::as_str)
             .is_some_and(openai_reasoning_model);
     let replay = replays_reasoning_with_tool_calls(config);
-    let messages = request
-        .messages
-        .iter()
-        .map(|m| {
-            let mut v = m.to_value();
-            if developer && m.role == "system" {
-                v["role"] = "developer".into();
-            }
-            if replay && m.role == "assistant" && m.extra.contains_key("tool_calls") {
-                if let Value::Object(obj) = &mut v {
-                    obj.insert("reasoning_content".into(), unsigned_thinking(m).into());
-                }
-            }
-            v
-        })
-        .collect();
-    payload.insert("messages".into(), Value::Array(messages));
+    payload.insert("messages".into(), Value::Null);
     if stream {
         payload.insert("stream".into(), true.into());
     }
@@ -79,7 +70,112 @@ pub fn build_body(
         Some(fields) => payload.retain(|k, _| fields.contains(&k.as_str())),
         None => payload.retain(|k, _| !INTERNAL_KEYS.contains(&k.as_str())),
     }
+    Shape { developer, replay }
+}
+
+impl Shape {
+    fn message_value(&self, m: &ChatMessage) -> Value {
+        let mut v = m.to_value();
+        if self.developer && m.role == "system" {
+            v["role"] = "developer".into();
+        }
+        if self.replays(m) {
+            if let Value::Object(obj) = &mut v {
+                obj.insert("reasoning_content".into(), unsigned_thinking(m).into());
+            }
+        }
+        v
+    }
+
+    fn replays(&self, m: &ChatMessage) -> bool {
+        self.replay && m.role == "assistant" && m.extra.contains_key("tool_calls")
+    }
+
+    /// Writes what serializing [`Self::message_value`] writes, without
+    /// building it. A message whose extra keys repeat `role` or `content`
+    /// (which the value form overwrites in place) goes the value way.
+    fn write_message(&self, out: &mut Vec<u8>, m: &ChatMessage) -> serde_json::Result<()> {
+        if m.extra.contains_key("role") || m.extra.contains_key("content") {
+            return serde_json::to_writer(out, &self.message_value(m));
+        }
+        let role = if self.developer && m.role == "system" {
+            "developer"
+        } else {
+            m.role.as_str()
+        };
+        out.extend_from_slice(b"{\"role\":");
+        serde_json::to_writer(&mut *out, role)?;
+        out.extend_from_slice(b",\"content\":");
+        serde_json::to_writer(&mut *out, &m.content)?;
+        let replays = self.replays(m);
+        let mut replayed = false;
+        for (k, v) in &m.extra {
+            out.push(b',');
+            serde_json::to_writer(&mut *out, k)?;
+            out.push(b':');
+            if replays && k == "reasoning_content" {
+                serde_json::to_writer(&mut *out, &unsigned_thinking(m))?;
+                replayed = true;
+            } else {
+                serde_json::to_writer(&mut *out, v)?;
+            }
+        }
+        if replays && !replayed {
+            out.extend_from_slice(b",\"reasoning_content\":");
+            serde_json::to_writer(&mut *out, &unsigned_thinking(m))?;
+        }
+        out.push(b'}');
+        Ok(())
+    }
+}
+
+/// The chat-completions body: `payload` (kwargs and call fields, merged)
+/// with `messages` and `stream`, filtered to the endpoint's request model.
+pub fn build_body(
+    config: &ModelConfig,
+    request: &ChatRequest,
+    stream: bool,
+    mut payload: Map<String, Value>,
+) -> Value {
+    let shape = shape(config, stream, &mut payload);
+    if let Some(slot) = payload.get_mut("messages") {
+        *slot = Value::Array(
+            request
+                .messages
+                .iter()
+                .map(|m| shape.message_value(m))
+                .collect(),
+        );
+    }
     Value::Object(payload)
+}
+
+/// [`build_body`] serialized (compact, the bytes `serde_json::to_vec`
+/// writes for it) with the token estimate of its counted parts, written
+/// straight from the messages without building the body's `Value`.
+pub fn write_body(
+    config: &ModelConfig,
+    request: &ChatRequest,
+    stream: bool,
+    mut payload: Map<String, Value>,
+) -> serde_json::Result<(Vec<u8>, u64)> {
+    let shape = shape(config, stream, &mut payload);
+    let mut out = Vec::with_capacity(512);
+    super::write_counting(&mut out, &payload, |out, key| {
+        if key != "messages" {
+            return Ok(false);
+        }
+        out.push(b'[');
+        for (i, m) in request.messages.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            shape.write_message(out, m)?;
+        }
+        out.push(b']');
+        Ok(true)
+    })
+    .map(|counted| (out, counted))
 }
 
 /// The reasoning text of a streamed delta or a whole message: DeepSeek,
@@ -139,4 +235,88 @@ pub(crate) fn chunk_of(raw: &Value, obj: &Map<String, Value>) -> Option<ChatChun
     let mut c = sse::with_raw(ChunkKind::Result, raw);
     c.metadata.insert("usage".into(), usage.clone());
     Some(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::{build_body as any_body, serialize_counting, try_build_body_bytes};
+    use serde_json::json;
+
+    fn config(provider: &str, model: &str) -> ModelConfig {
+        ModelConfig::builder()
+            .provider(provider)
+            .model(model)
+            .build()
+            .unwrap()
+    }
+
+    /// The body written straight from the messages is, byte for byte and
+    /// in its token estimate, the serialized `Value` body.
+    #[test]
+    fn written_body_is_the_serialized_value_body() {
+        let mut tool_reply = ChatMessage::assistant(Value::Null);
+        tool_reply.extra.insert(
+            "tool_calls".into(),
+            json!([{"id": "c1", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}]),
+        );
+        tool_reply.reasoning = vec![ReasoningBlock::Thinking {
+            text: "why é".into(),
+            signature: None,
+        }];
+        let mut replayed_in_place = tool_reply.clone();
+        replayed_in_place
+            .extra
+            .insert("reasoning_content".into(), "old".into());
+        replayed_in_place.extra.shift_remove("tool_calls");
+        replayed_in_place.extra.insert(
+            "tool_calls".into(),
+            json!([]),
+        );
+        let mut odd = ChatMessage::user("x");
+        odd.extra.insert("role".into(), "tool".into());
+        let mut tool = ChatMessage::new("tool", "{\"ok\": 1}");
+        tool.extra.insert("tool_call_id".into(), "c1".into());
+        let messages = vec![
+            ChatMessage::system("be \"brief\"\n"),
+            ChatMessage::user(json!([{"type": "text", "text": "hé"},
+                {"type": "image_url", "image_url": {"url": "data:x"}}])),
+            tool_reply,
+            tool,
+            replayed_in_place,
+            odd,
+            ChatMessage::assistant("done 🎉"),
+        ];
+        let mut request = ChatRequest::new(messages)
+            .with_field("temperature", 0.25)
+            .with_field("messages", "replaced in place")
+            .with_field("stream", true)
+            .with_field("n", 1.0);
+        for c in [
+            config("openai", "gpt-4.1-mini"),
+            config("openai", "o3-mini"),
+            config("deepseek", "deepseek-chat"),
+            config("ollama", "llama3"),
+        ] {
+            for stream in [false, true] {
+                let value = any_body(&c, &request, stream);
+                let expected = serialize_counting(&value).unwrap();
+                let written = try_build_body_bytes(&c, &request, stream)
+                    .unwrap()
+                    .unwrap();
+                assert_eq!(
+                    String::from_utf8(written.0).unwrap(),
+                    String::from_utf8(expected.0).unwrap(),
+                    "{:?} stream {stream}",
+                    c.model_name()
+                );
+                assert_eq!(written.1, expected.1);
+            }
+        }
+        request.messages.clear();
+        let c = config("openai", "gpt-4.1-mini");
+        let written = try_build_body_bytes(&c, &request, false).unwrap().unwrap();
+        assert_eq!(written, serialize_counting(&any_body(&c, &request, false)).unwrap());
+    }
 }
