@@ -476,7 +476,12 @@ async fn untouched_or_empty_registry_through_communicate() {
         "last_context_report": b.last_context_report().map(|r| json!(*r)),
     });
     assert_eq!(after, fx.output["after_turn_untouched"]);
-    assert!(b.extensions().is_empty(), "a turn creates no registry");
+    assert!(
+        b.extensions()
+            .get::<branch_providers::ContextProviderRegistry>()
+            .is_none(),
+        "a turn creates no registry"
+    );
     let _ = b.providers();
     b.communicate(CommunicateOptions::new("second"))
         .await
