@@ -108,7 +108,15 @@ impl<T: Stored> Pile<T> {
     }
 
     /// The item at a storage index returned by `push_full`.
-    pub(crate) fn get_index(&self, index: usize) -> Option<&T> {
+    /// The item with this id and its insertion index (for walking the
+    /// progression in step with [`Pile::get_index`], which needs no hash
+    /// while the two agree).
+    pub fn get_indexed(&self, id: &Uuid) -> Option<(usize, &T)> {
+        self.items.get_full(id).map(|(i, _, v)| (i, v))
+    }
+
+    /// The item at this insertion index.
+    pub fn get_index(&self, index: usize) -> Option<&T> {
         self.items.get_index(index).map(|(_, v)| v)
     }
 

@@ -1,16 +1,16 @@
 //! The rendered request form of past instructions, kept between turns so
 //! that a turn does not render again every instruction before it.
 //!
-//! An entry is keyed by the message id and holds a copy of exactly what a
-//! past instruction's rendering reads (its text fields, context and images;
-//! not its tool schemas or response format, which history leaves out). It
-//! is used only when that copy equals the message's content as compiled
-//! now, so an edited, replaced or re-ordered message, or one whose context
-//! the compilation changes (the system fold, folded action results, ReAct's
-//! de-duplication), is rendered afresh: an entry can be unused, never
-//! stale.
-
-use std::collections::HashMap;
+//! An entry sits at the message's position in the compiled order and
+//! holds the message id and a copy of exactly what a past instruction's
+//! rendering reads (its text fields, context and images; not its tool
+//! schemas or response format, which history leaves out). It is used only
+//! when the id is the same and that copy equals the message's content as
+//! compiled now, so an edited, replaced or re-ordered message, or one
+//! whose content the compilation changes (the system fold, folded action
+//! results, ReAct's de-duplication), is rendered afresh: an entry can be
+//! unused, never stale. Keyed by position, a turn finds its history's
+//! entries without hashing.
 
 use branch_core::message::{ImageDetail, InstructionContent};
 use serde_json::Value;
@@ -19,16 +19,18 @@ use uuid::Uuid;
 use crate::error::{CompileError, ImageOwner};
 use crate::render::{RenderedContent, render_instruction_as};
 
-/// Rendered past instructions by message id (see the module docs). Keep
+/// Rendered past instructions by position (see the module docs). Keep
 /// one per conversation (a verb keeps it in the branch's extensions) and
 /// pass it to [`super::compile_request_cached`].
 #[derive(Debug, Default)]
 pub struct RenderCache {
-    entries: HashMap<Uuid, Entry>,
+    // Boxed: most positions are replies, and an empty slot stays a word.
+    slots: Vec<Option<Box<Entry>>>,
 }
 
 #[derive(Debug)]
 struct Entry {
+    id: Uuid,
     source: Source,
     rendered: RenderedContent,
 }
@@ -74,43 +76,45 @@ impl RenderCache {
 
     /// How many renderings are kept.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.slots.iter().filter(|s| s.is_some()).count()
     }
 
     /// Whether none is kept.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.slots.iter().all(Option::is_none)
     }
 
-    /// The history rendering of message `id` whose content, unchanged by
-    /// the compilation, is `c`: the kept one when it was made from equal
-    /// content, else rendered now and kept. Errors are not kept.
+    /// The history rendering of message `id`, at position `at` of the
+    /// compiled order, whose content, unchanged by the compilation, is `c`:
+    /// the kept one when it was made for this id from equal content, else
+    /// rendered now and kept. Errors are not kept.
     pub(crate) fn history(
         &mut self,
+        at: usize,
         id: Uuid,
         c: &InstructionContent,
     ) -> Result<RenderedContent, CompileError> {
-        if let Some(e) = self.entries.get(&id).filter(|e| e.source.is(c)) {
-            return Ok(e.rendered.clone());
+        if let Some(Some(e)) = self.slots.get(at) {
+            if e.id == id && e.source.is(c) {
+                return Ok(e.rendered.clone());
+            }
         }
         let rendered = render_instruction_as(c, ImageOwner::Stored(id), true)?;
-        self.entries.insert(
-            id,
-            Entry {
+        if self.slots.len() <= at {
+            self.slots.resize_with(at + 1, || None);
+        }
+        if let Some(slot) = self.slots.get_mut(at) {
+            *slot = Some(Box::new(Entry {
+                id,
                 source: Source::of(c),
                 rendered: rendered.clone(),
-            },
-        );
+            }));
+        }
         Ok(rendered)
     }
 
-    /// Drops the entries of messages no longer compiled, once they
-    /// outnumber the `live` ones (so pruning costs nothing per turn).
-    pub(crate) fn prune(&mut self, live: &[Uuid]) {
-        if self.entries.len() <= live.len().saturating_mul(2).saturating_add(64) {
-            return;
-        }
-        let keep: std::collections::HashSet<&Uuid> = live.iter().collect();
-        self.entries.retain(|id, _| keep.contains(id));
+    /// Drops the entries past the `len` positions compiled now.
+    pub(crate) fn truncate(&mut self, len: usize) {
+        self.slots.truncate(len);
     }
 }

@@ -65,6 +65,8 @@ pub(crate) enum Entry<'a> {
         content: Content<'a>,
         owner: ImageOwner,
         history: bool,
+        /// The position in the compiled order (the render cache's slot).
+        at: usize,
     },
     Assistant {
         text: String,
@@ -120,12 +122,13 @@ pub(crate) fn render(
                 content: c,
                 owner,
                 history,
+                at,
             } => {
                 let content = match (&c, owner, cache.as_deref_mut()) {
                     // Only a past instruction the compilation left as
                     // stored is kept (see `cache`).
                     (Content::Borrowed(stored), ImageOwner::Stored(id), Some(cache)) if history => {
-                        cache.history(id, stored)?
+                        cache.history(at, id, stored)?
                     }
                     _ => render_instruction_as(&c, owner, history)?,
                 };

@@ -118,11 +118,24 @@ fn compile(
         _ => msgs.progression().iter().copied().collect(),
     };
     // Ids the pile does not hold are skipped, as a stale curated view may
-    // name removed messages.
+    // name removed messages. The progression mostly follows the pile's
+    // insertion order: each id is first compared with the item after the
+    // previous one, and looked up by hash only where they part.
+    let pile = msgs.messages();
+    let mut next = 0;
     let history: Vec<(usize, &Message)> = order
         .iter()
         .enumerate()
-        .filter_map(|(i, id)| msgs.messages().get(id).map(|m| (i, m)))
+        .filter_map(|(i, id)| {
+            let found = match pile.get_index(next) {
+                Some(m) if m.id() == *id => Some((next, m)),
+                _ => pile.get_indexed(id),
+            };
+            found.map(|(at, m)| {
+                next = at + 1;
+                (i, m)
+            })
+        })
         .collect();
 
     let plan = opts
@@ -174,7 +187,7 @@ fn compile(
                 "output": r.output.clone().unwrap_or(Value::Null),
             })),
             MessageContent::AssistantResponse(a) => {
-                let reasoning = match m.element.metadata.get(REASONING_METADATA_KEY) {
+                let reasoning = match small_map_get(&m.element.metadata, REASONING_METADATA_KEY) {
                     None => Vec::new(),
                     Some(v) => ReasoningBlock::list_from_value(v).map_err(|e| {
                         CompileError::MalformedReasoning {
@@ -220,6 +233,7 @@ fn compile(
                     content: c,
                     owner: ImageOwner::Stored(m.id()),
                     history: true,
+                    at: i,
                 });
             }
             MessageContent::System(_) | MessageContent::ActionRequest(_) => {}
@@ -264,17 +278,29 @@ fn compile(
         content: current,
         owner: ImageOwner::CurrentTurn,
         history: false,
+        at: order.len(),
     });
 
     let (messages, last_empty) = entry::render(entries, cache.as_deref_mut())?;
     if let Some(cache) = cache {
-        cache.prune(&order);
+        cache.truncate(order.len());
     }
     if let Some(e) = empty_error.filter(|_| last_empty) {
         return Err(e);
     }
     lead.extend(messages);
     Ok(lead)
+}
+
+/// `m.get(key)` without hashing the key when the map is small (a
+/// message's metadata holds a few keys; SipHash of the key costs more than
+/// comparing them).
+fn small_map_get<'m>(m: &'m serde_json::Map<String, Value>, key: &str) -> Option<&'m Value> {
+    if m.len() <= 8 {
+        m.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
+    } else {
+        m.get(key)
+    }
 }
 
 /// Folds the pending action results into an instruction's context (see
