@@ -241,11 +241,7 @@ fn write_map(
         serde_json::to_writer(&mut *out, k)?;
         out.push(b':');
         let here = |p: &&KeptJson| p.path.get(depth) == Some(&k.as_str());
-        if let Some(leaf) = kept
-            .iter()
-            .filter(here)
-            .find(|p| p.path.len() == depth + 1)
-        {
+        if let Some(leaf) = kept.iter().filter(here).find(|p| p.path.len() == depth + 1) {
             out.extend_from_slice(&leaf.text);
             continue;
         }

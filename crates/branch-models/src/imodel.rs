@@ -287,11 +287,11 @@ impl IModel {
         // One serialization gives both the bytes sent and the estimate.
         let (bytes, counted) = dialect::try_build_body_bytes(&self.inner.config, request, stream)?
             .map_err(|_| {
-            self.err(
-                ModelErrorKind::Config,
-                "the request body is not serializable",
-            )
-        })?;
+                self.err(
+                    ModelErrorKind::Config,
+                    "the request body is not serializable",
+                )
+            })?;
         Ok(RequestBody::from_json_bytes(bytes, counted))
     }
 
@@ -575,15 +575,13 @@ impl IModel {
         }
         let deadline = self.inner.limits.deadline;
         let mut attempts = 0;
-        let result = match tokio::time::timeout(
-            deadline,
-            self.chat_attempts(&request, body, &mut attempts),
-        )
-        .await
-        {
-            Ok(r) => r,
-            Err(_) => Err(self.deadline_error().with_attempts(attempts)),
-        };
+        let result =
+            match tokio::time::timeout(deadline, self.chat_attempts(&request, body, &mut attempts))
+                .await
+            {
+                Ok(r) => r,
+                Err(_) => Err(self.deadline_error().with_attempts(attempts)),
+            };
         if let Some(b) = &self.inner.breaker {
             let failed = result.as_ref().err().is_some_and(|e| {
                 e.attempts > 0

@@ -15,8 +15,7 @@ use branch_core::model::{
 };
 use branch_core::{Branch, Participant, Role};
 use branch_messages::{
-    CompileOptions, RenderCache, ResponseFormat, ToolMode, compile_request_cached,
-    token_usage_note,
+    CompileOptions, RenderCache, ResponseFormat, ToolMode, compile_request_cached, token_usage_note,
 };
 use branch_providers::ProviderEntry;
 use serde_json::{Map, Value};

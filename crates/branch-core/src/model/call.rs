@@ -228,10 +228,10 @@ impl Usage {
     /// so [`Self::input_tokens`] is the whole input for every protocol.
     pub fn from_provider(value: &Value) -> Option<Self> {
         let obj = value.as_object()?;
-        let n = |k: &str| obj.get(k).and_then(Value::as_u64);
+        let n = |k: &str| obj.field(k).and_then(Value::as_u64);
         let detail = |details: &str, k: &str| {
-            obj.get(details)
-                .and_then(|d| d.get(k))
+            obj.field(details)
+                .and_then(|d| d.field(k))
                 .and_then(Value::as_u64)
         };
         let prompt = n("prompt_tokens").or_else(|| n("input_tokens"));
@@ -331,11 +331,14 @@ impl ChatResponse {
         let text = extract_text(&raw);
         let tool_calls = extract_tool_calls(&raw);
         let reasoning = extract_reasoning(&raw);
-        let usage = raw.get("usage").and_then(Usage::from_provider);
-        let served_model = raw.get("model").and_then(Value::as_str).map(str::to_owned);
+        let usage = raw.field("usage").and_then(Usage::from_provider);
+        let served_model = raw
+            .field("model")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         let finish_reason = first_choice(&raw)
-            .and_then(|c| c.get("finish_reason"))
-            .or_else(|| raw.get("stop_reason"))
+            .and_then(|c| c.field("finish_reason"))
+            .or_else(|| raw.field("stop_reason"))
             .and_then(Value::as_str)
             .map(str::to_owned);
         Self {
@@ -397,13 +400,36 @@ pub fn api_call_execution_head(
     Value::Object(m)
 }
 
+/// A key's value in a reply object, found without hashing the key when
+/// the object is small (a reply's objects hold a handful of keys; SipHash
+/// of each looked-up key cost more than comparing them).
+trait Field {
+    fn field(&self, key: &str) -> Option<&Value>;
+}
+
+impl Field for Map<String, Value> {
+    fn field(&self, key: &str) -> Option<&Value> {
+        if self.len() <= 16 {
+            self.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
+        } else {
+            self.get(key)
+        }
+    }
+}
+
+impl Field for Value {
+    fn field(&self, key: &str) -> Option<&Value> {
+        self.as_object().and_then(|o| o.field(key))
+    }
+}
+
 /// `choices[0]` of a reply (looked up directly: a JSON pointer would parse
 /// and allocate on every reply).
 fn first_choice(raw: &Value) -> Option<&Value> {
-    match raw.get("choices")? {
+    match raw.field("choices")? {
         Value::Array(a) => a.first(),
         // What the pointer `/choices/0` also reaches.
-        Value::Object(o) => o.get("0"),
+        Value::Object(o) => o.field("0"),
         _ => None,
     }
 }
@@ -422,14 +448,14 @@ fn extract_one(raw: &Value) -> String {
     let Some(obj) = raw.as_object() else {
         return raw.as_str().map(str::to_owned).unwrap_or_default();
     };
-    if let Some(content) = obj.get("content") {
+    if let Some(content) = obj.field("content") {
         return match content {
             Value::Array(blocks) => blocks
                 .iter()
                 .filter_map(|b| match b {
                     Value::String(s) => Some(s.as_str()),
-                    Value::Object(o) if o.get("type").and_then(Value::as_str) == Some("text") => {
-                        o.get("text").and_then(Value::as_str)
+                    Value::Object(o) if o.field("type").and_then(Value::as_str) == Some("text") => {
+                        o.field("text").and_then(Value::as_str)
                     }
                     _ => None,
                 })
@@ -438,29 +464,29 @@ fn extract_one(raw: &Value) -> String {
             _ => String::new(),
         };
     }
-    if let Some(Value::Array(choices)) = obj.get("choices") {
+    if let Some(Value::Array(choices)) = obj.field("choices") {
         return choices
             .iter()
             .map(|c| {
-                c.get("message")
-                    .and_then(|m| m.get("content"))
-                    .or_else(|| c.get("delta").and_then(|d| d.get("content")))
+                c.field("message")
+                    .and_then(|m| m.field("content"))
+                    .or_else(|| c.field("delta").and_then(|d| d.field("content")))
                     .and_then(Value::as_str)
                     .unwrap_or_default()
             })
             .collect();
     }
-    if let Some(Value::Array(output)) = obj.get("output") {
+    if let Some(Value::Array(output)) = obj.field("output") {
         return output
             .iter()
-            .filter(|item| item.get("type").and_then(Value::as_str) == Some("message"))
-            .filter_map(|item| item.get("content").and_then(Value::as_array))
+            .filter(|item| item.field("type").and_then(Value::as_str) == Some("message"))
+            .filter_map(|item| item.field("content").and_then(Value::as_array))
             .flatten()
-            .filter(|part| part.get("type").and_then(Value::as_str) == Some("output_text"))
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .filter(|part| part.field("type").and_then(Value::as_str) == Some("output_text"))
+            .filter_map(|part| part.field("text").and_then(Value::as_str))
             .collect();
     }
-    if let Some(result) = obj.get("result") {
+    if let Some(result) = obj.field("result") {
         return result
             .as_str()
             .map_or_else(|| result.to_string(), str::to_owned);
@@ -473,10 +499,10 @@ fn extract_one(raw: &Value) -> String {
 /// `reasoning` (OpenRouter, newer vLLM), Anthropic `thinking` /
 /// `redacted_thinking` blocks, Responses `reasoning` items.
 fn extract_reasoning(raw: &Value) -> Vec<ReasoningBlock> {
-    let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
+    let s = |v: &Value, k: &str| v.field(k).and_then(Value::as_str).map(str::to_owned);
     let mut out = Vec::new();
     if let Some(text) = first_choice(raw)
-        .and_then(|c| c.get("message"))
+        .and_then(|c| c.field("message"))
         .and_then(|m| {
             ["reasoning_content", "reasoning"]
                 .iter()
@@ -488,9 +514,9 @@ fn extract_reasoning(raw: &Value) -> Vec<ReasoningBlock> {
             signature: None,
         });
     }
-    if let Some(Value::Array(blocks)) = raw.get("content") {
+    if let Some(Value::Array(blocks)) = raw.field("content") {
         for b in blocks {
-            match b.get("type").and_then(Value::as_str) {
+            match b.field("type").and_then(Value::as_str) {
                 Some("thinking") => out.push(ReasoningBlock::Thinking {
                     text: s(b, "thinking").unwrap_or_default(),
                     signature: s(b, "signature"),
@@ -502,13 +528,13 @@ fn extract_reasoning(raw: &Value) -> Vec<ReasoningBlock> {
             }
         }
     }
-    if let Some(Value::Array(items)) = raw.get("output") {
+    if let Some(Value::Array(items)) = raw.field("output") {
         for item in items {
-            if item.get("type").and_then(Value::as_str) != Some("reasoning") {
+            if item.field("type").and_then(Value::as_str) != Some("reasoning") {
                 continue;
             }
             let summary = item
-                .get("summary")
+                .field("summary")
                 .and_then(Value::as_array)
                 .map(|parts| {
                     parts
@@ -530,16 +556,16 @@ fn extract_reasoning(raw: &Value) -> Vec<ReasoningBlock> {
 fn extract_tool_calls(raw: &Value) -> Vec<ToolCall> {
     let mut calls = Vec::new();
     let tcs = first_choice(raw)
-        .and_then(|c| c.get("message"))
-        .and_then(|m| m.get("tool_calls"));
+        .and_then(|c| c.field("message"))
+        .and_then(|m| m.field("tool_calls"));
     if let Some(Value::Array(tcs)) = tcs {
         for tc in tcs {
             let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
-            let function = tc.get("function");
+            let function = tc.field("function");
             calls.push(ToolCall {
-                id: text(tc.get("id")),
-                name: text(function.and_then(|f| f.get("name"))),
-                arguments: match function.and_then(|f| f.get("arguments")) {
+                id: text(tc.field("id")),
+                name: text(function.and_then(|f| f.field("name"))),
+                arguments: match function.and_then(|f| f.field("arguments")) {
                     Some(Value::String(a)) => a.clone(),
                     Some(other) => other.to_string(),
                     None => String::new(),
@@ -547,11 +573,11 @@ fn extract_tool_calls(raw: &Value) -> Vec<ToolCall> {
             });
         }
     }
-    if let Some(Value::Array(blocks)) = raw.get("content") {
+    if let Some(Value::Array(blocks)) = raw.field("content") {
         for b in blocks {
-            if b.get("type").and_then(Value::as_str) == Some("tool_use") {
+            if b.field("type").and_then(Value::as_str) == Some("tool_use") {
                 let s = |k: &str| {
-                    b.get(k)
+                    b.field(k)
                         .and_then(Value::as_str)
                         .unwrap_or_default()
                         .to_owned()
@@ -560,7 +586,7 @@ fn extract_tool_calls(raw: &Value) -> Vec<ToolCall> {
                     id: s("id"),
                     name: s("name"),
                     arguments: b
-                        .get("input")
+                        .field("input")
                         .map(Value::to_string)
                         .unwrap_or_else(|| "{}".into()),
                 });

@@ -19,7 +19,8 @@ use std::sync::Arc;
 
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, RequestBody,
-    StreamAccumulator, ToolCall, Usage, api_call_execution, api_call_execution_head, extract_text, stream_chunk, thinking_chunk,
+    StreamAccumulator, ToolCall, Usage, api_call_execution, api_call_execution_head, extract_text,
+    stream_chunk, thinking_chunk,
 };
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,

@@ -521,7 +521,9 @@ fn cached_compilation_equals_a_cold_one_through_every_change() {
     check(&mm, &d, "instruction edited in place");
     instruction_mut(&mut mm, b).guidance = Some(json!({"style": "terse"}));
     check(&mm, &d, "guidance added");
-    instruction_mut(&mut mm, b).prompt_context.push("more".into());
+    instruction_mut(&mut mm, b)
+        .prompt_context
+        .push("more".into());
     check(&mm, &d, "context item added");
     instruction_mut(&mut mm, b).plain_content = Some("PLAIN".into());
     check(&mm, &d, "plain content set");
@@ -533,7 +535,9 @@ fn cached_compilation_equals_a_cold_one_through_every_change() {
     check(&mm, &d, "a refused image source");
     instruction_mut(&mut mm, c).images.pop();
     check(&mm, &d, "refused source removed");
-    instruction_mut(&mut mm, c).tool_schemas.push(json!({"name": "t"}));
+    instruction_mut(&mut mm, c)
+        .tool_schemas
+        .push(json!({"name": "t"}));
     instruction_mut(&mut mm, c).response_format = Some(json!({"x": "str"}));
     check(&mm, &d, "tool schemas and format (not shown in history)");
 

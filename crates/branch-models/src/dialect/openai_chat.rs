@@ -48,11 +48,7 @@ struct Shape {
 
 /// `payload` (kwargs and call fields, merged) with `messages` holding its
 /// place (`null`) and `stream`, filtered to the endpoint's request model.
-fn shape(
-    config: &ModelConfig,
-    stream: bool,
-    payload: &mut Map<String, Value>,
-) -> Shape {
+fn shape(config: &ModelConfig, stream: bool, payload: &mut Map<String, Value>) -> Shape {
     let developer = config.model_name().is_some_and(openai_reasoning_model)
         || payload
             .get("model")
@@ -270,10 +266,9 @@ mod tests {
             .extra
             .insert("reasoning_content".into(), "old".into());
         replayed_in_place.extra.shift_remove("tool_calls");
-        replayed_in_place.extra.insert(
-            "tool_calls".into(),
-            json!([]),
-        );
+        replayed_in_place
+            .extra
+            .insert("tool_calls".into(), json!([]));
         let mut odd = ChatMessage::user("x");
         odd.extra.insert("role".into(), "tool".into());
         let mut tool = ChatMessage::new("tool", "{\"ok\": 1}");
@@ -302,9 +297,7 @@ mod tests {
             for stream in [false, true] {
                 let value = any_body(&c, &request, stream);
                 let expected = serialize_counting(&value).unwrap();
-                let written = try_build_body_bytes(&c, &request, stream)
-                    .unwrap()
-                    .unwrap();
+                let written = try_build_body_bytes(&c, &request, stream).unwrap().unwrap();
                 assert_eq!(
                     String::from_utf8(written.0).unwrap(),
                     String::from_utf8(expected.0).unwrap(),
@@ -317,6 +310,9 @@ mod tests {
         request.messages.clear();
         let c = config("openai", "gpt-4.1-mini");
         let written = try_build_body_bytes(&c, &request, false).unwrap().unwrap();
-        assert_eq!(written, serialize_counting(&any_body(&c, &request, false)).unwrap());
+        assert_eq!(
+            written,
+            serialize_counting(&any_body(&c, &request, false)).unwrap()
+        );
     }
 }
