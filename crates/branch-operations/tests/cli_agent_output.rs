@@ -120,8 +120,12 @@ async fn endless_short_lines_fail_the_turn_at_the_turn_cap() {
 async fn a_silent_agent_fails_at_the_default_idle_window() {
     // No idle timeout set: the default window ends the wait (the paused
     // clock jumps to it as soon as nothing else can happen).
-    let (err, unchanged) =
-        failed_turn("cli-silent", "#!/bin/sh\ncat > /dev/null\nexec sleep 3600\n", None).await;
+    let (err, unchanged) = failed_turn(
+        "cli-silent",
+        "#!/bin/sh\ncat > /dev/null\nexec sleep 3600\n",
+        None,
+    )
+    .await;
     assert!(err.contains("no output within the idle window"), "{err}");
     assert!(unchanged);
 }
