@@ -199,8 +199,17 @@ pub async fn invoke_tool(
     let t = reg.tool().clone();
     let args = Value::Object(call.arguments.clone());
     let start = Instant::now();
-    // The tool's own spans belong under the call's `execute_tool` span.
-    let body = tracing::Instrument::in_current_span(async move { t.call(args).await });
+    // The tool's own spans belong under the call's `execute_tool` span, and
+    // its work to the conversation of the verb calling it (task-locals do
+    // not cross `spawn`): model calls inside carry its id, MCP progress
+    // goes to its branch.
+    let conversation = branch_core::telemetry::conversation_id();
+    let body = tracing::Instrument::in_current_span(async move {
+        match conversation {
+            Some(id) => branch_core::telemetry::in_conversation(id, t.call(args)).await,
+            None => t.call(args).await,
+        }
+    });
     let mut task = AbortOnDrop(tokio::spawn(body));
     let joined = match timeout {
         Some(d) => tokio::time::timeout(d, &mut task).await.ok(),

@@ -475,3 +475,21 @@ fn requests_are_read_as_models_write_them() {
         ToolCall::new("f", args(json!({"x": 1})))
     );
 }
+
+#[tokio::test]
+async fn a_tool_works_for_the_conversation_of_the_verb_that_calls_it() {
+    // The tool runs in a task of its own; the verb's conversation (which
+    // routes MCP progress and labels model calls) must reach it.
+    let mut acts = ActionManager::new();
+    let whose = FunctionTool::infallible("whose", |_: Nothing| async move {
+        branch_core::telemetry::conversation_id().unwrap_or_default()
+    })
+    .unwrap();
+    acts.register(whose.into_tool(), false).unwrap();
+    let call = || ToolCall::new("whose", Map::new());
+    let inside =
+        branch_core::telemetry::in_conversation("b-42".into(), acts.invoke(call(), None)).await;
+    assert_eq!(inside.result, Ok(json!("b-42")));
+    let outside = acts.invoke(call(), None).await;
+    assert_eq!(outside.result, Ok(json!("")));
+}

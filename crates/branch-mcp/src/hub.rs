@@ -11,8 +11,9 @@ use crate::error::McpError;
 use crate::limits;
 use crate::naming;
 use crate::policy::McpPolicy;
+use crate::progress::ProgressHook;
 use crate::resources::McpResources;
-use crate::session::{McpServer, ProgressHook};
+use crate::session::McpServer;
 use crate::tool::{self, CallHook};
 
 /// A tool of an MCP server as registered on a branch.

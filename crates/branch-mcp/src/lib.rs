@@ -29,6 +29,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod call;
 mod config;
 mod error;
 mod http;
@@ -37,6 +38,7 @@ mod legacy_sse;
 pub mod limits;
 mod naming;
 mod policy;
+mod progress;
 mod redact;
 mod resources;
 mod serve;
@@ -50,8 +52,9 @@ pub use http::{GuardedHttp, HttpFailure};
 pub use hub::{McpServers, McpToolInfo};
 pub use naming::{assign as assign_names, sanitize as sanitize_name};
 pub use policy::McpPolicy;
+pub use progress::{Progress, ProgressHook};
 pub use redact::{REDACTED, Secret, scrub};
 pub use resources::McpResources;
 pub use serve::{Ask, BranchServer};
-pub use session::{McpServer, Progress, ProgressHook};
+pub use session::McpServer;
 pub use tool::{CallEvent, CallHook, map_result};

@@ -4,14 +4,13 @@
 //! makes rmcp send `notifications/cancelled` for it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use branch_core::observer::{ObserverSlot, Signal};
+use branch_core::observer::ObserverSlot;
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-    NumberOrString, PaginatedRequestParams, ProgressNotificationParam, ProgressToken,
-    ReadResourceRequestParams, RequestMetaObject, Resource,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams, Resource,
 };
 use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -20,34 +19,16 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
+use crate::call;
 use crate::config::{ServerSpec, TransportSpec};
 use crate::error::McpError;
 use crate::http::{GuardedHttp, HttpFailure, init_reason, service_reason};
 use crate::legacy_sse::LegacySse;
 use crate::limits;
 use crate::policy::McpPolicy;
+use crate::progress::{Progress, ProgressHook, ProgressRoutes};
 use crate::redact::{Secret, scrub};
 use crate::stdio::{self, Failure, ServerProcess};
-
-/// A progress notification of a running call.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Progress {
-    /// The server's name.
-    pub server: String,
-    /// The progress so far.
-    pub progress: f64,
-    /// The total, when known.
-    pub total: Option<f64>,
-    /// The server's message, when it sent one.
-    pub message: Option<String>,
-}
-
-/// Called with each progress notification (for a display).
-pub type ProgressHook = Arc<dyn Fn(&Progress) + Send + Sync>;
-
-/// The branches a server's tools are registered on, each with its observer
-/// slot: progress of the server's calls reaches their observers.
-type Listeners = Arc<std::sync::Mutex<Vec<(uuid::Uuid, ObserverSlot)>>>;
 
 /// The client side's handler of what a server sends unasked.
 #[derive(Clone)]
@@ -55,7 +36,7 @@ struct Handler {
     server: String,
     tools_changed: Arc<AtomicBool>,
     progress: Option<ProgressHook>,
-    listeners: Listeners,
+    routes: ProgressRoutes,
 }
 
 impl ClientHandler for Handler {
@@ -78,16 +59,7 @@ impl ClientHandler for Handler {
             message = ?params.message,
             "MCP progress"
         );
-        let listeners = self.listeners.lock().map(|l| l.clone()).unwrap_or_default();
-        for (branch_id, slot) in listeners {
-            slot.emit(Signal::ToolProgress {
-                branch_id,
-                source: self.server.clone(),
-                progress: params.progress,
-                total: params.total,
-                message: params.message.clone(),
-            });
-        }
+        self.routes.deliver(&self.server, &params);
         if let Some(hook) = &self.progress {
             hook(&Progress {
                 server: self.server.clone(),
@@ -116,8 +88,7 @@ pub struct McpServer {
     result_cap: usize,
     tool_cap: usize,
     tools_changed: Arc<AtomicBool>,
-    listeners: Listeners,
-    next_token: AtomicU64,
+    routes: ProgressRoutes,
     transport: &'static str,
 }
 
@@ -139,12 +110,12 @@ impl McpServer {
         progress: Option<ProgressHook>,
     ) -> Result<Self, McpError> {
         let tools_changed = Arc::new(AtomicBool::new(false));
-        let listeners = Listeners::default();
+        let routes = ProgressRoutes::default();
         let handler = Handler {
             server: spec.name.clone(),
             tools_changed: Arc::clone(&tools_changed),
             progress,
-            listeners: Arc::clone(&listeners),
+            routes: routes.clone(),
         };
         let failure = Failure::default();
         let secrets: Vec<Secret> = spec.transport.secrets().into_iter().cloned().collect();
@@ -258,8 +229,7 @@ impl McpServer {
             result_cap: policy.result_cap(),
             tool_cap: policy.tool_cap(),
             tools_changed,
-            listeners,
-            next_token: AtomicU64::new(1),
+            routes,
             transport,
         })
     }
@@ -305,15 +275,12 @@ impl McpServer {
         self.tools_changed.load(Ordering::SeqCst)
     }
 
-    /// Progress of this server's calls goes to `branch_id`'s observer
-    /// (whichever is attached to `slot` when it arrives) as
-    /// [`Signal::ToolProgress`]. Once per branch.
+    /// Progress of this server's calls made for `branch_id` (inside one of
+    /// its verbs) goes to its observer (whichever is attached to `slot`
+    /// when it arrives) as [`Signal::ToolProgress`]; other branches' calls'
+    /// progress never does. Once per branch.
     pub fn listen(&self, branch_id: uuid::Uuid, slot: ObserverSlot) {
-        if let Ok(mut l) = self.listeners.lock() {
-            if !l.iter().any(|(id, _)| *id == branch_id) {
-                l.push((branch_id, slot));
-            }
-        }
+        self.routes.listen(branch_id, slot);
     }
 
     /// `ping`, within [`limits::REQUEST_TIMEOUT`].
@@ -428,8 +395,9 @@ impl McpServer {
     }
 
     /// Calls a tool by its name on the server, within the per-call
-    /// deadline; the request carries a progress token. Dropping the future
-    /// (or the deadline passing) sends `notifications/cancelled`.
+    /// deadline; the request carries a progress token, whose progress goes
+    /// to the calling branch. Dropping the future (or the deadline passing)
+    /// sends `notifications/cancelled`.
     pub async fn call_tool(
         &self,
         name: &str,
@@ -445,14 +413,11 @@ impl McpServer {
                 });
             }
         };
-        let n = self.next_token.fetch_add(1, Ordering::Relaxed);
         let mut params = CallToolRequestParams::new(name.to_owned());
         params.arguments = arguments;
-        params.meta = Some(RequestMetaObject::with_progress_token(ProgressToken(
-            NumberOrString::String(format!("lionagi-{n}").into()),
-        )));
         let what = format!("tools/call `{name}`");
-        match tokio::time::timeout(self.call_timeout, self.peer.call_tool(params)).await {
+        let call = call::call_tool(&self.peer, &self.routes, params);
+        match tokio::time::timeout(self.call_timeout, call).await {
             Ok(Ok(r)) => Ok(r),
             Ok(Err(e)) => Err(self.service_error(&what, e).await),
             Err(_) => Err(self.timeout(&what, self.call_timeout)),

@@ -176,13 +176,22 @@ async fn a_dropped_call_is_cancelled_and_progress_is_heard() {
     .await
     .unwrap();
     let mut branch = Branch::builder().build().unwrap();
-    // The branch's observer hears the same progress as a signal.
+    // The calling branch's observer hears the same progress as a signal;
+    // another branch with the same server's tools hears nothing of it.
     let signals = Arc::new(Mutex::new(Vec::<Signal>::new()));
     branch.set_observer(Some(Arc::new(Recorder(Arc::clone(&signals)))));
     servers.register(&mut branch).await.unwrap();
+    let mut other = Branch::builder().build().unwrap();
+    let others = Arc::new(Mutex::new(Vec::<Signal>::new()));
+    other.set_observer(Some(Arc::new(Recorder(Arc::clone(&others)))));
+    servers.register(&mut other).await.unwrap();
     let args = json!({"seconds": 30, "marker": marker.display().to_string()});
-    let dropped =
-        tokio::time::timeout(Duration::from_millis(1500), call(&branch, "slow", args)).await;
+    // A verb runs its tool calls as work for its branch's conversation.
+    let in_branch = branch_core::telemetry::in_conversation(
+        branch.id().to_string(),
+        call(&branch, "slow", args),
+    );
+    let dropped = tokio::time::timeout(Duration::from_millis(1500), in_branch).await;
     assert!(dropped.is_err(), "the call should still run");
     let start = std::time::Instant::now();
     while !marker.exists() {
@@ -202,6 +211,14 @@ async fn a_dropped_call_is_cancelled_and_progress_is_heard() {
         .find(|s| s.class_name() == "ToolProgress")
         .expect("no ToolProgress signal");
     assert_eq!(first.branch_id(), branch.id());
+    assert!(
+        !others
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|s| s.class_name() == "ToolProgress"),
+        "another branch heard the call's progress"
+    );
     assert!(
         matches!(first, Signal::ToolProgress { source, total: Some(t), .. } if source == "py" && *t == 4.0),
         "{first:?}"

@@ -6,3 +6,16 @@
 /// cap is generous, but an agent that writes without newlines fails the
 /// turn here instead of growing memory without bound.
 pub const MAX_CLI_LINE_BYTES: usize = 16 * 1024 * 1024;
+
+/// All bytes a CLI agent may write in one turn. Every event of the turn is
+/// kept until the turn is recorded (whole, or not at all), so an agent that
+/// never stops writing short lines fails the turn here instead of growing
+/// memory without bound; a long agentic turn that reads many large files
+/// stays far below it.
+pub const MAX_CLI_TURN_BYTES: usize = 256 * 1024 * 1024;
+
+/// The longest a CLI agent may stay silent when the caller set no
+/// `RunOptions::idle_timeout`: the reference's CLI idle window. An agent
+/// that hangs without writing is killed here instead of being waited on
+/// forever.
+pub const CLI_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);

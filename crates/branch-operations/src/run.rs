@@ -87,8 +87,10 @@ pub struct RunOptions {
     pub act: ActOptions,
     /// Overall deadline of the stream (none by default).
     pub timeout: Option<Duration>,
-    /// Longest wait for the next chunk or line (none by default; the
-    /// reference's CLI idle window is 600 s).
+    /// Longest wait for the next chunk or line. Unset: none for a
+    /// streaming chat model (its own call deadline bounds it), 600 s for a
+    /// CLI agent ([`crate::limits::CLI_IDLE_TIMEOUT`], the reference's
+    /// window).
     pub idle_timeout: Option<Duration>,
     /// Persist the run: a branch snapshot before and after the stream, and
     /// each streamed message appended to a JSONL buffer meanwhile.
@@ -209,6 +211,9 @@ struct CliSource {
     started: Instant,
     started_at: f64,
     tool_requests: Vec<(String, Uuid)>,
+    /// Bytes of output read so far this turn (capped by
+    /// [`crate::limits::MAX_CLI_TURN_BYTES`]).
+    read: usize,
 }
 
 struct RunState<'b> {
@@ -405,6 +410,7 @@ impl RunState<'_> {
                 started,
                 started_at,
                 tool_requests: Vec::new(),
+                read: 0,
             })));
         } else {
             let stream = match model.stream(request).await {
@@ -570,11 +576,16 @@ impl RunState<'_> {
                     started,
                     started_at,
                     mut tool_requests,
+                    mut read,
                 } = *cli;
+                let idle = self
+                    .opts
+                    .idle_timeout
+                    .unwrap_or(crate::limits::CLI_IDLE_TIMEOUT);
                 loop {
                     let next = bounded(
                         agent_line(&mut lines, crate::limits::MAX_CLI_LINE_BYTES),
-                        self.opts.idle_timeout,
+                        Some(idle),
                         self.deadline,
                     )
                     .await;
@@ -589,6 +600,15 @@ impl RunState<'_> {
                             return Err(self.fail(why.to_owned()));
                         }
                     };
+                    // The newline counts too: an agent writing empty lines
+                    // forever still reaches the cap.
+                    read = read.saturating_add(line.len()).saturating_add(1);
+                    if read > crate::limits::MAX_CLI_TURN_BYTES {
+                        return Err(self.fail(format!(
+                            "the agent wrote more than {} bytes in one turn, the limit",
+                            crate::limits::MAX_CLI_TURN_BYTES
+                        )));
+                    }
                     let Ok(event) = serde_json::from_str::<Value>(line.trim()) else {
                         continue;
                     };
@@ -753,7 +773,12 @@ impl RunState<'_> {
                         _ => {}
                     }
                 }
-                let status = child.wait().await.ok();
+                // An agent that closed its output but does not exit is not
+                // waited on forever (it is killed on drop).
+                let status = match bounded(child.wait(), Some(idle), self.deadline).await {
+                    Ok(s) => s.ok(),
+                    Err(why) => return Err(self.fail(why.to_owned())),
+                };
                 if status.is_some_and(|s| !s.success()) && text.is_empty() && result_meta.is_empty()
                 {
                     return Err(self.fail(format!(
