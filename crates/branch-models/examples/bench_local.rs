@@ -7,6 +7,9 @@
 //! Prints one JSON object per line: bench, metric, ours, baseline, unit,
 //! ratio (ours / baseline; `null` without a baseline).
 //!
+//! Ours and llama.cpp run alternately (one call, or one conversation, each
+//! in turn), so a change in the shared machine's load touches both alike.
+//!
 //! Generation: both sides generate exactly TOKENS tokens (default 128;
 //! `ignore_eos`) greedily; the best of three runs after a warm-up counts.
 //! - `generation_tokens_per_s`: completion tokens / wall time of the whole
@@ -14,8 +17,8 @@
 //!   `IModel`);
 //! - `decode_tokens_per_s`: tokens after the first / time after the first
 //!   (ours from streaming; llama.cpp's from its reported `timings`);
-//! - the same two with the GGUF's matrices kept as stored
-//!   (`WeightFormat::AsStored`) instead of converted to Q8_0.
+//! - the same two with the other weight format (`WeightFormat`: the GGUF's
+//!   own Q4_1, or its conversion to Q8_0), ours only.
 //!
 //! Conversation: 20 turns of a conversation (each reply 32 tokens, greedy),
 //! streamed; the time to the first text chunk of each turn, the median over
@@ -139,11 +142,7 @@ async fn conversation(model: &dyn ChatModel, run: usize, cache_field: bool) -> V
 }
 
 /// Per-turn medians over several conversations.
-async fn ttft_per_turn(model: &dyn ChatModel, cache_field: bool, side: &str) -> Vec<f64> {
-    let mut runs = Vec::new();
-    for run in 0..CONVERSATIONS {
-        runs.push(conversation(model, run, cache_field).await);
-    }
+fn medians(runs: &[Vec<f64>], side: &str) -> Vec<f64> {
     let medians: Vec<f64> = (0..TURNS)
         .map(|t| {
             let mut v: Vec<f64> = runs.iter().map(|r| r[t]).collect();
@@ -159,16 +158,27 @@ async fn ttft_per_turn(model: &dyn ChatModel, cache_field: bool, side: &str) -> 
     medians
 }
 
-async fn generation(model: &LocalModel, tokens: u64) -> (f64, f64) {
-    ours_once(model, 8).await;
-    let mut runs = Vec::new();
-    for _ in 0..3 {
-        runs.push(ours_once(model, tokens).await);
-    }
+fn best_of(runs: &[(f64, f64)]) -> (f64, f64) {
     (
         best(&runs.iter().map(|r| r.0).collect::<Vec<_>>()),
         best(&runs.iter().map(|r| r.1).collect::<Vec<_>>()),
     )
+}
+
+/// The llama.cpp server at `LIONAGI_LLAMACPP_BASE_URL`, if set.
+fn llamacpp() -> Option<IModel> {
+    let url = std::env::var("LIONAGI_LLAMACPP_BASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())?;
+    let config = ModelConfig::builder()
+        .provider("llamacpp")
+        .model("smollm2")
+        .endpoint("chat/completions")
+        .base_url(&url)
+        .allow_local_network(true)
+        .build()
+        .expect("llama.cpp config");
+    Some(IModel::with_api_key(config, "no-key").expect("llama.cpp model"))
 }
 
 #[tokio::main]
@@ -186,47 +196,64 @@ async fn main() {
         "bench_local: model loaded in {:.2} s",
         load.elapsed().as_secs_f64()
     );
-    let as_stored = model.clone().with_weight_format(WeightFormat::AsStored);
-    let (ours_total, ours_decode) = generation(&model, tokens).await;
-    eprintln!("bench_local: Q8_0 {ours_total:.1} tokens/s, decode {ours_decode:.1}");
-    let (stored_total, stored_decode) = generation(&as_stored, tokens).await;
-    eprintln!("bench_local: as stored {stored_total:.1} tokens/s, decode {stored_decode:.1}");
-    drop(as_stored);
-    let ours_ttft = ttft_per_turn(&model, false, "ours").await;
-
-    let base_url = std::env::var("LIONAGI_LLAMACPP_BASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    let mut baseline: Vec<(f64, Option<f64>)> = Vec::new();
-    let mut base_ttft = None;
-    if let Some(url) = base_url {
-        let config = ModelConfig::builder()
-            .provider("llamacpp")
-            .model("smollm2")
-            .endpoint("chat/completions")
-            .base_url(&url)
-            .allow_local_network(true)
-            .build()
-            .expect("llama.cpp config");
-        let server = IModel::with_api_key(config, "no-key").expect("llama.cpp model");
-        baseline_once(&server, 8).await;
-        for _ in 0..3 {
-            baseline.push(baseline_once(&server, tokens).await);
-        }
-        base_ttft = Some(ttft_per_turn(&server, true, "llama.cpp").await);
+    let server = llamacpp();
+    // Warm-ups, then ours and llama.cpp alternating, so that a change in the
+    // machine's load touches both sides alike.
+    ours_once(&model, 8).await;
+    if let Some(server) = &server {
+        baseline_once(server, 8).await;
     }
+    let mut ours = Vec::new();
+    let mut baseline: Vec<(f64, Option<f64>)> = Vec::new();
+    for _ in 0..3 {
+        ours.push(ours_once(&model, tokens).await);
+        if let Some(server) = &server {
+            baseline.push(baseline_once(server, tokens).await);
+        }
+    }
+    let (ours_total, ours_decode) = best_of(&ours);
+    let default = WeightFormat::default();
+    eprintln!("bench_local: {default:?} {ours_total:.1} tokens/s, decode {ours_decode:.1}");
+    let (other, suffix) = match default {
+        WeightFormat::Q8_0 => (WeightFormat::AsStored, "as_stored"),
+        WeightFormat::AsStored => (WeightFormat::Q8_0, "q8_0"),
+    };
+    let other_model = model.clone().with_weight_format(other);
+    ours_once(&other_model, 8).await;
+    let mut stored = Vec::new();
+    for _ in 0..3 {
+        stored.push(ours_once(&other_model, tokens).await);
+    }
+    let (stored_total, stored_decode) = best_of(&stored);
+    eprintln!("bench_local: {other:?} {stored_total:.1} tokens/s, decode {stored_decode:.1}");
+    drop(other_model);
+
+    let mut ours_runs = Vec::new();
+    let mut base_runs = Vec::new();
+    for run in 0..CONVERSATIONS {
+        ours_runs.push(conversation(&model, run, false).await);
+        if let Some(server) = &server {
+            base_runs.push(conversation(server, run, true).await);
+        }
+    }
+    let ours_ttft = medians(&ours_runs, "ours");
+    let base_ttft = (!base_runs.is_empty()).then(|| medians(&base_runs, "llama.cpp"));
+
     let base_total =
         (!baseline.is_empty()).then(|| best(&baseline.iter().map(|r| r.0).collect::<Vec<_>>()));
     let base_decode: Vec<f64> = baseline.iter().filter_map(|r| r.1).collect();
     let base_decode = (!base_decode.is_empty()).then(|| best(&base_decode));
+    if let (Some(b), Some(d)) = (base_total, base_decode) {
+        eprintln!("bench_local: llama.cpp {b:.1} tokens/s, decode {d:.1}");
+    }
     line("generation_tokens_per_s", ours_total, base_total);
     line("decode_tokens_per_s", ours_decode, base_decode);
     line(
-        "generation_tokens_per_s_as_stored",
+        &format!("generation_tokens_per_s_{suffix}"),
         stored_total,
         base_total,
     );
-    line("decode_tokens_per_s_as_stored", stored_decode, base_decode);
+    line(&format!("decode_tokens_per_s_{suffix}"), stored_decode, base_decode);
     let first = |v: &Vec<f64>| v[0];
     let last = |v: &Vec<f64>| v[TURNS - 1];
     line_in(
