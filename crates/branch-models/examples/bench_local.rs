@@ -107,7 +107,12 @@ const REPLY_TOKENS: u64 = 32;
 const CONVERSATIONS: usize = 3;
 
 /// Milliseconds to the first text chunk of each turn of one conversation.
-async fn conversation(model: &dyn ChatModel, run: usize, cache_field: bool) -> Vec<f64> {
+/// `model` gives the client of each turn (see [`llamacpp`] for why).
+async fn conversation<M: ChatModel>(
+    model: impl Fn() -> M,
+    run: usize,
+    cache_field: bool,
+) -> Vec<f64> {
     let mut history = vec![ChatMessage::system(format!(
         "Conversation {run}. You answer in a few sentences."
     ))];
@@ -124,6 +129,7 @@ async fn conversation(model: &dyn ChatModel, run: usize, cache_field: bool) -> V
         if cache_field {
             request = request.with_field("cache_prompt", true);
         }
+        let model = model();
         let start = Instant::now();
         let mut stream = model.stream(request).await.expect("stream");
         let mut first = None;
@@ -166,19 +172,31 @@ fn best_of(runs: &[(f64, f64)]) -> (f64, f64) {
 }
 
 /// The llama.cpp server at `LIONAGI_LLAMACPP_BASE_URL`, if set.
-fn llamacpp() -> Option<IModel> {
-    let url = std::env::var("LIONAGI_LLAMACPP_BASE_URL")
+fn llamacpp_url() -> Option<String> {
+    std::env::var("LIONAGI_LLAMACPP_BASE_URL")
         .ok()
-        .filter(|u| !u.is_empty())?;
+        .filter(|u| !u.is_empty())
+}
+
+/// A client of the llama.cpp server with a connection pool of its own,
+/// made afresh for every call: this llama.cpp server closes the connection
+/// after each streamed reply without saying so (no `Connection: close`), and
+/// closes idle keep-alive connections after 5 s. A pooled connection was
+/// then reused as the server closed it ("connection closed before message
+/// completed" on sending, which stopped the previous run at the first
+/// streamed turn after the first). A fresh client's TTFT includes a
+/// loopback TCP connect (~0.1 ms); building the client is outside the
+/// timing.
+fn llamacpp(url: &str) -> IModel {
     let config = ModelConfig::builder()
         .provider("llamacpp")
         .model("smollm2")
         .endpoint("chat/completions")
-        .base_url(&url)
+        .base_url(url)
         .allow_local_network(true)
         .build()
         .expect("llama.cpp config");
-    Some(IModel::with_api_key(config, "no-key").expect("llama.cpp model"))
+    IModel::with_api_key(config, "no-key").expect("llama.cpp model")
 }
 
 #[tokio::main]
@@ -196,44 +214,50 @@ async fn main() {
         "bench_local: model loaded in {:.2} s",
         load.elapsed().as_secs_f64()
     );
-    let server = llamacpp();
-    // Warm-ups, then ours and llama.cpp alternating, so that a change in the
-    // machine's load touches both sides alike.
-    ours_once(&model, 8).await;
-    if let Some(server) = &server {
-        baseline_once(server, 8).await;
-    }
-    let mut ours = Vec::new();
-    let mut baseline: Vec<(f64, Option<f64>)> = Vec::new();
-    for _ in 0..3 {
-        ours.push(ours_once(&model, tokens).await);
-        if let Some(server) = &server {
-            baseline.push(baseline_once(server, tokens).await);
-        }
-    }
-    let (ours_total, ours_decode) = best_of(&ours);
+    let server = llamacpp_url();
     let default = WeightFormat::default();
-    eprintln!("bench_local: {default:?} {ours_total:.1} tokens/s, decode {ours_decode:.1}");
     let (other, suffix) = match default {
         WeightFormat::Q8_0 => (WeightFormat::AsStored, "as_stored"),
         WeightFormat::AsStored => (WeightFormat::Q8_0, "q8_0"),
     };
     let other_model = model.clone().with_weight_format(other);
+    // Warm-ups (the other format's includes loading it), then ours in both
+    // formats and llama.cpp in turn, so that a change in the machine's load
+    // touches every side alike.
+    ours_once(&model, 8).await;
     ours_once(&other_model, 8).await;
-    let mut stored = Vec::new();
-    for _ in 0..3 {
-        stored.push(ours_once(&other_model, tokens).await);
+    if let Some(url) = &server {
+        baseline_once(&llamacpp(url), 8).await;
     }
+    let mut ours = Vec::new();
+    let mut stored = Vec::new();
+    let mut baseline: Vec<(f64, Option<f64>)> = Vec::new();
+    for round in 1..=3 {
+        ours.push(ours_once(&model, tokens).await);
+        stored.push(ours_once(&other_model, tokens).await);
+        if let Some(url) = &server {
+            baseline.push(baseline_once(&llamacpp(url), tokens).await);
+        }
+        let decode = |r: &[(f64, f64)]| r.last().map_or(0.0, |r| r.1);
+        let base = baseline.last().and_then(|b| b.1).unwrap_or(0.0);
+        eprintln!(
+            "bench_local: round {round} decode tokens/s: {default:?} {:.1}, {other:?} {:.1}, llama.cpp {base:.1}",
+            decode(&ours),
+            decode(&stored),
+        );
+    }
+    drop(other_model);
+    let (ours_total, ours_decode) = best_of(&ours);
+    eprintln!("bench_local: {default:?} {ours_total:.1} tokens/s, decode {ours_decode:.1}");
     let (stored_total, stored_decode) = best_of(&stored);
     eprintln!("bench_local: {other:?} {stored_total:.1} tokens/s, decode {stored_decode:.1}");
-    drop(other_model);
 
     let mut ours_runs = Vec::new();
     let mut base_runs = Vec::new();
     for run in 0..CONVERSATIONS {
-        ours_runs.push(conversation(&model, run, false).await);
-        if let Some(server) = &server {
-            base_runs.push(conversation(server, run, true).await);
+        ours_runs.push(conversation(|| model.clone(), run, false).await);
+        if let Some(url) = &server {
+            base_runs.push(conversation(|| llamacpp(url), run, true).await);
         }
     }
     let ours_ttft = medians(&ours_runs, "ours");
@@ -253,7 +277,11 @@ async fn main() {
         stored_total,
         base_total,
     );
-    line(&format!("decode_tokens_per_s_{suffix}"), stored_decode, base_decode);
+    line(
+        &format!("decode_tokens_per_s_{suffix}"),
+        stored_decode,
+        base_decode,
+    );
     let first = |v: &Vec<f64>| v[0];
     let last = |v: &Vec<f64>| v[TURNS - 1];
     line_in(

@@ -478,9 +478,11 @@ fn missing_model_names_the_fetch_command() {
 }
 
 /// The greedy reply of this build's forward pass, recorded before the
-/// speed work of issue 15 (fused projections, fewer copies): a change that
-/// moves any logit enough to flip one argmax fails here. One recording per
-/// weight format, the prompt being `bench_local`'s.
+/// speed work of issue 15 (stacked projections, fewer copies, the Q4_1
+/// kernel): a change that moves any logit enough to flip one argmax fails
+/// here. One recording per weight format, the prompt being `bench_local`'s.
+/// The stored format's (the default) is also llama.cpp's greedy reply to
+/// the same request, token for token; the Q8_0 conversion's drifts.
 const RECORDED_GREEDY_Q8_0: &str = "As the last light of the day faded, the creaking of the old wooden beam seemed to whisper a message to the wind. The keeper, a grizzled old sailor named Grimjack, stood at the helm of the crumbling lighthouse,";
 const RECORDED_GREEDY_AS_STORED: &str = "As the last light in the island of Elba faded into the distance, a lone lighthouse keeper stood at the edge of the cliff, his eyes fixed on the empty bottle that had been left to him. The words on the bottle, a";
 
@@ -498,10 +500,10 @@ async fn greedy_replies_equal_the_recorded_ones_in_both_weight_formats() {
         .with_field("ignore_eos", true)
         .with_field("cache_prompt", false)
     };
-    let q8 = model.chat(request()).await.unwrap();
-    let stored = model
+    let stored = model.chat(request()).await.unwrap();
+    let q8 = model
         .clone()
-        .with_weight_format(local::WeightFormat::AsStored)
+        .with_weight_format(local::WeightFormat::Q8_0)
         .chat(request())
         .await
         .unwrap();

@@ -4,8 +4,8 @@
 //! candle-transformers' `quantized_llama`: that crate compiles hundreds of
 //! models, and this one needs a KV cache that can be cut back to the prefix
 //! the next prompt shares with it, grouped-query attention without copying
-//! K/V per head, and the Q4_1 → Q8_0 conversion at
-//! load.
+//! K/V per head, projections sharing an input stacked into one matrix, and
+//! its own Q4_1 kernel (`q4_1.rs`).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -165,7 +165,10 @@ fn stack_rows(parts: &[QTensor]) -> candle_core::Result<Option<(Matrix, Vec<usiz
         bytes.extend_from_slice(&p.data()?);
     }
     let rows = widths.iter().sum::<usize>();
-    Ok(Some((Matrix::from_bytes(bytes, dtype, rows, cols)?, widths)))
+    Ok(Some((
+        Matrix::from_bytes(bytes, dtype, rows, cols)?,
+        widths,
+    )))
 }
 
 /// The loaded weights; shared by every generation.
@@ -199,15 +202,19 @@ fn bad(what: &str) -> impl Fn(candle_core::Error) -> LocalModelError + '_ {
 /// How the matrices of a GGUF are held in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WeightFormat {
-    /// Q4_0, Q4_1, Q5_0 and Q5_1 become Q8_0 (lossless for them): candle's
-    /// CPU kernels for Q4_1 and the Q5 formats are scalar, its Q8_0 one is
-    /// AVX2, and `cargo xtask bench local` measures this faster on the
-    /// default Q4_1 model despite twice the bytes per token. Other formats
-    /// (the K-quants, Q8_0, floats) are kept.
+    /// Every matrix as the file stores it: the model the file describes,
+    /// giving llama.cpp's greedy reply token for token (tested against a
+    /// recording). Q4_1 matrices (the default model's) run on our
+    /// vectorized kernel (`q4_1.rs`), which `cargo xtask bench local`
+    /// measures at least as fast as the Q8_0 conversion with half the
+    /// bytes per token.
     #[default]
-    Q8_0,
-    /// Every matrix as the file stores it.
     AsStored,
+    /// Q4_0, Q4_1, Q5_0 and Q5_1 become Q8_0 (requantized, so close to the
+    /// stored values but not equal: greedy replies drift from the stored
+    /// model's after a few words); other formats are kept. Kept for
+    /// formats whose candle kernel is scalar (Q4_0/Q5) and for comparison.
+    Q8_0,
 }
 
 /// Reads a tensor, converting it as `format` says.

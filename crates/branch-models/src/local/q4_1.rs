@@ -96,8 +96,12 @@ impl Q4_1Matrix {
         };
         for b in bytes.chunks_exact(BLOCK_BYTES) {
             let (head, qs) = b.split_at(4);
-            matrix.d.push(f16::from_le_bytes([head[0], head[1]]).to_f32());
-            matrix.m.push(f16::from_le_bytes([head[2], head[3]]).to_f32());
+            matrix
+                .d
+                .push(f16::from_le_bytes([head[0], head[1]]).to_f32());
+            matrix
+                .m
+                .push(f16::from_le_bytes([head[2], head[3]]).to_f32());
             matrix.qs.push(qs.try_into().ok()?);
         }
         Some(matrix)
@@ -113,30 +117,33 @@ impl Q4_1Matrix {
             candle_core::bail!("Q4_1 matmul: input of {k} columns, matrix of {}", self.cols);
         }
         let inputs = x.flatten_all()?.to_vec1::<f32>()?;
-        let mut out = Vec::with_capacity(inputs.len() / k * self.rows);
-        for row in inputs.chunks_exact(k) {
-            out.extend(self.gemv(&Q8_1Row::quantize(row)));
-        }
+        let xs: Vec<Q8_1Row> = inputs.chunks_exact(k).map(Q8_1Row::quantize).collect();
+        let out = self.matmul(&xs);
         let mut shape = batch.to_vec();
         shape.push(self.rows);
         Tensor::from_vec(out, shape, &Device::Cpu)
     }
 
-    fn gemv(&self, x: &Q8_1Row) -> Vec<f32> {
-        let out: Vec<AtomicU32> = (0..self.rows).map(|_| AtomicU32::new(0)).collect();
-        let units = self.rows.div_ceil(ROWS_PER_UNIT);
+    /// Every input row times the matrix, in one pass of the thread pool:
+    /// each unit of work reads its rows of the matrix once for all inputs.
+    fn matmul(&self, xs: &[Q8_1Row]) -> Vec<f32> {
+        let n = self.rows;
+        let out: Vec<AtomicU32> = (0..xs.len() * n).map(|_| AtomicU32::new(0)).collect();
+        let units = n.div_ceil(ROWS_PER_UNIT);
         let nb = self.cols / BLOCK;
         candle_core::utils::barrier_pool().execute_chunked(units, |range| {
             let first = range.start * ROWS_PER_UNIT;
-            let last = (range.end * ROWS_PER_UNIT).min(self.rows);
-            let rows = Rows {
-                matrix: self,
-                x,
-                nb,
-                rows: first..last,
-                out: &out,
-            };
-            dispatch(rows);
+            let last = (range.end * ROWS_PER_UNIT).min(n);
+            for (i, x) in xs.iter().enumerate() {
+                let rows = Rows {
+                    matrix: self,
+                    x,
+                    nb,
+                    rows: first..last,
+                    out: &out[i * n..(i + 1) * n],
+                };
+                dispatch(rows);
+            }
         });
         out.into_iter()
             .map(|v| f32::from_bits(v.into_inner()))
@@ -144,19 +151,17 @@ impl Q4_1Matrix {
     }
 }
 
-/// Runs `rows` compiled for AVX2 (and FMA, BMI) when the CPU has it.
-/// pulp's own `Arch::dispatch` would need its `x86-v3` feature, which
-/// would rebuild candle's matrix crates; its `V3` type does not.
+/// Runs `rows` with the AVX2 block kernel when the CPU has AVX2 (pulp's
+/// `V3` token proves it, and its intrinsics are safe to call with it).
 fn dispatch(rows: Rows<'_>) {
-    use pulp::{Simd, WithSimd};
     #[cfg(target_arch = "x86_64")]
     if let Some(simd) = pulp::x86::V3::try_new() {
-        return Simd::vectorize(simd, rows);
+        return simd.vectorize(move || rows.run(avx2::Avx2(simd)));
     }
-    rows.with_simd(pulp::Scalar::new());
+    rows.run(Portable);
 }
 
-/// One unit of work, compiled per instruction set by pulp.
+/// One unit of work: rows `rows` of the output.
 struct Rows<'a> {
     matrix: &'a Q4_1Matrix,
     x: &'a Q8_1Row,
@@ -165,11 +170,27 @@ struct Rows<'a> {
     out: &'a [AtomicU32],
 }
 
-impl pulp::WithSimd for Rows<'_> {
-    type Output = ();
+/// The integer dot product of one block, per instruction set.
+trait BlockDot: Copy {
+    fn dot(self, w: &[u8; 16], x: &[i8; BLOCK]) -> i32;
+}
 
+#[derive(Clone, Copy)]
+struct Portable;
+
+impl BlockDot for Portable {
     #[inline(always)]
-    fn with_simd<S: pulp::Simd>(self, _simd: S) {
+    fn dot(self, w: &[u8; 16], x: &[i8; BLOCK]) -> i32 {
+        block_dot(w, x)
+    }
+}
+
+impl Rows<'_> {
+    /// Four rows at a time: their sums are independent chains, so the
+    /// adds of one overlap the others' (each row's own order is kept:
+    /// candle's `(sumi · d_w) · d_x + m_w · s_x` per block, in block order).
+    #[inline(always)]
+    fn run<K: BlockDot>(self, k: K) {
         let Self {
             matrix,
             x,
@@ -177,16 +198,30 @@ impl pulp::WithSimd for Rows<'_> {
             rows,
             out,
         } = self;
-        for r in rows {
-            let at = r * nb..(r + 1) * nb;
-            let (d, m, qs) = (&matrix.d[at.clone()], &matrix.m[at.clone()], &matrix.qs[at]);
-            let mut sumf = 0f32;
+        let mut r = rows.start;
+        while r + 4 <= rows.end {
+            let mut sums = [0f32; 4];
             for b in 0..nb {
-                let sumi = block_dot(&qs[b], &x.qs[b]);
-                // candle's order: (sumi · d_w) · d_x + m_w · s_x.
-                sumf += sumi as f32 * d[b] * x.d[b] + m[b] * x.s[b];
+                let (xq, xd, xs) = (&x.qs[b], x.d[b], x.s[b]);
+                for (i, sum) in sums.iter_mut().enumerate() {
+                    let at = (r + i) * nb + b;
+                    *sum +=
+                        k.dot(&matrix.qs[at], xq) as f32 * matrix.d[at] * xd + matrix.m[at] * xs;
+                }
             }
-            out[r].store(sumf.to_bits(), Ordering::Relaxed);
+            for (i, sum) in sums.into_iter().enumerate() {
+                out[r + i].store(sum.to_bits(), Ordering::Relaxed);
+            }
+            r += 4;
+        }
+        for r in r..rows.end {
+            let mut sum = 0f32;
+            for b in 0..nb {
+                let at = r * nb + b;
+                sum += k.dot(&matrix.qs[at], &x.qs[b]) as f32 * matrix.d[at] * x.d[b]
+                    + matrix.m[at] * x.s[b];
+            }
+            out[r].store(sum.to_bits(), Ordering::Relaxed);
         }
     }
 }
@@ -202,6 +237,56 @@ fn block_dot(w: &[u8; 16], x: &[i8; BLOCK]) -> i32 {
         sum += i32::from(lo) + i32::from(hi);
     }
     sum
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use core::arch::x86_64::{__m128i, __m256i};
+
+    use pulp::x86::V3;
+
+    use super::BlockDot;
+
+    /// The AVX2 kernel, available because the `V3` token exists.
+    #[derive(Clone, Copy)]
+    pub(super) struct Avx2(pub(super) V3);
+
+    impl BlockDot for Avx2 {
+        #[inline(always)]
+        fn dot(self, w: &[u8; 16], x: &[i8; super::BLOCK]) -> i32 {
+            block_dot(self.0, w, x)
+        }
+    }
+
+    /// [`super::block_dot`] in AVX2: the nibbles widened to 32 bytes (low
+    /// ones beside the first 16 values, high ones beside the last 16),
+    /// multiplied and summed in pairs (at most 2 · 15 · 128, no
+    /// saturation), then to 8 and to 1 integer: the same exact sum.
+    #[inline(always)]
+    pub(super) fn block_dot(simd: V3, w: &[u8; 16], x: &[i8; super::BLOCK]) -> i32 {
+        let w: __m128i = pulp::bytemuck::cast(*w);
+        let hi = simd.sse2._mm_srli_epi16::<4>(w);
+        let both = simd.avx._mm256_set_m128i(hi, w);
+        let nibbles = simd
+            .avx2
+            ._mm256_and_si256(both, simd.avx._mm256_set1_epi8(0x0F));
+        let x: __m256i = pulp::bytemuck::cast(*x);
+        let pairs = simd.avx2._mm256_maddubs_epi16(nibbles, x);
+        let quads = simd
+            .avx2
+            ._mm256_madd_epi16(pairs, simd.avx._mm256_set1_epi16(1));
+        let s = simd.sse2._mm_add_epi32(
+            simd.avx._mm256_castsi256_si128(quads),
+            simd.avx2._mm256_extracti128_si256::<1>(quads),
+        );
+        let s = simd
+            .sse2
+            ._mm_add_epi32(s, simd.sse2._mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = simd
+            .sse2
+            ._mm_add_epi32(s, simd.sse2._mm_shuffle_epi32::<0b10_11_00_01>(s));
+        simd.sse2._mm_cvtsi128_si32(s)
+    }
 }
 
 #[cfg(test)]
@@ -234,6 +319,22 @@ mod tests {
             assert_eq!(a.len(), len * rows);
             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "{len} rows");
+        }
+        // The block kernels agree on extreme values too.
+        let w = [0xFFu8; 16];
+        let x = [-128i8; 32];
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V3::try_new() {
+            assert_eq!(
+                super::avx2::block_dot(simd, &w, &x),
+                super::block_dot(&w, &x)
+            );
+            let w: [u8; 16] = std::array::from_fn(|i| (i * 37) as u8);
+            let x: [i8; 32] = std::array::from_fn(|i| (i as i8).wrapping_mul(29));
+            assert_eq!(
+                super::avx2::block_dot(simd, &w, &x),
+                super::block_dot(&w, &x)
+            );
         }
         assert!(Q4_1Matrix::from_bytes(&[0; 19], 1, 32).is_none());
         assert!(Q4_1Matrix::from_bytes(&[0; 20], 1, 31).is_none());
