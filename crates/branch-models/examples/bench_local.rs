@@ -7,6 +7,9 @@
 //! Prints one JSON object per line: bench, metric, ours, baseline, unit,
 //! ratio (ours / baseline; `null` without a baseline).
 //!
+//! Ours and llama.cpp run alternately (one call, or one conversation, each
+//! in turn), so a change in the shared machine's load touches both alike.
+//!
 //! Generation: both sides generate exactly TOKENS tokens (default 128;
 //! `ignore_eos`) greedily; the best of three runs after a warm-up counts.
 //! - `generation_tokens_per_s`: completion tokens / wall time of the whole
@@ -14,8 +17,8 @@
 //!   `IModel`);
 //! - `decode_tokens_per_s`: tokens after the first / time after the first
 //!   (ours from streaming; llama.cpp's from its reported `timings`);
-//! - the same two with the GGUF's matrices kept as stored
-//!   (`WeightFormat::AsStored`) instead of converted to Q8_0.
+//! - the same two with the other weight format (`WeightFormat`: the GGUF's
+//!   own Q4_1, or its conversion to Q8_0), ours only.
 //!
 //! Conversation: 20 turns of a conversation (each reply 32 tokens, greedy),
 //! streamed; the time to the first text chunk of each turn, the median over
@@ -104,7 +107,12 @@ const REPLY_TOKENS: u64 = 32;
 const CONVERSATIONS: usize = 3;
 
 /// Milliseconds to the first text chunk of each turn of one conversation.
-async fn conversation(model: &dyn ChatModel, run: usize, cache_field: bool) -> Vec<f64> {
+/// `model` gives the client of each turn (see [`llamacpp`] for why).
+async fn conversation<M: ChatModel>(
+    model: impl Fn() -> M,
+    run: usize,
+    cache_field: bool,
+) -> Vec<f64> {
     let mut history = vec![ChatMessage::system(format!(
         "Conversation {run}. You answer in a few sentences."
     ))];
@@ -121,6 +129,7 @@ async fn conversation(model: &dyn ChatModel, run: usize, cache_field: bool) -> V
         if cache_field {
             request = request.with_field("cache_prompt", true);
         }
+        let model = model();
         let start = Instant::now();
         let mut stream = model.stream(request).await.expect("stream");
         let mut first = None;
@@ -139,11 +148,7 @@ async fn conversation(model: &dyn ChatModel, run: usize, cache_field: bool) -> V
 }
 
 /// Per-turn medians over several conversations.
-async fn ttft_per_turn(model: &dyn ChatModel, cache_field: bool, side: &str) -> Vec<f64> {
-    let mut runs = Vec::new();
-    for run in 0..CONVERSATIONS {
-        runs.push(conversation(model, run, cache_field).await);
-    }
+fn medians(runs: &[Vec<f64>], side: &str) -> Vec<f64> {
     let medians: Vec<f64> = (0..TURNS)
         .map(|t| {
             let mut v: Vec<f64> = runs.iter().map(|r| r[t]).collect();
@@ -159,16 +164,39 @@ async fn ttft_per_turn(model: &dyn ChatModel, cache_field: bool, side: &str) -> 
     medians
 }
 
-async fn generation(model: &LocalModel, tokens: u64) -> (f64, f64) {
-    ours_once(model, 8).await;
-    let mut runs = Vec::new();
-    for _ in 0..3 {
-        runs.push(ours_once(model, tokens).await);
-    }
+fn best_of(runs: &[(f64, f64)]) -> (f64, f64) {
     (
         best(&runs.iter().map(|r| r.0).collect::<Vec<_>>()),
         best(&runs.iter().map(|r| r.1).collect::<Vec<_>>()),
     )
+}
+
+/// The llama.cpp server at `LIONAGI_LLAMACPP_BASE_URL`, if set.
+fn llamacpp_url() -> Option<String> {
+    std::env::var("LIONAGI_LLAMACPP_BASE_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
+/// A client of the llama.cpp server with a connection pool of its own,
+/// made afresh for every call: this llama.cpp server closes the connection
+/// after each streamed reply without saying so (no `Connection: close`), and
+/// closes idle keep-alive connections after 5 s. A pooled connection was
+/// then reused as the server closed it ("connection closed before message
+/// completed" on sending, which stopped the previous run at the first
+/// streamed turn after the first). A fresh client's TTFT includes a
+/// loopback TCP connect (~0.1 ms); building the client is outside the
+/// timing.
+fn llamacpp(url: &str) -> IModel {
+    let config = ModelConfig::builder()
+        .provider("llamacpp")
+        .model("smollm2")
+        .endpoint("chat/completions")
+        .base_url(url)
+        .allow_local_network(true)
+        .build()
+        .expect("llama.cpp config");
+    IModel::with_api_key(config, "no-key").expect("llama.cpp model")
 }
 
 #[tokio::main]
@@ -186,47 +214,74 @@ async fn main() {
         "bench_local: model loaded in {:.2} s",
         load.elapsed().as_secs_f64()
     );
-    let as_stored = model.clone().with_weight_format(WeightFormat::AsStored);
-    let (ours_total, ours_decode) = generation(&model, tokens).await;
-    eprintln!("bench_local: Q8_0 {ours_total:.1} tokens/s, decode {ours_decode:.1}");
-    let (stored_total, stored_decode) = generation(&as_stored, tokens).await;
-    eprintln!("bench_local: as stored {stored_total:.1} tokens/s, decode {stored_decode:.1}");
-    drop(as_stored);
-    let ours_ttft = ttft_per_turn(&model, false, "ours").await;
-
-    let base_url = std::env::var("LIONAGI_LLAMACPP_BASE_URL")
-        .ok()
-        .filter(|u| !u.is_empty());
-    let mut baseline: Vec<(f64, Option<f64>)> = Vec::new();
-    let mut base_ttft = None;
-    if let Some(url) = base_url {
-        let config = ModelConfig::builder()
-            .provider("llamacpp")
-            .model("smollm2")
-            .endpoint("chat/completions")
-            .base_url(&url)
-            .allow_local_network(true)
-            .build()
-            .expect("llama.cpp config");
-        let server = IModel::with_api_key(config, "no-key").expect("llama.cpp model");
-        baseline_once(&server, 8).await;
-        for _ in 0..3 {
-            baseline.push(baseline_once(&server, tokens).await);
-        }
-        base_ttft = Some(ttft_per_turn(&server, true, "llama.cpp").await);
+    let server = llamacpp_url();
+    let default = WeightFormat::default();
+    let (other, suffix) = match default {
+        WeightFormat::Q8_0 => (WeightFormat::AsStored, "as_stored"),
+        WeightFormat::AsStored => (WeightFormat::Q8_0, "q8_0"),
+    };
+    let other_model = model.clone().with_weight_format(other);
+    // Warm-ups (the other format's includes loading it), then ours in both
+    // formats and llama.cpp in turn, so that a change in the machine's load
+    // touches every side alike.
+    ours_once(&model, 8).await;
+    ours_once(&other_model, 8).await;
+    if let Some(url) = &server {
+        baseline_once(&llamacpp(url), 8).await;
     }
+    let mut ours = Vec::new();
+    let mut stored = Vec::new();
+    let mut baseline: Vec<(f64, Option<f64>)> = Vec::new();
+    for round in 1..=3 {
+        ours.push(ours_once(&model, tokens).await);
+        stored.push(ours_once(&other_model, tokens).await);
+        if let Some(url) = &server {
+            baseline.push(baseline_once(&llamacpp(url), tokens).await);
+        }
+        let decode = |r: &[(f64, f64)]| r.last().map_or(0.0, |r| r.1);
+        let base = baseline.last().and_then(|b| b.1).unwrap_or(0.0);
+        eprintln!(
+            "bench_local: round {round} decode tokens/s: {default:?} {:.1}, {other:?} {:.1}, llama.cpp {base:.1}",
+            decode(&ours),
+            decode(&stored),
+        );
+    }
+    drop(other_model);
+    let (ours_total, ours_decode) = best_of(&ours);
+    eprintln!("bench_local: {default:?} {ours_total:.1} tokens/s, decode {ours_decode:.1}");
+    let (stored_total, stored_decode) = best_of(&stored);
+    eprintln!("bench_local: {other:?} {stored_total:.1} tokens/s, decode {stored_decode:.1}");
+
+    let mut ours_runs = Vec::new();
+    let mut base_runs = Vec::new();
+    for run in 0..CONVERSATIONS {
+        ours_runs.push(conversation(|| model.clone(), run, false).await);
+        if let Some(url) = &server {
+            base_runs.push(conversation(|| llamacpp(url), run, true).await);
+        }
+    }
+    let ours_ttft = medians(&ours_runs, "ours");
+    let base_ttft = (!base_runs.is_empty()).then(|| medians(&base_runs, "llama.cpp"));
+
     let base_total =
         (!baseline.is_empty()).then(|| best(&baseline.iter().map(|r| r.0).collect::<Vec<_>>()));
     let base_decode: Vec<f64> = baseline.iter().filter_map(|r| r.1).collect();
     let base_decode = (!base_decode.is_empty()).then(|| best(&base_decode));
+    if let (Some(b), Some(d)) = (base_total, base_decode) {
+        eprintln!("bench_local: llama.cpp {b:.1} tokens/s, decode {d:.1}");
+    }
     line("generation_tokens_per_s", ours_total, base_total);
     line("decode_tokens_per_s", ours_decode, base_decode);
     line(
-        "generation_tokens_per_s_as_stored",
+        &format!("generation_tokens_per_s_{suffix}"),
         stored_total,
         base_total,
     );
-    line("decode_tokens_per_s_as_stored", stored_decode, base_decode);
+    line(
+        &format!("decode_tokens_per_s_{suffix}"),
+        stored_decode,
+        base_decode,
+    );
     let first = |v: &Vec<f64>| v[0];
     let last = |v: &Vec<f64>| v[TURNS - 1];
     line_in(

@@ -476,3 +476,37 @@ fn missing_model_names_the_fetch_command() {
     assert!(message.contains("cargo xtask fetch-model"), "{message}");
     assert!(message.contains("/nonexistent/dir/model.gguf"));
 }
+
+/// The greedy reply of this build's forward pass, recorded before the
+/// speed work of issue 15 (stacked projections, fewer copies, the Q4_1
+/// kernel): a change that moves any logit enough to flip one argmax fails
+/// here. One recording per weight format, the prompt being `bench_local`'s.
+/// The stored format's (the default) is also llama.cpp's greedy reply to
+/// the same request, token for token; the Q8_0 conversion's drifts.
+const RECORDED_GREEDY_Q8_0: &str = "As the last light of the day faded, the creaking of the old wooden beam seemed to whisper a message to the wind. The keeper, a grizzled old sailor named Grimjack, stood at the helm of the crumbling lighthouse,";
+const RECORDED_GREEDY_AS_STORED: &str = "As the last light in the island of Elba faded into the distance, a lone lighthouse keeper stood at the edge of the cliff, his eyes fixed on the empty bottle that had been left to him. The words on the bottle, a";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn greedy_replies_equal_the_recorded_ones_in_both_weight_formats() {
+    let Some((_turn, model)) = model().await else {
+        return;
+    };
+    let request = || {
+        ChatRequest::new(vec![ChatMessage::user(
+            "Write a short story about a lighthouse keeper who finds a message in a bottle.",
+        )])
+        .with_field("temperature", 0)
+        .with_field("max_tokens", 48)
+        .with_field("ignore_eos", true)
+        .with_field("cache_prompt", false)
+    };
+    let stored = model.chat(request()).await.unwrap();
+    let q8 = model
+        .clone()
+        .with_weight_format(local::WeightFormat::Q8_0)
+        .chat(request())
+        .await
+        .unwrap();
+    assert_eq!(q8.text, RECORDED_GREEDY_Q8_0, "Q8_0 reply");
+    assert_eq!(stored.text, RECORDED_GREEDY_AS_STORED, "as-stored reply");
+}

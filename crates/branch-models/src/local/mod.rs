@@ -40,6 +40,7 @@ mod generate;
 mod kv;
 pub mod llama;
 mod prefix;
+mod q4_1;
 pub mod sampler;
 pub mod template;
 pub mod tokenizer;
