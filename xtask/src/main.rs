@@ -56,7 +56,28 @@ fn main() -> ExitCode {
 }
 
 fn cargo() -> Command {
-    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    // `cargo xtask` runs us with our own package's variables set; build
+    // scripts that watch them (ring's watches `CARGO_PKG_NAME` and
+    // `CARGO_MANIFEST_DIR`) would see them differ from a plain `cargo build`
+    // and rebuild, so a build started from here would not reuse one made
+    // by hand or by CI.
+    for (key, _) in std::env::vars_os() {
+        if key.to_str().is_some_and(is_package_variable) {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
+/// A variable `cargo run` sets for the package it runs.
+fn is_package_variable(key: &str) -> bool {
+    key.starts_with("CARGO_PKG_")
+        || key.starts_with("CARGO_MANIFEST_")
+        || matches!(
+            key,
+            "CARGO_CRATE_NAME" | "CARGO_BIN_NAME" | "CARGO_PRIMARY_PACKAGE" | "OUT_DIR"
+        )
 }
 
 fn run(cmd: &mut Command) -> Result<(), String> {
@@ -220,4 +241,32 @@ fn json_field(line: &str, key: &str) -> Option<String> {
     }
     let end = rest.find([',', '}']).unwrap_or(rest.len());
     Some(rest[..end].trim().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Under `cargo test`, as under `cargo xtask`, cargo has set this
+    /// package's variables; the cargo we start must not see them.
+    #[test]
+    fn cargo_started_from_here_does_not_inherit_package_variables() {
+        assert!(std::env::var_os("CARGO_PKG_NAME").is_some(), "run by cargo");
+        let cmd = cargo();
+        let removed: Vec<String> = cmd
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .filter_map(|(k, _)| k.to_str().map(str::to_owned))
+            .collect();
+        for key in ["CARGO_PKG_NAME", "CARGO_PKG_VERSION", "CARGO_MANIFEST_DIR"] {
+            assert!(removed.iter().any(|k| k == key), "{key} in {removed:?}");
+        }
+        assert!(
+            !removed
+                .iter()
+                .any(|k| k == "CARGO_TARGET_DIR" || k == "PATH")
+        );
+        assert!(is_package_variable("CARGO_PKG_VERSION_MAJOR"));
+        assert!(!is_package_variable("CARGO_HOME"));
+    }
 }

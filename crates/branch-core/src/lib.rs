@@ -48,7 +48,7 @@ pub use memory::{InMemoryStore, MemoryError, MemoryItem, MemoryQuery, MemoryStor
 pub use message::{Message, MessageContent, MessageKind, MessageManager};
 pub use observer::{
     CapabilityViolation, EmissionRejected, Observer, ObserverSlot, QueueStats, QueuedObserver,
-    QueuedObserverError, RunUsage, Signal,
+    QueuedObserverError, RunUsage, Signal, WeakObserverSlot,
 };
 pub use operation::{Operation, OperationError, OperationManager};
 pub use participant::{Participant, Role};

@@ -242,7 +242,14 @@ fn write_map(
         out.push(b':');
         let here = |p: &&KeptJson| p.path.get(depth) == Some(&k.as_str());
         if let Some(leaf) = kept.iter().filter(here).find(|p| p.path.len() == depth + 1) {
-            out.extend_from_slice(&leaf.text);
+            // A body from a custom model might not be the one JSON value its
+            // contract asks for: then it is written as `content()` reads it
+            // (a string), so that a dump line stays one JSON object.
+            if serde_json::from_slice::<de::IgnoredAny>(&leaf.text).is_ok() {
+                out.extend_from_slice(&leaf.text);
+            } else {
+                serde_json::to_writer(&mut *out, &json_text_value(&leaf.text))?;
+            }
             continue;
         }
         match v {
@@ -834,6 +841,19 @@ mod tests {
             vec![KeptJson::value(&["extra", "deep"], &json!([1])).unwrap()],
         );
         assert_eq!(odd.content()["extra"], json!({"deep": [1]}));
+        // A body that is not JSON (a custom model's, built in release mode
+        // where `from_json_bytes` does not check) reads and dumps as text.
+        let junk = KeptJson {
+            path: &["payload"],
+            text: bytes::Bytes::from_static(b"{not json"),
+        };
+        let bad = Log::with_kept(head(Value::Null, Value::Null), vec![junk]);
+        assert_eq!(bad.content()["payload"], json!("{not json"));
+        let mut bad_pile = Pile::new(true);
+        bad_pile.push(bad.clone());
+        let line = render_logs(&bad_pile, false).unwrap();
+        let parsed: Value = serde_json::from_str(line.trim_end()).unwrap();
+        assert_eq!(parsed["content"]["payload"], json!("{not json"));
         let mut odd_pile = Pile::new(true);
         odd_pile.push(odd.clone());
         assert_eq!(

@@ -7,7 +7,7 @@
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, RwLock, Weak};
 
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -456,6 +456,38 @@ impl ObserverSlot {
         if let Some(o) = self.get() {
             o.observe(signal);
         }
+    }
+
+    /// A handle that reaches this slot while its branch (or another holder)
+    /// keeps it, without keeping it, or the observer in it, alive: for
+    /// registries that outlive the branches they serve.
+    pub fn downgrade(&self) -> WeakObserverSlot {
+        WeakObserverSlot(Arc::downgrade(&self.0))
+    }
+}
+
+/// An [`ObserverSlot`] that does not keep the slot alive
+/// ([`ObserverSlot::downgrade`]).
+#[derive(Clone, Default)]
+pub struct WeakObserverSlot(Weak<RwLock<Option<Arc<dyn Observer>>>>);
+
+impl std::fmt::Debug for WeakObserverSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WeakObserverSlot")
+            .field("alive", &self.is_alive())
+            .finish()
+    }
+}
+
+impl WeakObserverSlot {
+    /// The slot, while something still holds it.
+    pub fn upgrade(&self) -> Option<ObserverSlot> {
+        self.0.upgrade().map(ObserverSlot)
+    }
+
+    /// Whether something still holds the slot.
+    pub fn is_alive(&self) -> bool {
+        self.0.strong_count() > 0
     }
 }
 

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use branch_core::observer::{ObserverSlot, Signal};
+use branch_core::observer::{ObserverSlot, Signal, WeakObserverSlot};
 use rmcp::model::{NumberOrString, ProgressNotificationParam};
 use uuid::Uuid;
 
@@ -31,7 +31,9 @@ pub type ProgressHook = Arc<dyn Fn(&Progress) + Send + Sync>;
 struct State {
     /// The branches the server's tools are registered on, with their
     /// observer slots (whichever observer is attached when progress comes).
-    listeners: Vec<(Uuid, ObserverSlot)>,
+    /// Weak: the server may outlive them, and a dropped branch's slot and
+    /// observer must not live on here.
+    listeners: Vec<(Uuid, WeakObserverSlot)>,
     /// The calls in flight, by progress token: the branch each runs for,
     /// `None` when it was made outside any branch's verb.
     calls: HashMap<String, Option<Uuid>>,
@@ -43,12 +45,14 @@ struct State {
 pub(crate) struct ProgressRoutes(Arc<Mutex<State>>);
 
 impl ProgressRoutes {
-    /// `branch_id`'s observer may hear progress of the calls made for it.
-    /// Once per branch.
-    pub(crate) fn listen(&self, branch_id: Uuid, slot: ObserverSlot) {
+    /// `branch_id`'s observer may hear progress of the calls made for it,
+    /// while the branch lives. Once per branch; the entries of branches
+    /// gone since are dropped here.
+    pub(crate) fn listen(&self, branch_id: Uuid, slot: &ObserverSlot) {
         if let Ok(mut s) = self.0.lock() {
+            s.listeners.retain(|(_, l)| l.is_alive());
             if !s.listeners.iter().any(|(id, _)| *id == branch_id) {
-                s.listeners.push((branch_id, slot));
+                s.listeners.push((branch_id, slot.downgrade()));
             }
         }
     }
@@ -80,7 +84,12 @@ impl ProgressRoutes {
         };
         let target = self.0.lock().ok().and_then(|s| {
             let branch = (*s.calls.get(&token)?)?;
-            let slot = s.listeners.iter().find(|(id, _)| *id == branch)?.1.clone();
+            let slot = s
+                .listeners
+                .iter()
+                .find(|(id, _)| *id == branch)?
+                .1
+                .upgrade()?;
             Some((branch, slot))
         });
         if let Some((branch_id, slot)) = target {
@@ -97,6 +106,11 @@ impl ProgressRoutes {
     #[cfg(test)]
     fn in_flight(&self) -> usize {
         self.0.lock().map(|s| s.calls.len()).unwrap_or(0)
+    }
+
+    #[cfg(test)]
+    fn listening(&self) -> usize {
+        self.0.lock().map(|s| s.listeners.len()).unwrap_or(0)
     }
 }
 
@@ -131,12 +145,12 @@ mod tests {
         }
     }
 
-    fn listener(routes: &ProgressRoutes) -> (Uuid, Arc<Recorder>) {
+    fn listener(routes: &ProgressRoutes) -> (branch_core::Branch, Arc<Recorder>) {
         let recorder = Arc::new(Recorder(Mutex::new(Vec::new())));
         let mut branch = branch_core::Branch::builder().build().unwrap();
         branch.set_observer(Some(recorder.clone()));
-        routes.listen(branch.id(), branch.observer_slot());
-        (branch.id(), recorder)
+        routes.listen(branch.id(), &branch.observer_slot());
+        (branch, recorder)
     }
 
     fn progress(token: &str, step: f64) -> ProgressNotificationParam {
@@ -166,6 +180,7 @@ mod tests {
         let routes = ProgressRoutes::default();
         let (a, heard_a) = listener(&routes);
         let (b, heard_b) = listener(&routes);
+        let (a, b) = (a.id(), b.id());
 
         let route = branch_core::telemetry::in_conversation(b.to_string(), async {
             routes.call("lionagi-1")
@@ -191,7 +206,7 @@ mod tests {
     #[tokio::test]
     async fn a_caller_that_does_not_listen_hears_nothing() {
         let routes = ProgressRoutes::default();
-        let (_, listening) = listener(&routes);
+        let (_branch, listening) = listener(&routes);
         let stranger = Uuid::new_v4();
         let _route = branch_core::telemetry::in_conversation(stranger.to_string(), async {
             routes.call("lionagi-7")
@@ -199,5 +214,29 @@ mod tests {
         .await;
         routes.deliver("py", &progress("lionagi-7", 1.0));
         assert!(heard(&listening).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_branch_is_not_kept_alive_by_the_server() {
+        let routes = ProgressRoutes::default();
+        let (gone, recorder) = listener(&routes);
+        let gone_id = gone.id();
+        let (_kept, _) = listener(&routes);
+        assert_eq!(routes.listening(), 2);
+        drop(gone);
+        // Nothing of the dropped branch is held: its observer is free.
+        assert_eq!(Arc::strong_count(&recorder), 1);
+        let _route = branch_core::telemetry::in_conversation(gone_id.to_string(), async {
+            routes.call("lionagi-9")
+        })
+        .await;
+        routes.deliver("py", &progress("lionagi-9", 1.0));
+        assert!(heard(&recorder).is_empty());
+        let (_another, _) = listener(&routes);
+        assert_eq!(
+            routes.listening(),
+            2,
+            "the dropped branch's entry was pruned"
+        );
     }
 }

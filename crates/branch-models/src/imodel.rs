@@ -9,7 +9,6 @@ use branch_core::model::{
 };
 use branch_core::telemetry;
 use serde_json::Value;
-use tracing::Instrument;
 
 use crate::breaker::Breaker;
 use crate::dialect::{self, Dialect};
@@ -19,6 +18,7 @@ use crate::limits::{self, CallLimits};
 use crate::reply_stream::ReplyStream;
 use crate::secret::ApiKey;
 use crate::target::{Target, put_header};
+use crate::traced;
 
 /// Counted estimates at or above this calibrate the input-token scale.
 const CALIBRATION_MIN_TOKENS: u64 = 4000;
@@ -768,12 +768,7 @@ impl IModel {
     /// One complete call (see [`ChatModel::chat`]).
     pub async fn invoke(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let span = self.span(&request, false);
-        let result = self
-            .chat_inner(request, None)
-            .instrument(span.clone())
-            .await;
-        record_outcome(&span, &result);
-        result
+        traced::call(span, self.chat_inner(request, None)).await
     }
 
     /// One complete call sending `body`, the body
@@ -785,12 +780,7 @@ impl IModel {
         body: &RequestBody,
     ) -> Result<ChatResponse, ModelError> {
         let span = self.span(&request, false);
-        let result = self
-            .chat_inner(request, Some(body))
-            .instrument(span.clone())
-            .await;
-        record_outcome(&span, &result);
-        result
+        traced::call(span, self.chat_inner(request, Some(body))).await
     }
 
     /// A streaming call (see [`ChatModel::stream`]); its span stays open
@@ -798,26 +788,12 @@ impl IModel {
     /// stream reported.
     pub async fn invoke_stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let span = self.span(&request, true);
-        match self.stream_inner(request).instrument(span.clone()).await {
-            Ok(stream) => Ok(crate::traced_stream::traced(stream, span)),
-            Err(e) => {
-                telemetry::record_error(&span, telemetry::model_error_type(e.kind));
-                Err(e)
-            }
-        }
+        traced::open_stream(span, self.stream_inner(request)).await
     }
 
     /// The maximum time a call waits for the rate limiter, if bounded.
     pub fn max_rate_limit_wait(&self) -> Option<Duration> {
         self.inner.max_rate_limit_wait
-    }
-}
-
-/// The reply's attributes, or the failure's `error.type`, on a chat span.
-fn record_outcome(span: &tracing::Span, result: &Result<ChatResponse, ModelError>) {
-    match result {
-        Ok(r) => telemetry::record_response(span, r),
-        Err(e) => telemetry::record_error(span, telemetry::model_error_type(e.kind)),
     }
 }
 

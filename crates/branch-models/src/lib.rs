@@ -50,7 +50,7 @@ mod secret;
 pub mod sse;
 pub mod sse_frame;
 mod target;
-mod traced_stream;
+mod traced;
 
 pub use branch_core::model::{
     ChatChunk, ChatMessage, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig,

@@ -510,3 +510,105 @@ async fn greedy_replies_equal_the_recorded_ones_in_both_weight_formats() {
     assert_eq!(q8.text, RECORDED_GREEDY_Q8_0, "Q8_0 reply");
     assert_eq!(stored.text, RECORDED_GREEDY_AS_STORED, "as-stored reply");
 }
+
+/// The names and recorded fields of every span opened on this thread.
+#[derive(Clone, Default)]
+struct Spans(Arc<std::sync::Mutex<Vec<(String, Vec<(String, String)>)>>>);
+
+struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for Spans
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut fields = vec![("span.id".to_owned(), id.into_u64().to_string())];
+        attrs.record(&mut Fields(&mut fields));
+        let name = attrs.metadata().name().to_owned();
+        self.0.lock().unwrap().push((name, fields));
+    }
+
+    fn on_record(
+        &self,
+        id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let key = id.into_u64().to_string();
+        let mut spans = self.0.lock().unwrap();
+        if let Some((_, fields)) = spans
+            .iter_mut()
+            .find(|(_, f)| f.iter().any(|(k, v)| k == "span.id" && *v == key))
+        {
+            values.record(&mut Fields(fields));
+        }
+    }
+}
+
+impl Spans {
+    /// The last value of `field` on the `n`th `chat` span.
+    fn chat_field(&self, n: usize, field: &str) -> Option<String> {
+        let spans = self.0.lock().unwrap();
+        let (_, fields) = spans.iter().filter(|(name, _)| name == "chat").nth(n)?;
+        fields
+            .iter()
+            .rev()
+            .find(|(k, _)| k == field)
+            .map(|(_, v)| v.clone())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_call_opens_a_genai_chat_span_with_its_usage() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let Some((_turn, model)) = model().await else {
+        return;
+    };
+    let spans = Spans::default();
+    let _default =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let request = ask("Say hello.")
+        .with_field("temperature", 0)
+        .with_field("max_tokens", 8);
+    let reply = model.chat(request.clone()).await.unwrap();
+    let mut stream = model.stream(request).await.unwrap();
+    while let Some(chunk) = stream.next().await {
+        chunk.unwrap();
+    }
+    drop(stream);
+    let usage = reply.usage.expect("the reply counts its tokens");
+    for n in 0..2 {
+        assert_eq!(
+            spans.chat_field(n, "gen_ai.provider.name").as_deref(),
+            Some("\"local\""),
+            "span {n}"
+        );
+        assert_eq!(
+            spans.chat_field(n, "gen_ai.usage.input_tokens"),
+            Some(usage.prompt_tokens.to_string()),
+            "span {n}"
+        );
+        assert_eq!(
+            spans.chat_field(n, "gen_ai.usage.output_tokens"),
+            Some(usage.completion_tokens.to_string()),
+            "span {n}"
+        );
+    }
+    assert_eq!(spans.chat_field(0, "gen_ai.request.stream"), None);
+    assert_eq!(
+        spans.chat_field(1, "gen_ai.request.stream").as_deref(),
+        Some("true")
+    );
+    assert_eq!(spans.chat_field(2, "otel.name"), None, "one span per call");
+}

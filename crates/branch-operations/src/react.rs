@@ -553,9 +553,19 @@ async fn setup(branch: &mut Branch, opts: ReActOptions) -> Result<State<'_>> {
     })
 }
 
-/// The rounds of a ReAct run as a stream; the final answer is the last
-/// item. After an error the stream ends.
+/// The rounds of a ReAct run as a stream, under the verb's own span
+/// (`ReActStream`); the final answer is the last item. After an error the
+/// stream ends.
 pub(crate) fn react_stream(
+    branch: &mut Branch,
+    opts: ReActOptions,
+) -> impl Stream<Item = Result<ReActRound>> + Send + '_ {
+    let span = crate::telemetry::verb_span("ReActStream", branch);
+    span.stream(react_rounds(branch, opts))
+}
+
+/// The rounds of a ReAct run, outside any span (the verbs open theirs).
+fn react_rounds(
     branch: &mut Branch,
     opts: ReActOptions,
 ) -> impl Stream<Item = Result<ReActRound>> + Send + '_ {
@@ -588,7 +598,7 @@ pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReA
     let return_analysis = opts.return_analysis;
     let fut = async {
         let mut rounds = Vec::new();
-        let stream = react_stream(branch, opts);
+        let stream = react_rounds(branch, opts);
         futures_util::pin_mut!(stream);
         while let Some(r) = stream.next().await {
             rounds.push(r?);

@@ -7,6 +7,8 @@ use std::future::Future;
 
 use branch_core::Branch;
 use branch_core::telemetry;
+use futures_core::Stream;
+use futures_util::StreamExt;
 use tracing::Instrument;
 
 use crate::error::OperationError;
@@ -51,6 +53,28 @@ impl VerbSpan {
             }
             result
         }
+    }
+
+    /// Runs a streaming verb inside the span: every item is produced in
+    /// the span and the conversation scope, the span stays open until the
+    /// stream ends or is dropped, and the first failure is recorded.
+    pub(crate) fn stream<'a, T: 'a>(
+        self,
+        inner: impl Stream<Item = Result<T, OperationError>> + Send + 'a,
+    ) -> impl Stream<Item = Result<T, OperationError>> + Send + 'a {
+        let inner = Box::pin(inner);
+        futures_util::stream::unfold(Some((inner, self)), |state| async move {
+            let (mut inner, verb) = state?;
+            let item = telemetry::in_conversation(
+                verb.conversation.clone(),
+                inner.next().instrument(verb.span.clone()),
+            )
+            .await?;
+            if let Some(t) = item.as_ref().err().and_then(error_type) {
+                telemetry::record_error(&verb.span, t);
+            }
+            Some((item, Some((inner, verb))))
+        })
     }
 
     /// The span itself (for verbs whose work is driven piecewise).

@@ -1071,3 +1071,83 @@ async fn connect_registers_a_model_as_a_tool() {
     assert!(err.contains("`$.messages`"), "{err}");
     assert_eq!(server.request_count(), 1);
 }
+
+/// Every span opened on this thread: its name, its parent's name and its
+/// `lionagi.operation` / `gen_ai.conversation.id` fields.
+#[derive(Clone, Default)]
+struct SpanTree(Arc<std::sync::Mutex<Vec<OpenedSpan>>>);
+
+#[derive(Debug, Clone, Default)]
+struct OpenedSpan {
+    name: String,
+    parent: Option<String>,
+    operation: Option<String>,
+    conversation: Option<String>,
+}
+
+impl tracing::field::Visit for OpenedSpan {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        let v = format!("{value:?}").trim_matches('"').to_owned();
+        match field.name() {
+            "lionagi.operation" => self.operation = Some(v),
+            "gen_ai.conversation.id" => self.conversation = Some(v),
+            _ => {}
+        }
+    }
+}
+
+impl<S> tracing_subscriber::Layer<S> for SpanTree
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+{
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        id: &tracing::span::Id,
+        ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        let mut opened = OpenedSpan {
+            name: attrs.metadata().name().to_owned(),
+            parent: ctx
+                .span(id)
+                .and_then(|s| s.parent())
+                .map(|p| p.name().to_owned()),
+            ..OpenedSpan::default()
+        };
+        attrs.record(&mut opened);
+        self.0.lock().unwrap().push(opened);
+    }
+}
+
+#[tokio::test]
+async fn react_stream_runs_under_its_own_agent_span() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": false})),
+        MockReply::json(json!({"answer": "x"})),
+    ]);
+    let mut b = branch(&server);
+    let conversation = b.id().to_string();
+    let tree = SpanTree::default();
+    let subscriber = tracing_subscriber::registry().with(tree.clone());
+    let _default = tracing::subscriber::set_default(subscriber);
+    let rounds: Vec<_> = b.ReActStream(ReActOptions::new("t")).collect().await;
+    assert_eq!(rounds.len(), 2);
+    let spans = tree.0.lock().unwrap().clone();
+    // One root: the verb's span; the rounds' own spans (each round's
+    // `operate`, its model call) open inside it.
+    let roots: Vec<_> = spans.iter().filter(|s| s.parent.is_none()).collect();
+    assert_eq!(roots.len(), 1, "{spans:?}");
+    assert_eq!(roots[0].name, "invoke_agent");
+    assert_eq!(roots[0].operation.as_deref(), Some("ReActStream"));
+    assert_eq!(
+        roots[0].conversation.as_deref(),
+        Some(conversation.as_str())
+    );
+    let chats: Vec<_> = spans.iter().filter(|s| s.name == "chat").collect();
+    assert_eq!(chats.len(), 2, "{spans:?}");
+    for chat in chats {
+        assert_eq!(chat.conversation.as_deref(), Some(conversation.as_str()));
+    }
+}

@@ -53,6 +53,7 @@ use branch_core::model::{
     ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError, ModelErrorKind,
     StreamAccumulator,
 };
+use branch_core::telemetry;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
 
@@ -333,7 +334,33 @@ impl ChatModel for LocalModel {
     }
 
     async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        let mut stream = self.stream(request).await?;
+        let span = self.span(&request, false);
+        crate::traced::call(span, self.complete(request)).await
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        let span = self.span(&request, true);
+        crate::traced::open_stream(span, self.generate(request)).await
+    }
+}
+
+impl LocalModel {
+    /// The GenAI `chat {model}` span of one call, as the HTTP providers
+    /// open theirs (no server: the model runs in this process).
+    fn span(&self, request: &ChatRequest, stream: bool) -> tracing::Span {
+        telemetry::chat_span(
+            self.config.provider(),
+            self.config.model_name(),
+            stream,
+            None,
+            self.config.kwargs(),
+            request,
+        )
+    }
+
+    /// One complete reply: the generation stream, accumulated.
+    async fn complete(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        let mut stream = self.generate(request).await?;
         let mut acc = StreamAccumulator::new();
         let mut id = None;
         let mut created = None;
@@ -378,7 +405,8 @@ impl ChatModel for LocalModel {
         Ok(ChatResponse::from_raw(raw))
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+    /// Prepares the prompt and starts generating on a blocking thread.
+    async fn generate(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         let this = self.clone();
         let (engine, job) = tokio::task::spawn_blocking(move || this.prepare(&request))
             .await
