@@ -511,9 +511,12 @@ async fn greedy_replies_equal_the_recorded_ones_in_both_weight_formats() {
     assert_eq!(stored.text, RECORDED_GREEDY_AS_STORED, "as-stored reply");
 }
 
+/// A span's name and its recorded fields, in the order they were recorded.
+type SpanRecord = (String, Vec<(String, String)>);
+
 /// The names and recorded fields of every span opened on this thread.
 #[derive(Clone, Default)]
-struct Spans(Arc<std::sync::Mutex<Vec<(String, Vec<(String, String)>)>>>);
+struct Spans(Arc<std::sync::Mutex<Vec<SpanRecord>>>);
 
 struct Fields<'a>(&'a mut Vec<(String, String)>);
 
