@@ -13,6 +13,7 @@ use branch_core::model::{ChunkKind, StreamAccumulator, api_call_execution};
 use branch_core::{Branch, ToDictOptions};
 use branch_models::address_rules::classify;
 use branch_models::dialect::Dialect;
+use branch_models::gguf::{GgufError, GgufHeader, parse_header, read_header};
 use branch_models::guard::{check_host, check_ip};
 use branch_models::json_grammar::Grammar;
 use branch_models::sse_frame::{SseError, SseEvent, SseFramer};
@@ -281,5 +282,45 @@ pub fn address_guard(data: &[u8]) {
         let ip = IpAddr::V6(Ipv6Addr::from(b));
         let _ = classify(ip);
         assert_eq!(check_ip("h", ip, true).is_ok(), ip.is_loopback());
+    }
+}
+
+/// GGUF headers (`branch_models::gguf`): no panic on any bytes; read as a
+/// stream or as a slice they give the same header or both fail; an
+/// accepted header has unique tensor names, each tensor's data on the
+/// alignment, inside the file and of its type's size; the bytes cut short
+/// anywhere give the same header or `Truncated`, never another header.
+pub fn gguf_header(data: &[u8]) {
+    let len = u64::try_from(data.len()).unwrap_or(u64::MAX);
+    let parsed = parse_header(data, len);
+    // Compared as text: a NaN value is not equal to itself.
+    let same = |a: &GgufHeader, b: &GgufHeader| format!("{a:?}") == format!("{b:?}");
+    match (&parsed, read_header(data, len)) {
+        (Ok(a), Ok(b)) => assert!(same(a, &b), "the streamed header differs"),
+        (Err(_), Err(_)) => {}
+        (a, b) => panic!("slice {a:?}, stream {b:?}"),
+    }
+    let Ok(h) = parsed else {
+        return;
+    };
+    assert!(h.alignment.is_power_of_two());
+    assert_eq!(h.data_offset % h.alignment, 0);
+    let mut names = std::collections::HashSet::new();
+    for t in &h.tensors {
+        assert!(names.insert(&t.name), "tensor {} twice", t.name);
+        assert_eq!(t.offset % h.alignment, 0, "{}", t.name);
+        let elems = t.dims.iter().product::<u64>();
+        let ty = t.ggml_type;
+        assert_eq!(elems % ty.block_elems(), 0, "{}", t.name);
+        assert_eq!(t.byte_len, elems / ty.block_elems() * ty.block_bytes());
+        let end = h.data_offset + t.offset + t.byte_len;
+        assert!(end <= len, "{} ends at {end}, past {len}", t.name);
+    }
+    for cut in [0, data.len() / 2, data.len().saturating_sub(1)] {
+        match parse_header(&data[..cut], len) {
+            Ok(again) => assert!(same(&again, &h), "cut at {cut}"),
+            Err(GgufError::Truncated) => {}
+            Err(e) => panic!("cut at {cut}: {e}"),
+        }
     }
 }

@@ -144,3 +144,8 @@ fn provider_stream() {
 fn address_guard() {
     smoke("address_guard", checks::address_guard);
 }
+
+#[test]
+fn gguf_header() {
+    smoke("gguf_header", checks::gguf_header);
+}

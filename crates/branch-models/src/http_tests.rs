@@ -421,6 +421,14 @@ async fn fault_truncated_sse() {
     let e = err.expect("a truncated stream fails");
     assert_eq!((e.kind, e.attempts), (ModelErrorKind::MalformedResponse, 1));
     assert_eq!(server.request_count(), 1, "streams are not retried");
+    // The cut-short reply named its model; the model does not report it.
+    assert!(
+        model
+            .snapshot()
+            .provider_metadata()
+            .get("served_model")
+            .is_none()
+    );
 }
 
 #[tokio::test]

@@ -30,6 +30,7 @@ mod chatcompat_tests;
 pub mod dialect;
 #[cfg(test)]
 mod e2e_tests;
+pub mod gguf;
 pub mod guard;
 #[cfg(test)]
 mod hostile_tests;

@@ -111,6 +111,22 @@ pub fn saturating_wait(secs: f64) -> Duration {
 /// interleaved with it; more would trade memory for rarer reuse.
 pub const LOCAL_PROMPT_CACHES: usize = 2;
 
+/// Largest GGUF header (metadata and tensor directory) read. The largest
+/// vocabularies in use (256k tokens with their scores and types, or 128k
+/// tokens with 280k merges) take under 8 MiB; a header claiming more than
+/// 64 MiB is not a model's, and its bytes are held in memory while read.
+pub const MAX_GGUF_HEADER_BYTES: usize = 64 * 1024 * 1024;
+
+/// Most metadata values in one GGUF header, array items included. The
+/// largest vocabularies hold under a million (tokens, their types and
+/// scores or merges); each value takes 32 bytes in memory, so the cap
+/// bounds the parsed metadata at 128 MiB beside the header's bytes.
+pub const MAX_GGUF_VALUES: u64 = 1 << 22;
+
+/// Deepest nesting of GGUF metadata arrays. Models use flat arrays; the
+/// cap bounds the reader's recursion.
+pub const MAX_GGUF_ARRAY_DEPTH: u64 = 8;
+
 #[cfg(test)]
 mod tests {
     use super::*;

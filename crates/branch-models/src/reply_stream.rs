@@ -32,6 +32,9 @@ pub(crate) struct ReplyStream {
     events: u64,
     saw_content: bool,
     finish_reason: Option<String>,
+    /// The model the events name; the model's state learns it only when
+    /// the stream completes (a stream cut short reports nothing).
+    served_model: Option<String>,
     failed: Option<String>,
     terminal: bool,
     finished: bool,
@@ -57,6 +60,7 @@ impl ReplyStream {
             events: 0,
             saw_content: false,
             finish_reason: None,
+            served_model: None,
             failed: None,
             terminal: false,
             finished: false,
@@ -164,7 +168,9 @@ impl ReplyStream {
             .or_else(|| raw.and_then(|r| r.get("model")))
             .and_then(Value::as_str)
         {
-            self.model.lock_state().served_model = Some(m.to_owned());
+            if self.served_model.as_deref() != Some(m) {
+                self.served_model = Some(m.to_owned());
+            }
         }
         let reason = raw.and_then(|r| {
             r.pointer("/choices/0/finish_reason")
@@ -233,6 +239,9 @@ impl ReplyStream {
                 ModelErrorKind::MalformedResponse,
                 empty_reply_message(self.finish_reason.as_deref()),
             ));
+        }
+        if let Some(m) = self.served_model.take() {
+            self.model.lock_state().served_model = Some(m);
         }
         None
     }

@@ -107,6 +107,44 @@ fn the_gguf_tokenizer_gives_the_fixture_ids() {
     }
 }
 
+/// The checked header reader (`branch_models::gguf`, what the loader uses)
+/// reads the shipped model as candle's own reader does: the same metadata,
+/// tensors, types, shapes and offsets.
+#[test]
+fn the_checked_header_of_the_model_is_candles_reading() {
+    use candle_core::quantized::gguf_file;
+    let path = match local::resolve_model_path(local::DEFAULT_MODEL) {
+        Ok(p) => p,
+        Err(e) => {
+            skip(&e);
+            return;
+        }
+    };
+    let mut file = std::fs::File::open(&path).unwrap();
+    let len = file.metadata().unwrap().len();
+    let ours = branch_models::gguf::read_header(std::io::BufReader::new(&file), len).unwrap();
+    std::io::Seek::rewind(&mut file).unwrap();
+    let theirs = gguf_file::Content::read(&mut file).unwrap();
+    assert!(ours.get("tokenizer.ggml.tokens").is_some());
+    assert_eq!(ours.metadata.len(), theirs.metadata.len());
+    for (key, value) in &ours.metadata {
+        assert_eq!(
+            format!("{value:?}"),
+            format!("{:?}", theirs.metadata[key]),
+            "{key}"
+        );
+    }
+    assert_eq!(ours.data_offset, theirs.tensor_data_offset);
+    assert_eq!(ours.tensors.len(), theirs.tensor_infos.len());
+    for t in &ours.tensors {
+        let c = &theirs.tensor_infos[&t.name];
+        let dims: Vec<usize> = t.dims.iter().rev().map(|&d| d as usize).collect();
+        assert_eq!(c.shape.dims(), dims.as_slice(), "{}", t.name);
+        assert_eq!(c.offset, t.offset, "{}", t.name);
+        assert_eq!(format!("{:?}", c.ggml_dtype), format!("{:?}", t.ggml_type));
+    }
+}
+
 /// Held by every test that runs the model. The tests share one engine
 /// (and its token counter), and the engine runs one generation at a time
 /// anyway; running them one after another keeps each test's counts its own.

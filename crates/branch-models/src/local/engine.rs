@@ -106,16 +106,7 @@ pub fn tokenizer_from_gguf(ct: &gguf_file::Content) -> Result<Tokenizer, LocalMo
 
 /// Reads only the tokenizer of a GGUF file (no weights).
 pub fn tokenizer_from_file(path: &Path) -> Result<Tokenizer, LocalModelError> {
-    let mut file = std::io::BufReader::new(std::fs::File::open(path).map_err(|source| {
-        LocalModelError::Io {
-            path: path.to_owned(),
-            source,
-        }
-    })?);
-    let ct = gguf_file::Content::read(&mut file).map_err(|e| LocalModelError::BadGguf {
-        what: "header".into(),
-        reason: e.to_string(),
-    })?;
+    let (ct, _) = super::header::open(path)?;
     tokenizer_from_gguf(&ct)
 }
 
@@ -126,15 +117,7 @@ impl Engine {
         context: Option<usize>,
         format: WeightFormat,
     ) -> Result<Self, LocalModelError> {
-        let io = |source| LocalModelError::Io {
-            path: path.to_owned(),
-            source,
-        };
-        let mut file = std::io::BufReader::new(std::fs::File::open(path).map_err(io)?);
-        let ct = gguf_file::Content::read(&mut file).map_err(|e| LocalModelError::BadGguf {
-            what: "header".into(),
-            reason: e.to_string(),
-        })?;
+        let (ct, mut file) = super::header::open(path)?;
         let arch = meta_str(&ct, "general.architecture")?;
         if arch != "llama" {
             return Err(LocalModelError::UnsupportedArchitecture(arch.to_owned()));
@@ -163,7 +146,7 @@ impl Engine {
             .unwrap_or(DEFAULT_CONTEXT)
             .min(config.context_length)
             .max(1);
-        let weights = LlamaWeights::load(&ct, &mut file, config, format)?;
+        let weights = LlamaWeights::load(&ct, &mut file, config, context, format)?;
         if weights.vocab() < tokenizer.vocab_size() {
             return Err(LocalModelError::bad_metadata(
                 "tokenizer.ggml.tokens",

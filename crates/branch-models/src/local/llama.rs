@@ -178,6 +178,8 @@ pub struct LlamaWeights {
     layers: Vec<Layer>,
     output_norm: Tensor,
     output: Matrix,
+    /// Positions the RoPE tables cover (the engine's context window).
+    positions: usize,
     cos: Tensor,
     sin: Tensor,
     vocab: usize,
@@ -190,6 +192,71 @@ impl std::fmt::Debug for LlamaWeights {
             .field("vocab", &self.vocab)
             .finish_non_exhaustive()
     }
+}
+
+/// Checks that every tensor the model reads is there with the shape its
+/// hyper-parameters give, before any is read: the forward pass then never
+/// meets a shape it does not expect, and a block count the file's tensors
+/// do not back is refused before anything is allocated for it.
+fn check_shapes(ct: &gguf_file::Content, cfg: &LlamaConfig) -> Result<(), LocalModelError> {
+    let dims = |name: &str| -> Result<&[usize], LocalModelError> {
+        ct.tensor_infos
+            .get(name)
+            .map(|t| t.shape.dims())
+            .ok_or_else(|| LocalModelError::BadGguf {
+                what: name.to_owned(),
+                reason: "the tensor is missing".into(),
+            })
+    };
+    let expect = |name: &str, want: &[usize]| -> Result<(), LocalModelError> {
+        let got = dims(name)?;
+        if got == want {
+            Ok(())
+        } else {
+            Err(LocalModelError::BadGguf {
+                what: name.to_owned(),
+                reason: format!("shape {got:?}, the model's metadata gives {want:?}"),
+            })
+        }
+    };
+    let e = cfg.n_embd;
+    let kv = cfg.n_head_kv.checked_mul(cfg.head_dim()).ok_or_else(|| {
+        LocalModelError::bad_metadata("llama.attention.head_count_kv", "too large")
+    })?;
+    let vocab = match dims("token_embd.weight")? {
+        &[v, cols] if v > 0 && cols == e => v,
+        got => {
+            return Err(LocalModelError::BadGguf {
+                what: "token_embd.weight".into(),
+                reason: format!("shape {got:?}, expected (vocabulary, {e})"),
+            });
+        }
+    };
+    if ct.tensor_infos.contains_key("output.weight") {
+        expect("output.weight", &[vocab, e])?;
+    }
+    expect("output_norm.weight", &[e])?;
+    for i in 0..cfg.n_layer {
+        let p = |s: &str| format!("blk.{i}.{s}.weight");
+        let ff = match dims(&p("ffn_gate"))? {
+            &[ff, cols] if cols == e => ff,
+            got => {
+                return Err(LocalModelError::BadGguf {
+                    what: p("ffn_gate"),
+                    reason: format!("shape {got:?}, expected (feed-forward, {e})"),
+                });
+            }
+        };
+        expect(&p("attn_norm"), &[e])?;
+        expect(&p("ffn_norm"), &[e])?;
+        expect(&p("attn_q"), &[e, e])?;
+        expect(&p("attn_k"), &[kv, e])?;
+        expect(&p("attn_v"), &[kv, e])?;
+        expect(&p("attn_output"), &[e, e])?;
+        expect(&p("ffn_up"), &[ff, e])?;
+        expect(&p("ffn_down"), &[e, ff])?;
+    }
+    Ok(())
 }
 
 fn bad(what: &str) -> impl Fn(candle_core::Error) -> LocalModelError + '_ {
@@ -256,11 +323,13 @@ fn dense<R: std::io::Read + std::io::Seek>(
 }
 
 impl LlamaWeights {
-    /// Loads the weights of a llama GGUF.
+    /// Loads the weights of a llama GGUF, for decoding at most `positions`
+    /// positions (the context window; at most the model's own).
     pub fn load<R: std::io::Read + std::io::Seek>(
         ct: &gguf_file::Content,
         r: &mut R,
         config: LlamaConfig,
+        positions: usize,
         format: WeightFormat,
     ) -> Result<Self, LocalModelError> {
         if config.n_head == 0
@@ -274,6 +343,8 @@ impl LlamaWeights {
                 "heads do not divide the embedding evenly",
             ));
         }
+        check_shapes(ct, &config)?;
+        let positions = positions.min(config.context_length);
         let embeddings = dense(ct, r, "token_embd.weight")?;
         let vocab = embeddings.dim(0).map_err(bad("token_embd.weight"))?;
         // Tied embeddings when the GGUF has no separate output matrix.
@@ -303,9 +374,10 @@ impl LlamaWeights {
                 down: matmul(ct, r, &p("ffn_down"), format)?,
             });
         }
-        let (cos, sin) = rope_tables(&config).map_err(LocalModelError::compute)?;
+        let (cos, sin) = rope_tables(&config, positions).map_err(LocalModelError::compute)?;
         Ok(Self {
             config,
+            positions,
             embeddings,
             layers,
             output_norm,
@@ -333,7 +405,7 @@ impl LlamaWeights {
                 .map(|_| LayerCache::default())
                 .collect(),
             pos: 0,
-            max: context.min(self.config.context_length),
+            max: context.min(self.positions),
         }
     }
 
@@ -435,7 +507,8 @@ fn causal_mask(pos: usize, len: usize, n_rep: usize) -> candle_core::Result<Opti
     Tensor::from_vec(data, (n_rep * len, cols), &Device::Cpu).map(Some)
 }
 
-fn rope_tables(cfg: &LlamaConfig) -> candle_core::Result<(Tensor, Tensor)> {
+/// The RoPE cosines and sines of `positions` positions.
+fn rope_tables(cfg: &LlamaConfig, positions: usize) -> candle_core::Result<(Tensor, Tensor)> {
     let hd = cfg.head_dim();
     let inv: Vec<f32> = (0..hd)
         .step_by(2)
@@ -443,9 +516,12 @@ fn rope_tables(cfg: &LlamaConfig) -> candle_core::Result<(Tensor, Tensor)> {
         .collect();
     let n = inv.len();
     let inv = Tensor::from_vec(inv, (1, n), &Device::Cpu)?;
-    let t = Tensor::arange(0u32, cfg.context_length as u32, &Device::Cpu)?
+    let Ok(end) = u32::try_from(positions) else {
+        candle_core::bail!("a context window of {positions} positions");
+    };
+    let t = Tensor::arange(0u32, end, &Device::Cpu)?
         .to_dtype(DType::F32)?
-        .reshape((cfg.context_length, 1))?;
+        .reshape((positions, 1))?;
     let freqs = t.matmul(&inv)?;
     Ok((freqs.cos()?, freqs.sin()?))
 }

@@ -37,8 +37,11 @@
 mod engine;
 mod error;
 mod generate;
+mod header;
 mod kv;
 pub mod llama;
+#[cfg(test)]
+mod load_tests;
 mod prefix;
 mod q4_1;
 pub mod sampler;
