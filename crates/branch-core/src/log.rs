@@ -41,6 +41,9 @@ pub struct Log {
 pub struct KeptJson {
     path: &'static [&'static str],
     text: bytes::Bytes,
+    /// serde_json wrote `text` (so it is one JSON value): dumped without
+    /// checking it first.
+    serialized: bool,
 }
 
 impl KeptJson {
@@ -49,6 +52,7 @@ impl KeptJson {
         Self {
             path,
             text: body.bytes().clone(),
+            serialized: body.is_serialized(),
         }
     }
 
@@ -58,6 +62,7 @@ impl KeptJson {
         Ok(Self {
             path,
             text: serde_json::to_vec(value)?.into(),
+            serialized: true,
         })
     }
 }
@@ -244,8 +249,10 @@ fn write_map(
         if let Some(leaf) = kept.iter().filter(here).find(|p| p.path.len() == depth + 1) {
             // A body from a custom model might not be the one JSON value its
             // contract asks for: then it is written as `content()` reads it
-            // (a string), so that a dump line stays one JSON object.
-            if serde_json::from_slice::<de::IgnoredAny>(&leaf.text).is_ok() {
+            // (a string), so that a dump line stays one JSON object. Text
+            // serde_json wrote needs no check (which costs a parse of the
+            // whole conversation on every turn).
+            if leaf.serialized || serde_json::from_slice::<de::IgnoredAny>(&leaf.text).is_ok() {
                 out.extend_from_slice(&leaf.text);
             } else {
                 serde_json::to_writer(&mut *out, &json_text_value(&leaf.text))?;
@@ -846,6 +853,7 @@ mod tests {
         let junk = KeptJson {
             path: &["payload"],
             text: bytes::Bytes::from_static(b"{not json"),
+            serialized: false,
         };
         let bad = Log::with_kept(head(Value::Null, Value::Null), vec![junk]);
         assert_eq!(bad.content()["payload"], json!("{not json"));

@@ -429,8 +429,8 @@ pub fn record_tool_result(span: &tracing::Span, result: &Value) {
 
 /// The input messages in the conventions' form: `[{role, parts: [...]}]`,
 /// parts of type `text`, `tool_call` and `tool_call_response`.
-pub fn input_messages(messages: &[ChatMessage]) -> String {
-    let out: Vec<Value> = messages.iter().map(input_message).collect();
+pub fn input_messages<M: std::borrow::Borrow<ChatMessage>>(messages: &[M]) -> String {
+    let out: Vec<Value> = messages.iter().map(|m| input_message(m.borrow())).collect();
     Value::Array(out).to_string()
 }
 

@@ -60,8 +60,7 @@ fn request_from_body(body: &Value) -> ChatRequest {
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(ChatMessage::from_value)
-        .collect();
+        .filter_map(ChatMessage::from_value);
     let mut req = ChatRequest::new(messages);
     for (k, v) in body.as_object().unwrap() {
         if !matches!(k.as_str(), "model" | "messages" | "stream") {

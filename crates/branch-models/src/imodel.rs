@@ -285,14 +285,12 @@ impl IModel {
     /// The body of `request`, serialized once, with its token estimate.
     fn body(&self, request: &ChatRequest, stream: bool) -> Result<RequestBody, ModelError> {
         // One serialization gives both the bytes sent and the estimate.
-        let (bytes, counted) = dialect::try_build_body_bytes(&self.inner.config, request, stream)?
-            .map_err(|_| {
-                self.err(
-                    ModelErrorKind::Config,
-                    "the request body is not serializable",
-                )
-            })?;
-        Ok(RequestBody::from_json_bytes(bytes, counted))
+        dialect::try_build_body_bytes(&self.inner.config, request, stream)?.map_err(|_| {
+            self.err(
+                ModelErrorKind::Config,
+                "the request body is not serializable",
+            )
+        })
     }
 
     /// Everything before the first byte: URL, key, body, cap, guard.

@@ -10,7 +10,7 @@ use branch_core::branch::same_model;
 use branch_core::log::{KeptJson, Log};
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{
-    ChatMessage, ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, ReasoningBlock,
+    ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, ReasoningBlock,
     api_call_execution_head,
 };
 use branch_core::{Branch, Participant, Role};
@@ -298,13 +298,17 @@ pub(crate) async fn compile(
     };
     branch.extensions_mut().insert(cache);
     let compiled = compiled.map_err(OperationError::compile)?;
-    let mut messages: Vec<ChatMessage> = compiled.into_iter().map(ChatMessage::from).collect();
+    let mut messages = compiled;
     if opts.token_note {
         let contents: Vec<&Value> = messages.iter().map(|m| &m.content).collect();
         let total = request_token_estimate(&contents).await;
         let window = model.config().model_name().map(context_window);
         if let Some(last) = messages.last_mut() {
-            append_text(&mut last.content, &token_usage_note(total, window));
+            // The current turn's message, never a kept one: no copy.
+            append_text(
+                &mut Arc::make_mut(last).content,
+                &token_usage_note(total, window),
+            );
         }
     }
     let mut req = ChatRequest::new(messages);

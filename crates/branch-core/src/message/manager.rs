@@ -2,6 +2,7 @@
 //! system message, the curated view and the `on_message_added` callbacks.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
 use uuid::Uuid;
@@ -23,6 +24,29 @@ pub struct MessageManager {
     system: Option<Uuid>,
     view: Option<Progression>,
     callbacks: Vec<(String, MessageCallback)>,
+    stamp: EditStamp,
+}
+
+/// Names the state of a manager's existing messages (see
+/// [`MessageManager::edit_stamp`]): drawn from one process-wide counter,
+/// so no two managers, and no two edit states of one, share a value. A
+/// clone draws a new one, as the copies go their own ways.
+#[derive(Debug, PartialEq, Eq)]
+struct EditStamp(u64);
+
+static NEXT_STAMP: AtomicU64 = AtomicU64::new(1);
+
+impl Default for EditStamp {
+    fn default() -> Self {
+        // Uniqueness is all that is needed: no ordering with other memory.
+        Self(NEXT_STAMP.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+impl Clone for EditStamp {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
 }
 
 impl std::fmt::Debug for MessageManager {
@@ -61,6 +85,7 @@ impl MessageManager {
             system,
             view: None,
             callbacks: Vec::new(),
+            stamp: EditStamp::default(),
         }
     }
 
@@ -72,6 +97,7 @@ impl MessageManager {
             system: None,
             view: None,
             callbacks: Vec::new(),
+            stamp: EditStamp::default(),
         }
     }
 
@@ -83,7 +109,22 @@ impl MessageManager {
     /// The message with this id, mutably. Content edits do not run the
     /// `on_message_added` callbacks.
     pub fn get_mut(&mut self, id: &Uuid) -> Option<&mut Message> {
+        self.edited();
         self.pile.get_mut(id)
+    }
+
+    /// A value that stays the same while no message already in this
+    /// manager changes: adding messages keeps it; every way to edit,
+    /// replace or remove one (and cloning the manager) gives a value never
+    /// given before. Whatever is derived from the messages present when
+    /// it was read still holds while it is unchanged (the request compiler
+    /// keeps past messages' compiled form on that ground).
+    pub fn edit_stamp(&self) -> u64 {
+        self.stamp.0
+    }
+
+    fn edited(&mut self) {
+        self.stamp = EditStamp::default();
     }
 
     /// Number of messages.
@@ -152,6 +193,8 @@ impl MessageManager {
             if let Some(v) = self.view.as_mut() {
                 v.order.push(id);
             }
+        } else {
+            self.edited();
         }
         if let Some(m) = self.pile.get_index(index) {
             for (_, cb) in &self.callbacks {
@@ -172,6 +215,7 @@ impl MessageManager {
     /// do not run (as in the reference); [`MessageManager::add_message`] of
     /// a System runs them.
     pub fn set_system(&mut self, system: Message) -> Uuid {
+        self.edited();
         let id = system.id();
         if let Some(old) = self.system.take() {
             if old != id {
@@ -190,6 +234,7 @@ impl MessageManager {
     /// Removes the system message, if any.
     pub fn remove_system(&mut self) -> Option<Message> {
         let id = self.system.take()?;
+        self.edited();
         let m = self.pile.remove(&id);
         self.reconcile_view();
         m
@@ -223,6 +268,7 @@ impl MessageManager {
         .with_sender(sender)
         .with_recipient(recipient);
         let response_id = response.id();
+        self.edited();
         if let Some(MessageContent::ActionRequest(rc)) =
             self.pile.get_mut(&request_id).map(|m| &mut m.content)
         {
@@ -233,6 +279,7 @@ impl MessageManager {
 
     /// Removes every message but the system message.
     pub fn clear_messages(&mut self) {
+        self.edited();
         let system = self.system.and_then(|id| self.pile.remove(&id));
         self.pile.clear();
         if let Some(s) = system {
@@ -244,6 +291,7 @@ impl MessageManager {
     /// Drops messages after the first `len` (in logical order): how a failed
     /// turn is rolled back. The system message is never dropped.
     pub fn truncate(&mut self, len: usize) {
+        self.edited();
         self.pile.truncate(len);
         if self.system.is_some_and(|id| !self.pile.contains(&id)) {
             self.system = None;
@@ -301,6 +349,39 @@ mod tests {
     use super::*;
     use crate::message::{InstructionContent, SystemContent};
     use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Adding keeps the edit stamp; every way to change, replace or remove
+    /// a message present, and cloning, gives one never seen before.
+    #[test]
+    fn the_edit_stamp_changes_with_every_edit_and_not_on_add() {
+        let mut mm = MessageManager::new();
+        let mut seen = std::collections::HashSet::new();
+        let mut fresh = |mm: &MessageManager| seen.insert(mm.edit_stamp());
+        assert!(fresh(&mm));
+        let stamp = mm.edit_stamp();
+        let q = mm.add_message(Message::instruction(InstructionContent::default()));
+        let req = mm.add_message(Message::action_request("f", Default::default()));
+        assert_eq!(mm.edit_stamp(), stamp, "adding is not an edit");
+        assert!(mm.get_mut(&q).is_some());
+        assert!(fresh(&mm), "get_mut");
+        let mut again = Message::instruction(InstructionContent::default());
+        again.element.id = q;
+        mm.add_message(again);
+        assert!(fresh(&mm), "replaced in place");
+        mm.add_action_response(req, None, None, None).unwrap();
+        assert!(fresh(&mm), "a request linked to its response");
+        mm.set_system(Message::system(SystemContent::new("s")));
+        assert!(fresh(&mm), "set_system");
+        mm.remove_system();
+        assert!(fresh(&mm), "remove_system");
+        mm.truncate(1);
+        assert!(fresh(&mm), "truncate");
+        mm.clear_messages();
+        assert!(fresh(&mm), "clear");
+        let copy = mm.clone();
+        assert!(fresh(&copy), "clone");
+        assert!(fresh(&MessageManager::from_pile(mm.messages().clone())));
+    }
 
     #[test]
     fn system_replacement_reorders_like_the_reference() {

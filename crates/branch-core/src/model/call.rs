@@ -1,6 +1,7 @@
 //! Seam types of a model call: request, response, streaming chunks, usage.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use futures_core::Stream;
 use serde::Deserialize;
@@ -89,8 +90,11 @@ impl ChatMessage {
 /// — the reference's key order.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ChatRequest {
-    /// Conversation messages.
-    pub messages: Vec<ChatMessage>,
+    /// Conversation messages. Shared: a branch keeps its history's
+    /// compiled messages between turns and hands the same ones to every
+    /// request, so a turn does not copy (or free) the conversation before
+    /// it. Change one with [`Arc::make_mut`] (it copies only a shared one).
+    pub messages: Vec<Arc<ChatMessage>>,
     /// Call keywords (`temperature`, `tools`, `response_format` ...).
     pub fields: Map<String, Value>,
     /// Per-call extra headers (applied after the default headers).
@@ -98,10 +102,11 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    /// A request with these messages.
-    pub fn new(messages: Vec<ChatMessage>) -> Self {
+    /// A request with these messages (owned [`ChatMessage`]s or shared
+    /// ones).
+    pub fn new<M: Into<Arc<ChatMessage>>>(messages: impl IntoIterator<Item = M>) -> Self {
         Self {
-            messages,
+            messages: messages.into_iter().map(Into::into).collect(),
             ..Self::default()
         }
     }
@@ -114,7 +119,7 @@ impl ChatRequest {
 
     /// The messages as JSON.
     pub fn messages_value(&self) -> Value {
-        Value::Array(self.messages.iter().map(ChatMessage::to_value).collect())
+        Value::Array(self.messages.iter().map(|m| m.to_value()).collect())
     }
 
     /// The provider-independent payload: `kwargs`, updated with `fields`,
@@ -133,58 +138,6 @@ impl ChatRequest {
             payload.insert("stream".into(), true.into());
         }
         Value::Object(payload)
-    }
-}
-
-/// The serialized JSON body of one call, built once: the bytes sent (a
-/// retry resends them without copying) and what the API-call log keeps as
-/// its `payload`, parsed back only when the log is read.
-#[derive(Clone, PartialEq, Eq)]
-pub struct RequestBody {
-    bytes: bytes::Bytes,
-    counted: u64,
-}
-
-impl RequestBody {
-    /// The body of `value` (compact JSON, as `serde_json::to_vec` writes it).
-    pub fn of(value: &Value) -> serde_json::Result<Self> {
-        Ok(Self::from_json_bytes(serde_json::to_vec(value)?, 0))
-    }
-
-    /// A body already serialized by serde_json (compact), with the
-    /// model's token estimate of its counted parts. The bytes must be one
-    /// JSON value.
-    pub fn from_json_bytes(bytes: Vec<u8>, counted: u64) -> Self {
-        debug_assert!(serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok());
-        Self {
-            bytes: bytes.into(),
-            counted,
-        }
-    }
-
-    /// The bytes (shared, not copied).
-    pub fn bytes(&self) -> &bytes::Bytes {
-        &self.bytes
-    }
-
-    /// The model's token estimate of the body (0 when it made none).
-    pub fn counted(&self) -> u64 {
-        self.counted
-    }
-
-    /// The body parsed back into a `Value` (for a reader of the log).
-    pub fn to_value(&self) -> Value {
-        crate::log::json_text_value(&self.bytes)
-    }
-}
-
-impl std::fmt::Debug for RequestBody {
-    // A body carries the conversation: its length only.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RequestBody")
-            .field("bytes", &self.bytes.len())
-            .field("counted", &self.counted)
-            .finish()
     }
 }
 

@@ -5,6 +5,7 @@
 //! API key. [`ChatModel`] is the seam a `Branch` holds its chat and parse
 //! models through; `branch-models` implements it for real providers.
 
+mod body;
 mod call;
 mod config;
 mod error;
@@ -17,10 +18,11 @@ pub mod settings;
 
 use std::sync::Arc;
 
+pub use body::{RequestBody, TokenCount, utf8_chars};
 pub use call::{
-    ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, RequestBody,
-    StreamAccumulator, ToolCall, Usage, api_call_execution, api_call_execution_head, extract_text,
-    stream_chunk, thinking_chunk,
+    ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
+    ToolCall, Usage, api_call_execution, api_call_execution_head, extract_text, stream_chunk,
+    thinking_chunk,
 };
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,

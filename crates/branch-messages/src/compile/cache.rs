@@ -1,38 +1,68 @@
-//! The rendered request form of past instructions, kept between turns so
-//! that a turn does not render again every instruction before it.
+//! The compiled form of past messages, kept between turns so that a turn
+//! does not render, copy or free again the conversation before it.
 //!
-//! An entry sits at the message's position in the compiled order and
-//! holds the message id and a copy of exactly what a past instruction's
-//! rendering reads (its text fields, context and images; not its tool
-//! schemas or response format, which history leaves out). It is used only
-//! when the id is the same and that copy equals the message's content as
-//! compiled now, so an edited, replaced or re-ordered message, or one
-//! whose content the compilation changes (the system fold, folded action
-//! results, ReAct's de-duplication), is rendered afresh: an entry can be
-//! unused, never stale. Keyed by position, a turn finds its history's
-//! entries without hashing.
+//! A slot sits at the message's position in the compiled order and holds
+//! the message id, what the compiled message was made from, and the
+//! compiled message itself, shared ([`Arc`]) with every request that sends
+//! it. It is used only when the id is the same and what it was made from
+//! equals what the compilation has now: for a past instruction, a copy of
+//! exactly what its rendering reads (its text fields, context and images;
+//! not its tool schemas or response format, which history leaves out); for
+//! a model reply, the kept message's own text and reasoning. So an edited,
+//! replaced or re-ordered message, or one whose content the compilation
+//! changes (the system fold, folded action results, ReAct's
+//! de-duplication, replies merged into one), is compiled afresh: a slot
+//! can be unused, never stale. Keyed by position, a turn finds its
+//! history's slots without hashing.
+//!
+//! The comparison is skipped when the manager's
+//! [`MessageManager::edit_stamp`](branch_core::message::MessageManager::edit_stamp)
+//! is the one the slot was last made or checked under: no message present
+//! then has changed since, so a turn that only added messages finds its
+//! whole history kept at the cost of a few word compares per message.
+
+use std::borrow::Cow;
+use std::sync::Arc;
 
 use branch_core::message::{ImageDetail, InstructionContent};
+use branch_core::model::{ChatMessage, ReasoningBlock};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::{RenderedContent, render_instruction_as};
 
-/// Rendered past instructions by position (see the module docs). Keep
-/// one per conversation (a verb keeps it in the branch's extensions) and
-/// pass it to [`super::compile_request_cached`].
+/// Compiled past messages by position (see the module docs). Keep one per
+/// conversation (a verb keeps it in the branch's extensions) and pass it to
+/// [`super::compile_request_cached`].
 #[derive(Debug, Default)]
 pub struct RenderCache {
-    // Boxed: most positions are replies, and an empty slot stays a word.
-    slots: Vec<Option<Box<Entry>>>,
+    // Boxed: an empty slot stays a word.
+    slots: Vec<Option<Box<Slot>>>,
+    /// The edit stamp of the messages compiled now.
+    stamp: u64,
 }
 
 #[derive(Debug)]
-struct Entry {
+struct Slot {
     id: Uuid,
-    source: Source,
-    rendered: RenderedContent,
+    /// The edit stamp the slot was last made or checked under.
+    stamp: u64,
+    kept: Kept,
+}
+
+#[derive(Debug)]
+enum Kept {
+    /// A past instruction: what its rendering read, and the message
+    /// (`None`: it rendered empty and is left out).
+    Instruction {
+        source: Box<Source>,
+        message: Option<Arc<ChatMessage>>,
+    },
+    /// A model reply sent as stored; the message holds all it was made
+    /// from (its text and reasoning).
+    Reply(Arc<ChatMessage>),
 }
 
 /// What rendering an instruction as history reads.
@@ -68,13 +98,21 @@ impl Source {
     }
 }
 
+/// The chat message of a model reply sent as stored: the same conversion
+/// a cold compilation makes.
+pub(crate) fn reply_message(text: String, reasoning: Vec<ReasoningBlock>) -> RequestMessage {
+    let mut m = RequestMessage::new(RequestRole::Assistant, RenderedContent::Text(text));
+    m.reasoning = reasoning;
+    m
+}
+
 impl RenderCache {
     /// An empty cache.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// How many renderings are kept.
+    /// How many compiled messages are kept.
     pub fn len(&self) -> usize {
         self.slots.iter().filter(|s| s.is_some()).count()
     }
@@ -84,36 +122,103 @@ impl RenderCache {
         self.slots.iter().all(Option::is_none)
     }
 
-    /// The history rendering of message `id`, at position `at` of the
-    /// compiled order, whose content, unchanged by the compilation, is `c`:
-    /// the kept one when it was made for this id from equal content, else
-    /// rendered now and kept. Errors are not kept.
+    /// Starts a compilation of messages whose edit stamp is `stamp`.
+    pub(crate) fn begin(&mut self, stamp: u64) {
+        self.stamp = stamp;
+    }
+
+    /// The slot at `at` when it holds message `id`, and whether it was
+    /// made or checked under the current edit stamp (then it holds).
+    fn slot(&mut self, at: usize, id: Uuid) -> Option<(&mut Slot, bool)> {
+        let stamp = self.stamp;
+        match self.slots.get_mut(at) {
+            Some(Some(s)) if s.id == id => {
+                let current = s.stamp == stamp;
+                Some((s, current))
+            }
+            _ => None,
+        }
+    }
+
+    fn keep(&mut self, at: usize, id: Uuid, kept: Kept) {
+        if self.slots.len() <= at {
+            self.slots.resize_with(at + 1, || None);
+        }
+        let stamp = self.stamp;
+        if let Some(slot) = self.slots.get_mut(at) {
+            *slot = Some(Box::new(Slot { id, stamp, kept }));
+        }
+    }
+
+    /// The compiled history form of instruction `id`, at position `at` of
+    /// the compiled order, whose content, unchanged by the compilation, is
+    /// `c`: the kept one when it was made for this id from equal content,
+    /// else rendered now and kept. `None` when it renders empty. Errors
+    /// are not kept.
     pub(crate) fn history(
         &mut self,
         at: usize,
         id: Uuid,
         c: &InstructionContent,
-    ) -> Result<RenderedContent, CompileError> {
-        if let Some(Some(e)) = self.slots.get(at) {
-            if e.id == id && e.source.is(c) {
-                return Ok(e.rendered.clone());
+    ) -> Result<Option<Arc<ChatMessage>>, CompileError> {
+        let stamp = self.stamp;
+        if let Some((slot, current)) = self.slot(at, id) {
+            if let Kept::Instruction { source, message } = &slot.kept {
+                if current || source.is(c) {
+                    let message = message.clone();
+                    slot.stamp = stamp;
+                    return Ok(message);
+                }
             }
         }
         let rendered = render_instruction_as(c, ImageOwner::Stored(id), true)?;
-        if self.slots.len() <= at {
-            self.slots.resize_with(at + 1, || None);
-        }
-        if let Some(slot) = self.slots.get_mut(at) {
-            *slot = Some(Box::new(Entry {
-                id,
-                source: Source::of(c),
-                rendered: rendered.clone(),
-            }));
-        }
-        Ok(rendered)
+        let message = (!rendered.is_empty()).then(|| {
+            Arc::new(ChatMessage::from(RequestMessage::new(
+                RequestRole::User,
+                rendered,
+            )))
+        });
+        let source = Box::new(Source::of(c));
+        self.keep(
+            at,
+            id,
+            Kept::Instruction {
+                source,
+                message: message.clone(),
+            },
+        );
+        Ok(message)
     }
 
-    /// Drops the entries past the `len` positions compiled now.
+    /// The compiled form of model reply `id` at position `at`, sent as
+    /// stored with `text` (not empty) and `reasoning`: the kept one when it
+    /// holds the same, else made now and kept.
+    pub(crate) fn reply(
+        &mut self,
+        at: usize,
+        id: Uuid,
+        text: Cow<'_, str>,
+        reasoning: Vec<ReasoningBlock>,
+    ) -> Arc<ChatMessage> {
+        let stamp = self.stamp;
+        if let Some((slot, current)) = self.slot(at, id) {
+            if let Kept::Reply(m) = &slot.kept {
+                if current || (m.content.as_str() == Some(&*text) && m.reasoning == reasoning) {
+                    let m = m.clone();
+                    slot.stamp = stamp;
+                    return m;
+                }
+            }
+        }
+        let m = Arc::new(ChatMessage::from(reply_message(
+            text.into_owned(),
+            reasoning,
+        )));
+        self.keep(at, id, Kept::Reply(m.clone()));
+        m
+    }
+
+    /// Drops the slots past the `len` positions compiled now.
     pub(crate) fn truncate(&mut self, len: usize) {
         self.slots.truncate(len);
     }

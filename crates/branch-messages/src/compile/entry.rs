@@ -1,12 +1,15 @@
 //! Compiled entries before rendering, the merge pass, and rendering.
 
+use std::borrow::Cow;
 use std::ops::Deref;
+use std::sync::Arc;
 
 use branch_core::message::InstructionContent;
-use branch_core::model::ReasoningBlock;
+use branch_core::model::{ChatMessage, ReasoningBlock};
 use serde_json::{Map, Value, json};
+use uuid::Uuid;
 
-use super::cache::RenderCache;
+use super::cache::{RenderCache, reply_message};
 use super::message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::{RenderedContent, render_instruction_as};
@@ -69,12 +72,102 @@ pub(crate) enum Entry<'a> {
         at: usize,
     },
     Assistant {
-        text: String,
+        /// Borrowed from the stored reply until a merge appends to it.
+        text: Cow<'a, str>,
         calls: Vec<NativeCall>,
         /// The reply's stored reasoning, sent back by the dialects whose
         /// protocol asks for it.
         reasoning: Vec<ReasoningBlock>,
+        /// The position and id of the one stored reply this entry is, as
+        /// stored (no merge, no calls): the render cache's slot.
+        stored: Option<(usize, Uuid)>,
     },
+}
+
+/// What a compilation produces: plain [`RequestMessage`]s, or the model
+/// seam's shared messages with past ones kept between turns
+/// ([`RenderCache`]).
+pub(crate) trait Output {
+    type Message;
+
+    /// A message compiled now.
+    fn fresh(&mut self, m: RequestMessage) -> Self::Message;
+
+    /// Past instruction `id` at position `at`, its content as stored;
+    /// `None` when it renders empty.
+    fn history(
+        &mut self,
+        _at: usize,
+        id: Uuid,
+        c: &InstructionContent,
+    ) -> Result<Option<Self::Message>, CompileError> {
+        let content = render_instruction_as(c, ImageOwner::Stored(id), true)?;
+        Ok((!content.is_empty())
+            .then(|| self.fresh(RequestMessage::new(RequestRole::User, content))))
+    }
+
+    /// Model reply `id` at position `at` as stored, `text` not empty.
+    fn reply(
+        &mut self,
+        _at: usize,
+        _id: Uuid,
+        text: Cow<'_, str>,
+        reasoning: Vec<ReasoningBlock>,
+    ) -> Self::Message {
+        self.fresh(reply_message(text.into_owned(), reasoning))
+    }
+
+    /// A compilation of messages with this edit stamp starts.
+    fn begin(&mut self, _stamp: u64) {}
+
+    /// The compilation covered `len` positions.
+    fn compiled(&mut self, _len: usize) {}
+}
+
+/// Every message compiled afresh ([`super::compile_request`]).
+pub(crate) struct Uncached;
+
+impl Output for Uncached {
+    type Message = RequestMessage;
+
+    fn fresh(&mut self, m: RequestMessage) -> RequestMessage {
+        m
+    }
+}
+
+impl Output for RenderCache {
+    type Message = Arc<ChatMessage>;
+
+    fn fresh(&mut self, m: RequestMessage) -> Arc<ChatMessage> {
+        Arc::new(ChatMessage::from(m))
+    }
+
+    fn history(
+        &mut self,
+        at: usize,
+        id: Uuid,
+        c: &InstructionContent,
+    ) -> Result<Option<Arc<ChatMessage>>, CompileError> {
+        RenderCache::history(self, at, id, c)
+    }
+
+    fn reply(
+        &mut self,
+        at: usize,
+        id: Uuid,
+        text: Cow<'_, str>,
+        reasoning: Vec<ReasoningBlock>,
+    ) -> Arc<ChatMessage> {
+        RenderCache::reply(self, at, id, text, reasoning)
+    }
+
+    fn begin(&mut self, stamp: u64) {
+        RenderCache::begin(self, stamp);
+    }
+
+    fn compiled(&mut self, len: usize) {
+        self.truncate(len);
+    }
 }
 
 /// The merge pass: consecutive model replies join with a blank line
@@ -89,17 +182,21 @@ pub(crate) fn merge(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
                     text: prev,
                     calls: prev_calls,
                     reasoning: prev_reasoning,
+                    stored: prev_stored,
                 }),
                 Entry::Assistant {
                     text,
                     calls,
                     reasoning,
+                    ..
                 },
             ) if prev_calls.is_empty() => {
+                let prev = prev.to_mut();
                 prev.push_str("\n\n");
                 prev.push_str(&text);
                 *prev_calls = calls;
                 prev_reasoning.extend(reasoning);
+                *prev_stored = None;
             }
             (_, e) => out.push(e),
         }
@@ -109,10 +206,10 @@ pub(crate) fn merge(entries: Vec<Entry<'_>>) -> Vec<Entry<'_>> {
 
 /// Renders the entries; empty renderings are skipped. Returns the
 /// messages and whether the last entry rendered empty.
-pub(crate) fn render(
+pub(crate) fn render<O: Output>(
     entries: Vec<Entry<'_>>,
-    mut cache: Option<&mut RenderCache>,
-) -> Result<(Vec<RequestMessage>, bool), CompileError> {
+    out_to: &mut O,
+) -> Result<(Vec<O::Message>, bool), CompileError> {
     let last = entries.len().saturating_sub(1);
     let mut out = Vec::with_capacity(entries.len());
     let mut last_empty = false;
@@ -124,42 +221,45 @@ pub(crate) fn render(
                 history,
                 at,
             } => {
-                let content = match (&c, owner, cache.as_deref_mut()) {
+                let message = match (&c, owner) {
                     // Only a past instruction the compilation left as
-                    // stored is kept (see `cache`).
-                    (Content::Borrowed(stored), ImageOwner::Stored(id), Some(cache)) if history => {
-                        cache.history(at, id, stored)?
+                    // stored can be kept (see `cache`).
+                    (Content::Borrowed(stored), ImageOwner::Stored(id)) if history => {
+                        out_to.history(at, id, stored)?
                     }
-                    _ => render_instruction_as(&c, owner, history)?,
+                    _ => {
+                        let content = render_instruction_as(&c, owner, history)?;
+                        (!content.is_empty())
+                            .then(|| out_to.fresh(RequestMessage::new(RequestRole::User, content)))
+                    }
                 };
-                if content.is_empty() {
-                    last_empty = i == last;
-                    continue;
+                match message {
+                    Some(m) => out.push(m),
+                    None => last_empty = i == last,
                 }
-                out.push(RequestMessage::new(RequestRole::User, content));
             }
             Entry::Assistant {
                 text,
                 calls,
                 reasoning,
+                stored,
             } if calls.is_empty() => {
                 // An empty reply is left out as the reference does, its
                 // reasoning with it (no protocol needs it without the text).
                 if !text.is_empty() {
-                    let mut reply =
-                        RequestMessage::new(RequestRole::Assistant, RenderedContent::Text(text));
-                    reply.reasoning = reasoning;
-                    out.push(reply);
+                    out.push(match stored {
+                        Some((at, id)) => out_to.reply(at, id, text, reasoning),
+                        None => out_to.fresh(reply_message(text.into_owned(), reasoning)),
+                    });
                 }
             }
             Entry::Assistant {
                 text,
                 calls,
                 reasoning,
+                ..
             } => {
-                let mut reply =
-                    RequestMessage::new(RequestRole::Assistant, RenderedContent::Text(text));
-                reply.reasoning = reasoning;
+                let mut reply = reply_message(text.into_owned(), reasoning);
                 reply.tool_calls = calls
                     .iter()
                     .map(|c| {
@@ -169,7 +269,7 @@ pub(crate) fn render(
                         }})
                     })
                     .collect();
-                out.push(reply);
+                out.push(out_to.fresh(reply));
                 for c in calls {
                     let text = match c.result {
                         None => MISSING_RESULT.to_owned(),
@@ -180,7 +280,7 @@ pub(crate) fn render(
                     let mut result =
                         RequestMessage::new(RequestRole::Tool, RenderedContent::Text(text));
                     result.tool_call_id = Some(c.id);
-                    out.push(result);
+                    out.push(out_to.fresh(result));
                 }
             }
         }

@@ -29,10 +29,12 @@ mod dedup;
 mod entry;
 mod message;
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use branch_core::message::{InstructionContent, Message, MessageContent, MessageManager};
-use branch_core::model::{REASONING_METADATA_KEY, ReasoningBlock};
+use branch_core::model::{ChatMessage, REASONING_METADATA_KEY, ReasoningBlock};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -42,7 +44,7 @@ pub use message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::RenderedContent;
 use crate::yaml::minimal_yaml_stripped;
-use entry::{Content, Entry, NativeCall};
+use entry::{Content, Entry, NativeCall, Output, Uncached};
 
 /// How tool calls and results travel.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -92,27 +94,29 @@ pub fn compile_request(
     current: &InstructionContent,
     opts: &CompileOptions<'_>,
 ) -> Result<Vec<RequestMessage>, CompileError> {
-    compile(msgs, current, opts, None)
+    compile(msgs, current, opts, &mut Uncached)
 }
 
-/// [`compile_request`], taking the renderings of past instructions from
-/// `cache` and keeping new ones there: the same messages, without
-/// rendering again the instructions the previous turns rendered.
+/// [`compile_request`] as the model seam's messages, taking the compiled
+/// form of past messages from `cache` and keeping new ones there: the same
+/// messages, and those the previous turns compiled are the same shared
+/// ones, neither rendered nor copied again.
 pub fn compile_request_cached(
     msgs: &MessageManager,
     current: &InstructionContent,
     opts: &CompileOptions<'_>,
     cache: &mut RenderCache,
-) -> Result<Vec<RequestMessage>, CompileError> {
-    compile(msgs, current, opts, Some(cache))
+) -> Result<Vec<Arc<ChatMessage>>, CompileError> {
+    compile(msgs, current, opts, cache)
 }
 
-fn compile(
+fn compile<O: Output>(
     msgs: &MessageManager,
     current: &InstructionContent,
     opts: &CompileOptions<'_>,
-    mut cache: Option<&mut RenderCache>,
-) -> Result<Vec<RequestMessage>, CompileError> {
+    out: &mut O,
+) -> Result<Vec<O::Message>, CompileError> {
+    out.begin(msgs.edit_stamp());
     let order: Vec<Uuid> = match opts.progression {
         Some(p) if !p.is_empty() => p.to_vec(),
         _ => msgs.progression().iter().copied().collect(),
@@ -197,9 +201,10 @@ fn compile(
                     })?,
                 };
                 entries.push(Entry::Assistant {
-                    text: a.assistant_response.clone(),
+                    text: Cow::Borrowed(&a.assistant_response),
                     calls: Vec::new(),
                     reasoning,
+                    stored: Some((i, m.id())),
                 });
             }
             MessageContent::ActionRequest(r) if native => {
@@ -213,11 +218,15 @@ fn compile(
                     result: results.get(&m.id()).cloned(),
                 };
                 match entries.last_mut() {
-                    Some(Entry::Assistant { calls, .. }) => calls.push(call),
+                    Some(Entry::Assistant { calls, stored, .. }) => {
+                        calls.push(call);
+                        *stored = None;
+                    }
                     _ => entries.push(Entry::Assistant {
-                        text: String::new(),
+                        text: Cow::Borrowed(""),
                         calls: vec![call],
                         reasoning: Vec::new(),
+                        stored: None,
                     }),
                 }
             }
@@ -254,10 +263,10 @@ fn compile(
             None => fold(&mut current),
             Some(Entry::Instruction { content, .. }) => fold(content),
             Some(Entry::Assistant { .. }) if native => {
-                lead.push(RequestMessage::new(
+                lead.push(out.fresh(RequestMessage::new(
                     RequestRole::System,
                     RenderedContent::Text(prefix.clone()),
-                ));
+                )));
             }
             Some(Entry::Assistant { .. }) => {
                 let id = history
@@ -281,10 +290,8 @@ fn compile(
         at: order.len(),
     });
 
-    let (messages, last_empty) = entry::render(entries, cache.as_deref_mut())?;
-    if let Some(cache) = cache {
-        cache.truncate(order.len());
-    }
+    let (messages, last_empty) = entry::render(entries, out)?;
+    out.compiled(order.len());
     if let Some(e) = empty_error.filter(|_| last_empty) {
         return Err(e);
     }

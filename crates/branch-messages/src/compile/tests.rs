@@ -474,9 +474,20 @@ fn same_as_cold(
     let cold = compile_request(mm, current, opts);
     let warm = compile_request_cached(mm, current, opts, cache);
     match (cold, warm) {
-        (Ok(c), Ok(w)) => assert_eq!(w, c, "{step}"),
+        (Ok(c), Ok(w)) => {
+            let c: Vec<ChatMessage> = c.iter().map(RequestMessage::to_chat_message).collect();
+            let w: Vec<ChatMessage> = w.iter().map(|m| ChatMessage::clone(m)).collect();
+            assert_eq!(w, c, "{step}");
+        }
         (Err(c), Err(w)) => assert_eq!(w.to_string(), c.to_string(), "{step}"),
         (c, w) => panic!("{step}: cold {c:?}, cached {w:?}"),
+    }
+}
+
+fn reply_mut(mm: &mut MessageManager, id: Uuid) -> &mut String {
+    match &mut mm.get_mut(&id).unwrap().content {
+        MessageContent::AssistantResponse(a) => &mut a.assistant_response,
+        _ => panic!("not a reply"),
     }
 }
 
@@ -503,7 +514,7 @@ fn cached_compilation_equals_a_cold_one_through_every_change() {
     }));
     mm.add_message(Message::assistant("r1"));
     let b = mm.add_message(Message::instruction(ins("second")));
-    mm.add_message(Message::assistant("r2"));
+    let r2 = mm.add_message(Message::assistant("r2"));
     let c = mm.add_message(Message::instruction(InstructionContent {
         images: vec!["https://example.com/a.png".into()],
         ..ins("third")
@@ -540,6 +551,49 @@ fn cached_compilation_equals_a_cold_one_through_every_change() {
         .push(json!({"name": "t"}));
     instruction_mut(&mut mm, c).response_format = Some(json!({"x": "str"}));
     check(&mm, &d, "tool schemas and format (not shown in history)");
+
+    // Replies: edited in place, given reasoning, merged with the next one.
+    reply_mut(&mut mm, r2).push_str(", edited");
+    check(&mm, &d, "reply edited in place");
+    mm.get_mut(&r2).unwrap().element.metadata.insert(
+        REASONING_METADATA_KEY.into(),
+        ReasoningBlock::list_to_value(&[ReasoningBlock::Thinking {
+            text: "hm".into(),
+            signature: Some("sig".into()),
+        }]),
+    );
+    check(&mm, &d, "reply given reasoning");
+    mm.get_mut(&r2)
+        .unwrap()
+        .element
+        .metadata
+        .insert(REASONING_METADATA_KEY.into(), json!("not blocks"));
+    check(&mm, &d, "reply with malformed reasoning");
+    mm.get_mut(&r2)
+        .unwrap()
+        .element
+        .metadata
+        .remove(REASONING_METADATA_KEY);
+    check(&mm, &d, "reasoning removed");
+    reply_mut(&mut mm, r2).clear();
+    check(&mm, &d, "reply emptied");
+    reply_mut(&mut mm, r2).push_str("r2");
+    check(&mm, &d, "reply back");
+    let merged: Vec<Uuid> = mm
+        .progression()
+        .iter()
+        .copied()
+        .filter(|id| *id != b)
+        .collect();
+    check(
+        &mm,
+        &CompileOptions {
+            progression: Some(&merged),
+            ..d
+        },
+        "two replies in a row merge",
+    );
+    check(&mm, &d, "unmerged again");
 
     // The same id turned into another kind and back.
     let saved = mm.get_mut(&b).unwrap().content.clone();
@@ -632,8 +686,78 @@ fn render_cache_drops_what_is_no_longer_compiled() {
         mm.add_message(Message::assistant("r"));
     }
     compile_request_cached(&mm, &ins("now"), &CompileOptions::default(), &mut cache).unwrap();
-    assert_eq!(cache.len(), 200);
+    assert_eq!(cache.len(), 400);
     mm.truncate(4);
     compile_request_cached(&mm, &ins("now"), &CompileOptions::default(), &mut cache).unwrap();
-    assert_eq!(cache.len(), 2);
+    assert_eq!(cache.len(), 4);
+}
+
+/// A turn sends the very messages the previous turn compiled for its
+/// history (shared, not copied), except those the compilation changes:
+/// the first instruction carrying the system text, and the message edited.
+#[test]
+fn past_messages_are_shared_between_turns() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        ids.push(mm.add_message(Message::instruction(ins(&format!("q{i}")))));
+        ids.push(mm.add_message(Message::assistant(format!("r{i}"))));
+    }
+    let d = CompileOptions::default();
+    let first = compile_request_cached(&mm, &ins("now"), &d, &mut cache).unwrap();
+    let second = compile_request_cached(&mm, &ins("next"), &d, &mut cache).unwrap();
+    assert_eq!(first.len(), 9);
+    let shared: Vec<bool> = first
+        .iter()
+        .zip(&second)
+        .map(|(a, b)| Arc::ptr_eq(a, b))
+        .collect();
+    // The folded first instruction and the current turn are compiled anew.
+    assert_eq!(
+        shared,
+        [false, true, true, true, true, true, true, true, false]
+    );
+
+    reply_mut(&mut mm, ids[3]).push('!');
+    let third = compile_request_cached(&mm, &ins("next"), &d, &mut cache).unwrap();
+    assert!(!Arc::ptr_eq(&second[3], &third[3]));
+    assert_eq!(third[3].content, json!("r1!"));
+    assert!(Arc::ptr_eq(&second[2], &third[2]));
+    assert!(Arc::ptr_eq(&second[4], &third[4]));
+}
+
+/// A slot left alone by a compilation (its message was changed by the
+/// compilation, so not kept) is compared again once the message was
+/// edited, even if no edit happens after that compilation.
+#[test]
+fn a_slot_skipped_while_its_message_changed_is_checked_again() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let a = mm.add_message(Message::instruction(ins("first")));
+    let r1 = mm.add_message(Message::assistant("r1"));
+    let x = mm.add_message(Message::assistant("x"));
+    let req = mm.add_message(Message::action_request("f", Map::new()));
+    let resp = mm
+        .add_action_response(req, Some(1.into()), None, None)
+        .unwrap();
+    let b = mm.add_message(Message::instruction(ins("second")));
+    let sys = mm.system().unwrap().id();
+    // `b` at position 5 either way; with the call before it, results fold
+    // into it.
+    let plain = [sys, a, r1, x, x, b];
+    let folded = [sys, a, r1, req, resp, b];
+    let with = |order: &'static [Uuid; 6]| CompileOptions {
+        progression: Some(order),
+        ..CompileOptions::default()
+    };
+    let plain: &'static [Uuid; 6] = Box::leak(Box::new(plain));
+    let folded: &'static [Uuid; 6] = Box::leak(Box::new(folded));
+    let now = ins("now");
+    same_as_cold(&mm, &now, &with(plain), &mut cache, "kept");
+    instruction_mut(&mut mm, b).instruction = Some("second, edited".into());
+    same_as_cold(&mm, &now, &with(folded), &mut cache, "folded, so not kept");
+    same_as_cold(&mm, &now, &with(plain), &mut cache, "kept again, as edited");
 }

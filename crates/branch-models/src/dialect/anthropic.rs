@@ -26,6 +26,8 @@ pub mod events;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use branch_core::model::{ChatMessage, ChatRequest, ModelConfig, ReasoningBlock, RequestOptions};
 use serde_json::{Map, Value, json};
 
@@ -142,7 +144,7 @@ impl Turn {
 /// tool results become `tool_result` blocks of a user turn, and
 /// consecutive messages of one role (tool results and the user text after
 /// them, say) merge into one turn.
-fn translate(messages: &[ChatMessage]) -> Result<Vec<Value>, TranslateError> {
+fn translate(messages: &[Arc<ChatMessage>]) -> Result<Vec<Value>, TranslateError> {
     let mut turns: Vec<Turn> = Vec::with_capacity(messages.len());
     for (i, m) in messages.iter().enumerate() {
         let turn = message_turn(m).map_err(|e| format!("message {i} ({}): {e}", m.role))?;

@@ -12,8 +12,10 @@ pub mod responses;
 
 use branch_core::model::registry::WireProtocol;
 use branch_core::model::{
-    AuthType, ChatRequest, ChatResponse, ModelConfig, ModelError, ModelErrorKind,
+    AuthType, ChatRequest, ChatResponse, ModelConfig, ModelError, ModelErrorKind, RequestBody,
+    TokenCount,
 };
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 pub use anthropic::ANTHROPIC_DEFAULT_MAX_TOKENS;
@@ -142,7 +144,7 @@ pub fn try_build_body_bytes(
     config: &ModelConfig,
     request: &ChatRequest,
     stream: bool,
-) -> Result<Result<(Vec<u8>, u64), serde_json::Error>, ModelError> {
+) -> Result<Result<RequestBody, serde_json::Error>, ModelError> {
     if Dialect::of(config) != Dialect::OpenAiChat {
         return try_build_body(config, request, stream).map(|b| serialize_counting(&b));
     }
@@ -189,46 +191,54 @@ const COUNTED_PARTS: &[&str] = &[
 /// input-token estimate, unscaled: the characters of the counted parts
 /// (a string part's own text, any other part's JSON text), 4 a token.
 /// One pass: the estimate is read off the bytes as they are written.
-pub fn serialize_counting(body: &Value) -> serde_json::Result<(Vec<u8>, u64)> {
-    let Value::Object(map) = body else {
-        return Ok((serde_json::to_vec(body)?, 0));
-    };
-    let mut out = Vec::with_capacity(512);
-    let counted = write_counting(&mut out, map, |_, _| Ok(false))?;
-    Ok((out, counted))
+pub fn serialize_counting(body: &Value) -> serde_json::Result<RequestBody> {
+    let count = TokenCount::new();
+    match body {
+        Value::Object(map) => RequestBody::serialize_counting(
+            &Payload {
+                map,
+                count: &count,
+                messages: None::<()>,
+            },
+            &count,
+        ),
+        other => RequestBody::serialize_counting(other, &count),
+    }
 }
 
-/// Writes `map` compactly into `out` and returns the estimate of
-/// [`serialize_counting`]; `special` may write a key's value itself
-/// (returning `true`) instead of the map's.
-pub(crate) fn write_counting(
-    out: &mut Vec<u8>,
-    map: &Map<String, Value>,
-    mut special: impl FnMut(&mut Vec<u8>, &str) -> serde_json::Result<bool>,
-) -> serde_json::Result<u64> {
-    let mut chars = 0usize;
-    out.push(b'{');
-    for (i, (k, v)) in map.iter().enumerate() {
-        if i > 0 {
-            out.push(b',');
+/// A body's payload map as serde_json writes it, its counted parts
+/// marked for the token estimate (see [`serialize_counting`]); `messages`,
+/// when given, is written in place of the map's `messages` value (a
+/// placeholder holding its key's place).
+pub(crate) struct Payload<'a, M> {
+    pub(crate) map: &'a Map<String, Value>,
+    pub(crate) count: &'a TokenCount,
+    pub(crate) messages: Option<M>,
+}
+
+impl<M: Serialize> Serialize for Payload<'_, M> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut out = s.serialize_map(Some(self.map.len()))?;
+        for (k, v) in self.map {
+            let counted = COUNTED_PARTS.contains(&k.as_str());
+            match (&self.messages, v) {
+                (Some(messages), _) if k == "messages" => {
+                    if counted {
+                        out.serialize_entry(k, &self.count.json(messages))?;
+                    } else {
+                        out.serialize_entry(k, messages)?;
+                    }
+                }
+                (_, Value::String(text)) if counted => {
+                    self.count.text(text);
+                    out.serialize_entry(k, v)?;
+                }
+                _ if counted => out.serialize_entry(k, &self.count.json(v))?,
+                _ => out.serialize_entry(k, v)?,
+            }
         }
-        serde_json::to_writer(&mut *out, k)?;
-        out.push(b':');
-        let start = out.len();
-        let written = special(out, k)?;
-        if !written {
-            serde_json::to_writer(&mut *out, v)?;
-        }
-        if COUNTED_PARTS.contains(&k.as_str()) {
-            chars += match v {
-                Value::String(s) if !written => s.chars().count(),
-                // UTF-8: every byte but a continuation byte starts a char.
-                _ => out[start..].iter().filter(|&&b| b & 0xC0 != 0x80).count(),
-            };
-        }
+        out.end()
     }
-    out.push(b'}');
-    Ok((chars as u64).div_ceil(4))
 }
 
 /// The auth header for `auth_type`, if any.
@@ -352,16 +362,20 @@ mod tests {
             "system": "ünïcode",
             "tools": [],
         });
-        let (bytes, tokens) = serialize_counting(&body).unwrap();
-        assert_eq!(bytes, serde_json::to_vec(&body).unwrap());
+        let written = serialize_counting(&body).unwrap();
+        assert_eq!(written.bytes().as_ref(), serde_json::to_vec(&body).unwrap());
+        let tokens = written.counted();
         let chars: usize = ["messages", "tools"]
             .iter()
             .map(|k| body[*k].to_string().chars().count())
             .sum::<usize>()
             + "ünïcode".chars().count();
         assert_eq!(tokens, (chars as u64).div_ceil(4));
-        let (bytes, tokens) = serialize_counting(&serde_json::json!([1])).unwrap();
-        assert_eq!((bytes, tokens), (b"[1]".to_vec(), 0));
+        let written = serialize_counting(&serde_json::json!([1])).unwrap();
+        assert_eq!(
+            (written.bytes().as_ref(), written.counted()),
+            (&b"[1]"[..], 0)
+        );
     }
 
     #[test]

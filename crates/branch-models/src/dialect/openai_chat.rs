@@ -2,12 +2,16 @@
 //! compatible server (Ollama, vLLM, llama.cpp, OpenRouter, Groq ...).
 //! Our compiled messages are already in its shape.
 
+use std::sync::Arc;
+
 use branch_core::model::{
-    ChatChunk, ChatMessage, ChatRequest, ChunkKind, ModelConfig, ReasoningBlock,
+    ChatChunk, ChatMessage, ChatRequest, ChunkKind, ModelConfig, ReasoningBlock, RequestBody,
+    TokenCount,
 };
+use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value, json};
 
-use super::{INTERNAL_KEYS, openai_reasoning_model};
+use super::{INTERNAL_KEYS, Payload, openai_reasoning_model};
 use crate::sse::{self, Normalized, NotJson};
 
 /// Does the provider require an assistant turn's `reasoning_content` back
@@ -86,42 +90,62 @@ impl Shape {
     fn replays(&self, m: &ChatMessage) -> bool {
         self.replay && m.role == "assistant" && m.extra.contains_key("tool_calls")
     }
+}
 
-    /// Writes what serializing [`Self::message_value`] writes, without
-    /// building it. A message whose extra keys repeat `role` or `content`
-    /// (which the value form overwrites in place) goes the value way.
-    fn write_message(&self, out: &mut Vec<u8>, m: &ChatMessage) -> serde_json::Result<()> {
-        if m.extra.contains_key("role") || m.extra.contains_key("content") {
-            return serde_json::to_writer(out, &self.message_value(m));
+/// The messages as [`Shape`] sends them, serialized straight from the
+/// request (the same text as serializing each [`Shape::message_value`]).
+struct Messages<'a> {
+    messages: &'a [Arc<ChatMessage>],
+    shape: &'a Shape,
+}
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut out = s.serialize_seq(Some(self.messages.len()))?;
+        for m in self.messages {
+            out.serialize_element(&Message {
+                m,
+                shape: self.shape,
+            })?;
         }
-        let role = if self.developer && m.role == "system" {
+        out.end()
+    }
+}
+
+struct Message<'a> {
+    m: &'a ChatMessage,
+    shape: &'a Shape,
+}
+
+impl Serialize for Message<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let (m, shape) = (self.m, self.shape);
+        if m.extra.contains_key("role") || m.extra.contains_key("content") {
+            // The value form overwrites them in place: it is the reference.
+            return shape.message_value(m).serialize(s);
+        }
+        let role = if shape.developer && m.role == "system" {
             "developer"
         } else {
             m.role.as_str()
         };
-        out.extend_from_slice(b"{\"role\":");
-        serde_json::to_writer(&mut *out, role)?;
-        out.extend_from_slice(b",\"content\":");
-        serde_json::to_writer(&mut *out, &m.content)?;
-        let replays = self.replays(m);
+        let mut out = s.serialize_map(Some(2 + m.extra.len()))?;
+        out.serialize_entry("role", role)?;
+        out.serialize_entry("content", &m.content)?;
+        let replays = shape.replays(m);
         let mut replayed = false;
         for (k, v) in &m.extra {
-            out.push(b',');
-            serde_json::to_writer(&mut *out, k)?;
-            out.push(b':');
             if replays && k == "reasoning_content" {
-                serde_json::to_writer(&mut *out, &unsigned_thinking(m))?;
+                out.serialize_entry(k, &unsigned_thinking(m))?;
                 replayed = true;
             } else {
-                serde_json::to_writer(&mut *out, v)?;
+                out.serialize_entry(k, v)?;
             }
         }
         if replays && !replayed {
-            out.extend_from_slice(b",\"reasoning_content\":");
-            serde_json::to_writer(&mut *out, &unsigned_thinking(m))?;
+            out.serialize_entry("reasoning_content", &unsigned_thinking(m))?;
         }
-        out.push(b'}');
-        Ok(())
+        out.end()
     }
 }
 
@@ -154,24 +178,18 @@ pub fn write_body(
     request: &ChatRequest,
     stream: bool,
     mut payload: Map<String, Value>,
-) -> serde_json::Result<(Vec<u8>, u64)> {
+) -> serde_json::Result<RequestBody> {
     let shape = shape(config, stream, &mut payload);
-    let mut out = Vec::with_capacity(512);
-    super::write_counting(&mut out, &payload, |out, key| {
-        if key != "messages" {
-            return Ok(false);
-        }
-        out.push(b'[');
-        for (i, m) in request.messages.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            shape.write_message(out, m)?;
-        }
-        out.push(b']');
-        Ok(true)
-    })
-    .map(|counted| (out, counted))
+    let count = TokenCount::new();
+    let body = Payload {
+        map: &payload,
+        count: &count,
+        messages: Some(Messages {
+            messages: &request.messages,
+            shape: &shape,
+        }),
+    };
+    RequestBody::serialize_counting(&body, &count)
 }
 
 /// The reasoning text of a streamed delta or a whole message: DeepSeek,
@@ -299,12 +317,12 @@ mod tests {
                 let expected = serialize_counting(&value).unwrap();
                 let written = try_build_body_bytes(&c, &request, stream).unwrap().unwrap();
                 assert_eq!(
-                    String::from_utf8(written.0).unwrap(),
-                    String::from_utf8(expected.0).unwrap(),
+                    std::str::from_utf8(written.bytes()).unwrap(),
+                    String::from_utf8(serde_json::to_vec(&value).unwrap()).unwrap(),
                     "{:?} stream {stream}",
                     c.model_name()
                 );
-                assert_eq!(written.1, expected.1);
+                assert_eq!(written.counted(), expected.counted());
             }
         }
         request.messages.clear();

@@ -20,6 +20,8 @@
 //! Replies and streams (`response.*` events) are decoded here into the
 //! same [`ChatResponse`] and chunks the verbs consume.
 
+use std::sync::Arc;
+
 use branch_core::model::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChunkKind, ModelConfig, ReasoningBlock,
     RequestOptions, ToolCall, stream_chunk, thinking_chunk,
@@ -228,7 +230,7 @@ fn flat_tool(tool: Value) -> Value {
 /// the `input` items of `messages`. `store` says whether the provider
 /// keeps responses: without it, a reasoning item goes back only with its
 /// encrypted content (an id alone names nothing the provider still has).
-fn input_items(messages: &[ChatMessage], store: bool) -> (Option<String>, Vec<Value>) {
+fn input_items(messages: &[Arc<ChatMessage>], store: bool) -> (Option<String>, Vec<Value>) {
     let mut messages = messages;
     let mut instructions = None;
     if let Some(first) = messages.first().filter(|m| is_system(&m.role)) {

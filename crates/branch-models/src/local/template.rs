@@ -5,6 +5,8 @@
 //! not a Jinja engine. Any other template is refused with a typed error
 //! rather than rendered wrongly.
 
+use std::borrow::Borrow;
+
 use branch_core::model::ChatMessage;
 use serde_json::Value;
 
@@ -121,9 +123,14 @@ impl ChatTemplate {
     }
 
     /// Renders a conversation, ending with the assistant's generation prompt.
-    pub fn render(&self, messages: &[ChatMessage]) -> Result<Vec<Piece>, LocalModelError> {
+    pub fn render<M: Borrow<ChatMessage>>(
+        &self,
+        messages: &[M],
+    ) -> Result<Vec<Piece>, LocalModelError> {
         let mut pieces = Vec::new();
-        let has_system = messages.first().is_some_and(|m| m.role == "system");
+        let has_system = messages
+            .first()
+            .is_some_and(|m| m.borrow().role == "system");
         if let (Some(system), false) = (&self.default_system, has_system) {
             // The reference template inserts it only inside the loop, so an
             // empty conversation gets none.
@@ -131,7 +138,7 @@ impl ChatTemplate {
                 turn(&mut pieces, "system", system.clone());
             }
         }
-        for (index, m) in messages.iter().enumerate() {
+        for (index, m) in messages.iter().map(Borrow::borrow).enumerate() {
             turn(&mut pieces, &m.role, content_text(index, &m.content)?);
         }
         pieces.push(Piece::Control(IM_START));
@@ -140,7 +147,10 @@ impl ChatTemplate {
     }
 
     /// The rendered prompt as one string (what the Jinja template prints).
-    pub fn render_string(&self, messages: &[ChatMessage]) -> Result<String, LocalModelError> {
+    pub fn render_string<M: Borrow<ChatMessage>>(
+        &self,
+        messages: &[M],
+    ) -> Result<String, LocalModelError> {
         Ok(self
             .render(messages)?
             .into_iter()

@@ -1,0 +1,277 @@
+//! The serialized body of one call, and the token estimate read off it as
+//! it is written.
+
+use std::cell::Cell;
+use std::io;
+
+use serde::{Serialize, Serializer};
+use serde_json::Value;
+
+/// The serialized JSON body of one call, built once: the bytes sent (a
+/// retry resends them without copying) and what the API-call log keeps as
+/// its `payload`, parsed back only when the log is read.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RequestBody {
+    bytes: bytes::Bytes,
+    counted: u64,
+    /// Written by serde_json here, so one JSON value by construction; a
+    /// log dumps such a body as it is, and checks any other first.
+    serialized: bool,
+}
+
+impl RequestBody {
+    /// The body of `value` (compact JSON, as `serde_json::to_vec` writes it).
+    pub fn of(value: &Value) -> serde_json::Result<Self> {
+        Self::serialize_counting(value, &TokenCount::new())
+    }
+
+    /// The body of `value` (compact JSON, as `serde_json::to_vec` writes
+    /// it), with the token estimate of the parts `count` marked while it
+    /// was written (see [`TokenCount`]).
+    pub fn serialize_counting<T: Serialize + ?Sized>(
+        value: &T,
+        count: &TokenCount,
+    ) -> serde_json::Result<Self> {
+        let mut out = CountingWriter {
+            out: Vec::with_capacity(512),
+            count,
+            since: None,
+        };
+        value.serialize(&mut serde_json::Serializer::new(&mut out))?;
+        out.settle();
+        let chars = count.chars.get();
+        Ok(Self {
+            bytes: out.out.into(),
+            counted: u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX),
+            serialized: true,
+        })
+    }
+
+    /// A body already serialized elsewhere, with the model's token
+    /// estimate of its counted parts. The bytes must be one JSON value;
+    /// the log checks before it dumps them as such.
+    pub fn from_json_bytes(bytes: Vec<u8>, counted: u64) -> Self {
+        debug_assert!(serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).is_ok());
+        Self {
+            bytes: bytes.into(),
+            counted,
+            serialized: false,
+        }
+    }
+
+    /// The bytes (shared, not copied).
+    pub fn bytes(&self) -> &bytes::Bytes {
+        &self.bytes
+    }
+
+    /// The model's token estimate of the body (0 when it made none).
+    pub fn counted(&self) -> u64 {
+        self.counted
+    }
+
+    /// Whether serde_json wrote the bytes here (so they are one JSON
+    /// value without checking).
+    pub(crate) fn is_serialized(&self) -> bool {
+        self.serialized
+    }
+
+    /// The body parsed back into a `Value` (for a reader of the log).
+    pub fn to_value(&self) -> Value {
+        crate::log::json_text_value(&self.bytes)
+    }
+}
+
+impl std::fmt::Debug for RequestBody {
+    // A body carries the conversation: its length only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RequestBody")
+            .field("bytes", &self.bytes.len())
+            .field("counted", &self.counted)
+            .finish()
+    }
+}
+
+/// The rough input-token estimate of a body, taken while
+/// [`RequestBody::serialize_counting`] writes it: the characters of the
+/// counted parts, four a token. A part wrapped by [`TokenCount::json`]
+/// counts by its JSON text, one passed to [`TokenCount::text`] by its own
+/// text (a string part, without quotes or escapes).
+#[derive(Debug, Default)]
+pub struct TokenCount {
+    on: Cell<bool>,
+    chars: Cell<usize>,
+}
+
+impl TokenCount {
+    /// Nothing counted yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `value`, whose JSON text is counted as it is written.
+    pub fn json<'a, T: Serialize + ?Sized>(&'a self, value: &'a T) -> impl Serialize + 'a {
+        Counted { value, count: self }
+    }
+
+    /// Counts `text`'s characters.
+    pub fn text(&self, text: &str) {
+        self.add(text.chars().count());
+    }
+
+    fn add(&self, chars: usize) {
+        self.chars.set(self.chars.get().saturating_add(chars));
+    }
+}
+
+struct Counted<'a, T: ?Sized> {
+    value: &'a T,
+    count: &'a TokenCount,
+}
+
+impl<T: Serialize + ?Sized> Serialize for Counted<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        // serde_json writes through to the writer as it goes (the `:`
+        // before a map value is written before this runs), so exactly the
+        // value's text is counted.
+        let was = self.count.on.replace(true);
+        let r = self.value.serialize(s);
+        self.count.on.set(was);
+        r
+    }
+}
+
+/// Collects the bytes, counting the characters of what is written while a
+/// counted part is: a part's bytes are counted at once when it ends, not
+/// write by write (serde_json writes a few bytes at a time).
+struct CountingWriter<'a> {
+    out: Vec<u8>,
+    count: &'a TokenCount,
+    /// Where the counted part being written started.
+    since: Option<usize>,
+}
+
+impl CountingWriter<'_> {
+    /// Follows the count's switch: a part starts at the first byte
+    /// written after it went on, and ends (is counted) at the first write
+    /// after it went off, or at the end.
+    #[inline]
+    fn settle(&mut self) {
+        if self.count.on.get() != self.since.is_some() {
+            self.switch();
+        }
+    }
+
+    #[cold]
+    fn switch(&mut self) {
+        match self.since.take() {
+            None => self.since = Some(self.out.len()),
+            Some(start) => self
+                .count
+                .add(utf8_chars(self.out.get(start..).unwrap_or_default())),
+        }
+    }
+}
+
+// Inlined into serde_json's writes of every few bytes, across crates.
+impl io::Write for CountingWriter<'_> {
+    #[inline]
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.settle();
+        self.out.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    #[inline]
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.settle();
+        self.out.extend_from_slice(buf);
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The characters of UTF-8 text: every byte but a continuation byte
+/// (`10xxxxxx`) starts one. Eight bytes a step: a body's messages are
+/// counted on every call, and byte by byte this was a tenth of a long
+/// conversation's turn. A character split across two writes is counted
+/// once, by its first byte.
+pub fn utf8_chars(bytes: &[u8]) -> usize {
+    const LOW: u64 = 0x0101_0101_0101_0101;
+    let mut words = bytes.chunks_exact(8);
+    let mut continuation = 0usize;
+    for w in &mut words {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(w);
+        let v = u64::from_le_bytes(word);
+        // Bit 7 set and bit 6 clear, moved to each byte's lowest bit.
+        let marks = (v >> 7) & !(v >> 6) & LOW;
+        continuation += usize::try_from(marks.count_ones()).unwrap_or(0);
+    }
+    continuation += words
+        .remainder()
+        .iter()
+        .filter(|&&b| b & 0xC0 == 0x80)
+        .count();
+    bytes.len().saturating_sub(continuation)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The word-at-a-time count is the byte-by-byte one, at every length
+    /// and alignment of one- to four-byte characters.
+    #[test]
+    fn utf8_chars_counts_what_a_byte_walk_counts() {
+        let text = "aé€😀\"\n\u{7f}\u{80}ÿ\u{10ffff}z".repeat(5);
+        let bytes = text.as_bytes();
+        for from in 0..12 {
+            for to in from..bytes.len() {
+                let part = &bytes[from..to];
+                let walked = part.iter().filter(|&&b| b & 0xC0 != 0x80).count();
+                assert_eq!(utf8_chars(part), walked, "{from}..{to}");
+            }
+        }
+        assert_eq!(utf8_chars(text.as_bytes()), text.chars().count());
+    }
+
+    /// Exactly the marked parts are counted: a part's JSON text (not the
+    /// key or the `:` before it), a text part by its own characters.
+    #[test]
+    fn the_count_covers_the_marked_parts_only() {
+        struct Body<'a>(&'a TokenCount, Value, Value);
+        impl Serialize for Body<'_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("model", "gpt-é")?;
+                m.serialize_entry("messages", &self.0.json(&self.1))?;
+                self.0.text("ünï");
+                m.serialize_entry("system", "ünï")?;
+                m.serialize_entry("tools", &self.0.json(&self.2))?;
+                m.end()
+            }
+        }
+        let count = TokenCount::new();
+        let messages = json!([{"role": "user", "content": "héllo \"q\" ✓\n"}]);
+        let tools = json!([{"name": "t"}]);
+        let body =
+            RequestBody::serialize_counting(&Body(&count, messages.clone(), tools.clone()), &count)
+                .unwrap();
+        let expected = json!({"model": "gpt-é", "messages": messages, "system": "ünï",
+            "tools": tools});
+        assert_eq!(
+            body.bytes().as_ref(),
+            serde_json::to_vec(&expected).unwrap()
+        );
+        let chars = messages.to_string().chars().count() + 3 + tools.to_string().chars().count();
+        assert_eq!(body.counted(), u64::try_from(chars.div_ceil(4)).unwrap());
+        assert!(body.is_serialized());
+        assert!(!RequestBody::from_json_bytes(b"{}".to_vec(), 0).is_serialized());
+    }
+}
