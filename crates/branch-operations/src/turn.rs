@@ -297,21 +297,21 @@ pub(crate) async fn compile(
         compile_request_cached(&scratch, content, &copts, &mut cache)
     };
     branch.extensions_mut().insert(cache);
-    let compiled = compiled.map_err(OperationError::compile)?;
-    let mut messages = compiled;
+    let mut req = compiled.map_err(OperationError::compile)?;
+    let messages = &mut req.messages;
     if opts.token_note {
         let contents: Vec<&Value> = messages.iter().map(|m| &m.content).collect();
         let total = request_token_estimate(&contents).await;
         let window = model.config().model_name().map(context_window);
         if let Some(last) = messages.last_mut() {
-            // The current turn's message, never a kept one: no copy.
+            // The current turn's message, made for this turn (a kept one,
+            // when the turn rendered empty, is copied first: shared).
             append_text(
                 &mut Arc::make_mut(last).content,
                 &token_usage_note(total, window),
             );
         }
     }
-    let mut req = ChatRequest::new(messages);
     req.fields = fields.clone();
     Ok(req)
 }

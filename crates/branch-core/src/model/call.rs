@@ -7,8 +7,8 @@ use futures_core::Stream;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
-use super::ModelError;
 use super::reasoning::{FinishReason, ReasoningBlock};
+use super::{ModelError, WireForm};
 
 /// One message of a provider request (`{"role", "content", ...}`).
 #[derive(Debug, Clone, PartialEq)]
@@ -88,7 +88,7 @@ impl ChatMessage {
 /// The body is built as: the model's default `kwargs`, updated with
 /// `fields` (in order), then `messages`, then (for streaming) `stream: true`
 /// — the reference's key order.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct ChatRequest {
     /// Conversation messages. Shared: a branch keeps its history's
     /// compiled messages between turns and hands the same ones to every
@@ -99,6 +99,20 @@ pub struct ChatRequest {
     pub fields: Map<String, Value>,
     /// Per-call extra headers (applied after the default headers).
     pub extra_headers: Vec<(String, String)>,
+    /// The kept JSON of `messages[i]`, where there is one: a dialect whose
+    /// protocol sends the message as it is copies it instead of writing
+    /// the message again. Used only for the very message it was made from
+    /// ([`WireForm::json_for`]), so editing or replacing `messages` never
+    /// sends a stale one. Not part of the request's equality.
+    pub wire: Vec<Option<Arc<WireForm>>>,
+}
+
+impl PartialEq for ChatRequest {
+    fn eq(&self, other: &Self) -> bool {
+        self.messages == other.messages
+            && self.fields == other.fields
+            && self.extra_headers == other.extra_headers
+    }
 }
 
 impl ChatRequest {

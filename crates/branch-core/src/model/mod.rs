@@ -15,6 +15,7 @@ mod reasoning;
 pub mod registry;
 pub mod sanitize;
 pub mod settings;
+mod wire;
 
 use std::sync::Arc;
 
@@ -31,6 +32,7 @@ pub use config::{
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
 pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
+pub use wire::WireForm;
 
 /// A chat model a `Branch` can hold, serialize and call.
 #[async_trait::async_trait]

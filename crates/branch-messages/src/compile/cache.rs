@@ -25,7 +25,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use branch_core::message::{ImageDetail, InstructionContent};
-use branch_core::model::{ChatMessage, ReasoningBlock};
+use branch_core::model::{ChatMessage, ReasoningBlock, WireForm};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -58,11 +58,25 @@ enum Kept {
     /// (`None`: it rendered empty and is left out).
     Instruction {
         source: Box<Source>,
-        message: Option<Arc<ChatMessage>>,
+        message: Option<Compiled>,
     },
     /// A model reply sent as stored; the message holds all it was made
     /// from (its text and reasoning).
-    Reply(Arc<ChatMessage>),
+    Reply(Compiled),
+}
+
+/// A kept message and its JSON (see [`WireForm`]), shared with the
+/// requests that send it.
+pub(crate) type Compiled = (Arc<ChatMessage>, Option<Arc<WireForm>>);
+
+/// `m` shared, with its JSON made once now.
+fn compiled(m: RequestMessage) -> Compiled {
+    let m = Arc::new(ChatMessage::from(m));
+    // A message serde_json cannot write (a non-string map key cannot
+    // occur in a `Value`) is kept without its JSON: the dialect writes
+    // it, and reports the failure, as for any other message.
+    let wire = WireForm::of(&m).ok().flatten().map(Arc::new);
+    (m, wire)
 }
 
 /// What rendering an instruction as history reads.
@@ -160,7 +174,7 @@ impl RenderCache {
         at: usize,
         id: Uuid,
         c: &InstructionContent,
-    ) -> Result<Option<Arc<ChatMessage>>, CompileError> {
+    ) -> Result<Option<Compiled>, CompileError> {
         let stamp = self.stamp;
         if let Some((slot, current)) = self.slot(at, id) {
             if let Kept::Instruction { source, message } = &slot.kept {
@@ -172,12 +186,11 @@ impl RenderCache {
             }
         }
         let rendered = render_instruction_as(c, ImageOwner::Stored(id), true)?;
-        let message = (!rendered.is_empty()).then(|| {
-            Arc::new(ChatMessage::from(RequestMessage::new(
-                RequestRole::User,
-                rendered,
-            )))
-        });
+        let message = if rendered.is_empty() {
+            None
+        } else {
+            Some(compiled(RequestMessage::new(RequestRole::User, rendered)))
+        };
         let source = Box::new(Source::of(c));
         self.keep(
             at,
@@ -199,23 +212,21 @@ impl RenderCache {
         id: Uuid,
         text: Cow<'_, str>,
         reasoning: Vec<ReasoningBlock>,
-    ) -> Arc<ChatMessage> {
+    ) -> Compiled {
         let stamp = self.stamp;
         if let Some((slot, current)) = self.slot(at, id) {
-            if let Kept::Reply(m) = &slot.kept {
+            if let Kept::Reply(kept) = &slot.kept {
+                let m = &kept.0;
                 if current || (m.content.as_str() == Some(&*text) && m.reasoning == reasoning) {
-                    let m = m.clone();
+                    let kept = kept.clone();
                     slot.stamp = stamp;
-                    return m;
+                    return kept;
                 }
             }
         }
-        let m = Arc::new(ChatMessage::from(reply_message(
-            text.into_owned(),
-            reasoning,
-        )));
-        self.keep(at, id, Kept::Reply(m.clone()));
-        m
+        let kept = compiled(reply_message(text.into_owned(), reasoning));
+        self.keep(at, id, Kept::Reply(kept.clone()));
+        kept
     }
 
     /// Drops the slots past the `len` positions compiled now.

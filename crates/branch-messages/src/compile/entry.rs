@@ -9,7 +9,7 @@ use branch_core::model::{ChatMessage, ReasoningBlock};
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::cache::{RenderCache, reply_message};
+use super::cache::{Compiled, RenderCache, reply_message};
 use super::message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::{RenderedContent, render_instruction_as};
@@ -136,10 +136,11 @@ impl Output for Uncached {
 }
 
 impl Output for RenderCache {
-    type Message = Arc<ChatMessage>;
+    type Message = Compiled;
 
-    fn fresh(&mut self, m: RequestMessage) -> Arc<ChatMessage> {
-        Arc::new(ChatMessage::from(m))
+    /// A message compiled for this turn only: no JSON kept for it.
+    fn fresh(&mut self, m: RequestMessage) -> Compiled {
+        (Arc::new(ChatMessage::from(m)), None)
     }
 
     fn history(
@@ -147,7 +148,7 @@ impl Output for RenderCache {
         at: usize,
         id: Uuid,
         c: &InstructionContent,
-    ) -> Result<Option<Arc<ChatMessage>>, CompileError> {
+    ) -> Result<Option<Compiled>, CompileError> {
         RenderCache::history(self, at, id, c)
     }
 
@@ -157,7 +158,7 @@ impl Output for RenderCache {
         id: Uuid,
         text: Cow<'_, str>,
         reasoning: Vec<ReasoningBlock>,
-    ) -> Arc<ChatMessage> {
+    ) -> Compiled {
         RenderCache::reply(self, at, id, text, reasoning)
     }
 

@@ -31,10 +31,9 @@ mod message;
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use branch_core::message::{InstructionContent, Message, MessageContent, MessageManager};
-use branch_core::model::{ChatMessage, REASONING_METADATA_KEY, ReasoningBlock};
+use branch_core::model::{ChatRequest, REASONING_METADATA_KEY, ReasoningBlock};
 use serde_json::{Value, json};
 use uuid::Uuid;
 
@@ -97,17 +96,27 @@ pub fn compile_request(
     compile(msgs, current, opts, &mut Uncached)
 }
 
-/// [`compile_request`] as the model seam's messages, taking the compiled
-/// form of past messages from `cache` and keeping new ones there: the same
-/// messages, and those the previous turns compiled are the same shared
-/// ones, neither rendered nor copied again.
+/// [`compile_request`] as the model seam's request (its messages, no
+/// fields yet), taking the compiled form of past messages from `cache`
+/// and keeping new ones there: the same messages, and those the previous
+/// turns compiled are the same shared ones, neither rendered nor copied
+/// again, with their JSON kept (`ChatRequest::wire`) so that a body copies
+/// them.
 pub fn compile_request_cached(
     msgs: &MessageManager,
     current: &InstructionContent,
     opts: &CompileOptions<'_>,
     cache: &mut RenderCache,
-) -> Result<Vec<Arc<ChatMessage>>, CompileError> {
-    compile(msgs, current, opts, cache)
+) -> Result<ChatRequest, CompileError> {
+    let compiled = compile(msgs, current, opts, cache)?;
+    let mut request = ChatRequest::default();
+    request.messages.reserve_exact(compiled.len());
+    request.wire.reserve_exact(compiled.len());
+    for (m, wire) in compiled {
+        request.messages.push(m);
+        request.wire.push(wire);
+    }
+    Ok(request)
 }
 
 fn compile<O: Output>(

@@ -2,6 +2,8 @@ use branch_core::Progression;
 use branch_core::message::{
     ImageDetail, InstructionContent, Message, MessageManager, SystemContent,
 };
+use std::sync::Arc;
+
 use branch_core::model::ChatMessage;
 use serde_json::{Map, Value, json};
 
@@ -476,7 +478,14 @@ fn same_as_cold(
     match (cold, warm) {
         (Ok(c), Ok(w)) => {
             let c: Vec<ChatMessage> = c.iter().map(RequestMessage::to_chat_message).collect();
-            let w: Vec<ChatMessage> = w.iter().map(|m| ChatMessage::clone(m)).collect();
+            // Each kept JSON is the JSON of the message it goes with.
+            for (m, wire) in w.messages.iter().zip(&w.wire) {
+                if let Some(wire) = wire {
+                    let json = wire.json_for(m).expect("made for this message");
+                    assert_eq!(json.get(), m.to_value().to_string(), "{step}");
+                }
+            }
+            let w: Vec<ChatMessage> = w.messages.iter().map(|m| ChatMessage::clone(m)).collect();
             assert_eq!(w, c, "{step}");
         }
         (Err(c), Err(w)) => assert_eq!(w.to_string(), c.to_string(), "{step}"),
@@ -706,8 +715,17 @@ fn past_messages_are_shared_between_turns() {
         ids.push(mm.add_message(Message::assistant(format!("r{i}"))));
     }
     let d = CompileOptions::default();
-    let first = compile_request_cached(&mm, &ins("now"), &d, &mut cache).unwrap();
+    let first = compile_request_cached(&mm, &ins("now"), &d, &mut cache)
+        .unwrap()
+        .messages;
     let second = compile_request_cached(&mm, &ins("next"), &d, &mut cache).unwrap();
+    // The kept messages carry their JSON; the two made for this turn not.
+    let kept: Vec<bool> = second.wire.iter().map(Option::is_some).collect();
+    assert_eq!(
+        kept,
+        [false, true, true, true, true, true, true, true, false]
+    );
+    let second = second.messages;
     assert_eq!(first.len(), 9);
     let shared: Vec<bool> = first
         .iter()
@@ -721,7 +739,9 @@ fn past_messages_are_shared_between_turns() {
     );
 
     reply_mut(&mut mm, ids[3]).push('!');
-    let third = compile_request_cached(&mm, &ins("next"), &d, &mut cache).unwrap();
+    let third = compile_request_cached(&mm, &ins("next"), &d, &mut cache)
+        .unwrap()
+        .messages;
     assert!(!Arc::ptr_eq(&second[3], &third[3]));
     assert_eq!(third[3].content, json!("r1!"));
     assert!(Arc::ptr_eq(&second[2], &third[2]));

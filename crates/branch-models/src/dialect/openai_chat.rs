@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use branch_core::model::{
     ChatChunk, ChatMessage, ChatRequest, ChunkKind, ModelConfig, ReasoningBlock, RequestBody,
-    TokenCount,
+    TokenCount, WireForm,
 };
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value, json};
@@ -90,23 +90,42 @@ impl Shape {
     fn replays(&self, m: &ChatMessage) -> bool {
         self.replay && m.role == "assistant" && m.extra.contains_key("tool_calls")
     }
+
+    /// Whether `m` goes out exactly as its value form (no role renamed,
+    /// no reasoning added).
+    fn sends_as_is(&self, m: &ChatMessage) -> bool {
+        let renamed = self.developer && m.role == "system";
+        !(renamed || self.replays(m))
+    }
 }
 
 /// The messages as [`Shape`] sends them, serialized straight from the
-/// request (the same text as serializing each [`Shape::message_value`]).
+/// request (the same text as serializing each [`Shape::message_value`]);
+/// a message the shape sends as it is and whose kept JSON the request
+/// carries (`ChatRequest::wire`) is copied.
 struct Messages<'a> {
     messages: &'a [Arc<ChatMessage>],
+    wire: &'a [Option<Arc<WireForm>>],
     shape: &'a Shape,
 }
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut out = s.serialize_seq(Some(self.messages.len()))?;
-        for m in self.messages {
-            out.serialize_element(&Message {
-                m,
-                shape: self.shape,
-            })?;
+        for (i, m) in self.messages.iter().enumerate() {
+            let kept = self
+                .wire
+                .get(i)
+                .and_then(Option::as_ref)
+                .filter(|_| self.shape.sends_as_is(m))
+                .and_then(|w| w.json_for(m));
+            match kept {
+                Some(json) => out.serialize_element(json)?,
+                None => out.serialize_element(&Message {
+                    m,
+                    shape: self.shape,
+                })?,
+            }
         }
         out.end()
     }
@@ -186,6 +205,7 @@ pub fn write_body(
         count: &count,
         messages: Some(Messages {
             messages: &request.messages,
+            wire: &request.wire,
             shape: &shape,
         }),
     };
@@ -306,6 +326,18 @@ mod tests {
             .with_field("messages", "replaced in place")
             .with_field("stream", true)
             .with_field("n", 1.0);
+        // Every message's kept JSON, but one made for an equal copy of
+        // the last message (not that message: never used).
+        let mut wired = request.clone();
+        wired.wire = wired
+            .messages
+            .iter()
+            .map(|m| WireForm::of(m).unwrap().map(Arc::new))
+            .collect();
+        let copy = Arc::new(ChatMessage::clone(wired.messages.last().unwrap()));
+        *wired.wire.last_mut().unwrap() = WireForm::of(&copy).unwrap().map(Arc::new);
+        Arc::make_mut(wired.messages.get_mut(1).unwrap()).content = json!("changed");
+        Arc::make_mut(request.messages.get_mut(1).unwrap()).content = json!("changed");
         for c in [
             config("openai", "gpt-4.1-mini"),
             config("openai", "o3-mini"),
@@ -323,6 +355,8 @@ mod tests {
                     c.model_name()
                 );
                 assert_eq!(written.counted(), expected.counted());
+                let copied = try_build_body_bytes(&c, &wired, stream).unwrap().unwrap();
+                assert_eq!(copied, written, "{:?} with kept JSON", c.model_name());
             }
         }
         request.messages.clear();
