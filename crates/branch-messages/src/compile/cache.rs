@@ -29,6 +29,7 @@ use branch_core::model::{ChatMessage, ReasoningBlock, WireForm};
 use serde_json::Value;
 use uuid::Uuid;
 
+use super::entry::Output;
 use super::message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::{RenderedContent, render_instruction_as};
@@ -65,18 +66,25 @@ enum Kept {
     Reply(Compiled),
 }
 
-/// A kept message and its JSON (see [`WireForm`]), shared with the
+/// A message and its kept JSON (see [`WireForm`]), shared with the
 /// requests that send it.
 pub(crate) type Compiled = (Arc<ChatMessage>, Option<Arc<WireForm>>);
 
-/// `m` shared, with its JSON made once now.
-fn compiled(m: RequestMessage) -> Compiled {
-    let m = Arc::new(ChatMessage::from(m));
-    // A message serde_json cannot write (a non-string map key cannot
-    // occur in a `Value`) is kept without its JSON: the dialect writes
-    // it, and reports the failure, as for any other message.
-    let wire = WireForm::of(&m).ok().flatten().map(Arc::new);
-    (m, wire)
+/// `m` shared; its JSON is made when it is sent again (a message sent
+/// once, as the last turn's are, never needs it).
+fn shared(m: RequestMessage) -> Compiled {
+    (Arc::new(ChatMessage::from(m)), None)
+}
+
+/// A kept message sent again, its JSON made now if it has none yet.
+fn reused(kept: &mut Compiled) -> Compiled {
+    if kept.1.is_none() {
+        // A message serde_json cannot write (a non-string map key cannot
+        // occur in a `Value`) goes without: the dialect writes it, and
+        // reports the failure, as for any other message.
+        kept.1 = WireForm::of(&kept.0).ok().flatten().map(Arc::new);
+    }
+    kept.clone()
 }
 
 /// What rendering an instruction as history reads.
@@ -136,11 +144,6 @@ impl RenderCache {
         self.slots.iter().all(Option::is_none)
     }
 
-    /// Starts a compilation of messages whose edit stamp is `stamp`.
-    pub(crate) fn begin(&mut self, stamp: u64) {
-        self.stamp = stamp;
-    }
-
     /// The slot at `at` when it holds message `id`, and whether it was
     /// made or checked under the current edit stamp (then it holds).
     fn slot(&mut self, at: usize, id: Uuid) -> Option<(&mut Slot, bool)> {
@@ -164,12 +167,28 @@ impl RenderCache {
         }
     }
 
-    /// The compiled history form of instruction `id`, at position `at` of
-    /// the compiled order, whose content, unchanged by the compilation, is
-    /// `c`: the kept one when it was made for this id from equal content,
-    /// else rendered now and kept. `None` when it renders empty. Errors
-    /// are not kept.
-    pub(crate) fn history(
+    /// Drops the slots past the `len` positions compiled now.
+    fn truncate(&mut self, len: usize) {
+        self.slots.truncate(len);
+    }
+}
+
+impl Output for RenderCache {
+    type Message = Compiled;
+
+    /// A message compiled for this turn only: no JSON kept for it.
+    fn fresh(&mut self, m: RequestMessage) -> Compiled {
+        (Arc::new(ChatMessage::from(m)), None)
+    }
+
+    fn begin(&mut self, stamp: u64) {
+        self.stamp = stamp;
+    }
+
+    /// The kept form of instruction `id` when it was made for this id
+    /// from content equal to `c` (or checked under the current edit
+    /// stamp), else rendered now and kept. Errors are not kept.
+    fn history(
         &mut self,
         at: usize,
         id: Uuid,
@@ -177,9 +196,9 @@ impl RenderCache {
     ) -> Result<Option<Compiled>, CompileError> {
         let stamp = self.stamp;
         if let Some((slot, current)) = self.slot(at, id) {
-            if let Kept::Instruction { source, message } = &slot.kept {
+            if let Kept::Instruction { source, message } = &mut slot.kept {
                 if current || source.is(c) {
-                    let message = message.clone();
+                    let message = message.as_mut().map(reused);
                     slot.stamp = stamp;
                     return Ok(message);
                 }
@@ -189,7 +208,7 @@ impl RenderCache {
         let message = if rendered.is_empty() {
             None
         } else {
-            Some(compiled(RequestMessage::new(RequestRole::User, rendered)))
+            Some(shared(RequestMessage::new(RequestRole::User, rendered)))
         };
         let source = Box::new(Source::of(c));
         self.keep(
@@ -203,10 +222,10 @@ impl RenderCache {
         Ok(message)
     }
 
-    /// The compiled form of model reply `id` at position `at`, sent as
-    /// stored with `text` (not empty) and `reasoning`: the kept one when it
-    /// holds the same, else made now and kept.
-    pub(crate) fn reply(
+    /// The kept form of reply `id` when it holds the same text and
+    /// reasoning (or was checked under the current edit stamp), else made
+    /// now and kept.
+    fn reply(
         &mut self,
         at: usize,
         id: Uuid,
@@ -215,22 +234,21 @@ impl RenderCache {
     ) -> Compiled {
         let stamp = self.stamp;
         if let Some((slot, current)) = self.slot(at, id) {
-            if let Kept::Reply(kept) = &slot.kept {
+            if let Kept::Reply(kept) = &mut slot.kept {
                 let m = &kept.0;
                 if current || (m.content.as_str() == Some(&*text) && m.reasoning == reasoning) {
-                    let kept = kept.clone();
+                    let kept = reused(kept);
                     slot.stamp = stamp;
                     return kept;
                 }
             }
         }
-        let kept = compiled(reply_message(text.into_owned(), reasoning));
+        let kept = shared(reply_message(text.into_owned(), reasoning));
         self.keep(at, id, Kept::Reply(kept.clone()));
         kept
     }
 
-    /// Drops the slots past the `len` positions compiled now.
-    pub(crate) fn truncate(&mut self, len: usize) {
-        self.slots.truncate(len);
+    fn compiled(&mut self, len: usize) {
+        self.truncate(len);
     }
 }

@@ -2,14 +2,13 @@
 
 use std::borrow::Cow;
 use std::ops::Deref;
-use std::sync::Arc;
 
 use branch_core::message::InstructionContent;
-use branch_core::model::{ChatMessage, ReasoningBlock};
+use branch_core::model::ReasoningBlock;
 use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
-use super::cache::{Compiled, RenderCache, reply_message};
+use super::cache::reply_message;
 use super::message::{RequestMessage, RequestRole};
 use crate::error::{CompileError, ImageOwner};
 use crate::render::{RenderedContent, render_instruction_as};
@@ -86,7 +85,7 @@ pub(crate) enum Entry<'a> {
 
 /// What a compilation produces: plain [`RequestMessage`]s, or the model
 /// seam's shared messages with past ones kept between turns
-/// ([`RenderCache`]).
+/// ([`super::RenderCache`]).
 pub(crate) trait Output {
     type Message;
 
@@ -132,42 +131,6 @@ impl Output for Uncached {
 
     fn fresh(&mut self, m: RequestMessage) -> RequestMessage {
         m
-    }
-}
-
-impl Output for RenderCache {
-    type Message = Compiled;
-
-    /// A message compiled for this turn only: no JSON kept for it.
-    fn fresh(&mut self, m: RequestMessage) -> Compiled {
-        (Arc::new(ChatMessage::from(m)), None)
-    }
-
-    fn history(
-        &mut self,
-        at: usize,
-        id: Uuid,
-        c: &InstructionContent,
-    ) -> Result<Option<Compiled>, CompileError> {
-        RenderCache::history(self, at, id, c)
-    }
-
-    fn reply(
-        &mut self,
-        at: usize,
-        id: Uuid,
-        text: Cow<'_, str>,
-        reasoning: Vec<ReasoningBlock>,
-    ) -> Compiled {
-        RenderCache::reply(self, at, id, text, reasoning)
-    }
-
-    fn begin(&mut self, stamp: u64) {
-        RenderCache::begin(self, stamp);
-    }
-
-    fn compiled(&mut self, len: usize) {
-        self.truncate(len);
     }
 }
 
