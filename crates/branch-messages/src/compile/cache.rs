@@ -176,9 +176,9 @@ impl RenderCache {
 impl Output for RenderCache {
     type Message = Compiled;
 
-    /// A message compiled for this turn only: no JSON kept for it.
+    /// A message compiled for this turn only (no JSON kept for it).
     fn fresh(&mut self, m: RequestMessage) -> Compiled {
-        (Arc::new(ChatMessage::from(m)), None)
+        shared(m)
     }
 
     fn begin(&mut self, stamp: u64) {
