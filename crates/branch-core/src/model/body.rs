@@ -198,7 +198,7 @@ impl io::Write for CountingWriter<'_> {
 /// counted on every call, and byte by byte this was a tenth of a long
 /// conversation's turn. A character split across two writes is counted
 /// once, by its first byte.
-pub fn utf8_chars(bytes: &[u8]) -> usize {
+fn utf8_chars(bytes: &[u8]) -> usize {
     const LOW: u64 = 0x0101_0101_0101_0101;
     let mut words = bytes.chunks_exact(8);
     let mut continuation = 0usize;
