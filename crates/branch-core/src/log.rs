@@ -196,6 +196,16 @@ pub(crate) fn json_text_value(bytes: &[u8]) -> Value {
         .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
 }
 
+/// Whether a custom model's body can be copied into a dump as it is: one
+/// JSON value, in UTF-8, on one line. Otherwise it is written as `content()`
+/// reads it (the value, compact; a string if it is not JSON), so that a
+/// dump line stays one JSON object and the dump stays UTF-8.
+fn is_one_line_of_json(text: &[u8]) -> bool {
+    !text.iter().any(|&b| b == b'\n' || b == b'\r')
+        && std::str::from_utf8(text).is_ok()
+        && serde_json::from_slice::<de::IgnoredAny>(text).is_ok()
+}
+
 /// Puts `v` at `path` in `m` (the last key replaced or added; missing or
 /// non-object intermediate keys become objects).
 fn put_at(m: &mut Map<String, Value>, path: &[&str], v: Value) {
@@ -247,12 +257,9 @@ fn write_map(
         out.push(b':');
         let here = |p: &&KeptJson| p.path.get(depth) == Some(&k.as_str());
         if let Some(leaf) = kept.iter().filter(here).find(|p| p.path.len() == depth + 1) {
-            // A body from a custom model might not be the one JSON value its
-            // contract asks for: then it is written as `content()` reads it
-            // (a string), so that a dump line stays one JSON object. Text
-            // serde_json wrote needs no check (which costs a parse of the
-            // whole conversation on every turn).
-            if leaf.serialized || serde_json::from_slice::<de::IgnoredAny>(&leaf.text).is_ok() {
+            // Text serde_json wrote is copied as it is: checking it would
+            // cost a parse of the whole conversation on every turn.
+            if leaf.serialized || is_one_line_of_json(&leaf.text) {
                 out.extend_from_slice(&leaf.text);
             } else {
                 serde_json::to_writer(&mut *out, &json_text_value(&leaf.text))?;
@@ -589,42 +596,83 @@ fn is_csv(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "csv")
 }
 
-/// One JSON object per line, or CSV with the content as a JSON cell.
-fn render_logs(logs: &Pile<Log>, csv: bool) -> Result<String> {
-    let mut out = Vec::new();
+/// Writes the logs to `out`, one JSON object per line, or CSV with the
+/// content as a JSON cell: a log at a time, so a dump never holds its whole
+/// text. `io` names a failed write.
+fn write_logs<W: std::io::Write>(
+    logs: &Pile<Log>,
+    csv: bool,
+    out: &mut W,
+    io: impl Fn(std::io::Error) -> BranchError,
+) -> Result<()> {
     if csv {
-        out.extend_from_slice(b"id,created_at,content\n");
+        out.write_all(b"id,created_at,content\n").map_err(&io)?;
     }
-    let mut cell = Vec::new();
+    let (mut line, mut cell) = (Vec::new(), Vec::new());
     for log in logs.iter() {
         let err = |e: serde_json::Error| BranchError::Serialize {
             path: format!("logs.{}", log.id()),
             reason: e.to_string(),
         };
+        line.clear();
         if csv {
             cell.clear();
             log.write_content(&mut cell).map_err(err)?;
-            out.extend_from_slice(format!("{},{},\"", log.id(), log.created_at()).as_bytes());
+            line.extend_from_slice(format!("{},{},\"", log.id(), log.created_at()).as_bytes());
             for &b in &cell {
                 if b == b'"' {
-                    out.push(b'"');
+                    line.push(b'"');
                 }
-                out.push(b);
+                line.push(b);
             }
-            out.extend_from_slice(b"\"\n");
+            line.extend_from_slice(b"\"\n");
         } else {
-            log.write_json(&mut out).map_err(err)?;
-            out.push(b'\n');
+            log.write_json(&mut line).map_err(err)?;
+            line.push(b'\n');
         }
+        out.write_all(&line).map_err(&io)?;
     }
-    // serde_json writes UTF-8, and kept values are serde_json's own text.
+    Ok(())
+}
+
+/// The dump of `logs` as text (serde_json writes UTF-8, and a kept value
+/// is copied only when it is UTF-8).
+#[cfg(test)]
+fn render_logs(logs: &Pile<Log>, csv: bool) -> Result<String> {
+    let mut out = Vec::new();
+    write_logs(logs, csv, &mut out, |e| BranchError::Serialize {
+        path: "logs".into(),
+        reason: e.to_string(),
+    })?;
     String::from_utf8(out).map_err(|e| BranchError::Serialize {
         path: "logs".into(),
         reason: e.to_string(),
     })
 }
 
-fn write_file(path: &Path, text: &str) -> Result<()> {
+/// Writes the logs to the file at `path` (made, with its directory),
+/// through a buffer; a file left half-written by a failure is removed.
+/// Blocking file I/O.
+fn write_logs_file(path: &Path, logs: &Pile<Log>) -> Result<()> {
+    let io = |source| BranchError::LogIo {
+        path: path.to_owned(),
+        source,
+    };
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    let file = std::fs::File::create(path).map_err(io)?;
+    let mut out = std::io::BufWriter::new(file);
+    let written = write_logs(logs, is_csv(path), &mut out, io)
+        .and_then(|()| std::io::Write::flush(&mut out).map_err(io));
+    if written.is_err() {
+        drop(out);
+        let _ = std::fs::remove_file(path);
+    }
+    written
+}
+
+fn write_file(path: &Path, text: &[u8]) -> Result<()> {
     let io = |source| BranchError::LogIo {
         path: path.to_owned(),
         source,
@@ -635,12 +683,47 @@ fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(io)
 }
 
+/// The capacity dumps a logger has handed to the blocking pool and that
+/// are not written yet (see [`DataLogger::dumps_written`]).
+#[derive(Debug, Default)]
+struct DumpsInFlight {
+    count: std::sync::atomic::AtomicUsize,
+    written: tokio::sync::Notify,
+}
+
+/// One dump in flight: counted while it lives, even if writing panics.
+struct DumpInFlight(Arc<DumpsInFlight>);
+
+impl DumpInFlight {
+    fn start(dumps: &Arc<DumpsInFlight>) -> Self {
+        dumps
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Self(dumps.clone())
+    }
+}
+
+impl Drop for DumpInFlight {
+    fn drop(&mut self) {
+        if self
+            .0
+            .count
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel)
+            == 1
+        {
+            self.0.written.notify_waiters();
+        }
+    }
+}
+
 /// The branch's logs and their configuration.
 #[derive(Debug, Clone)]
 pub struct DataLogger {
     logs: Pile<Log>,
     // Shared: most branches use the same settings configuration.
     config: Arc<DataLoggerConfig>,
+    // Shared with clones, which then wait for each other's dumps too.
+    dumps: Arc<DumpsInFlight>,
 }
 
 impl Default for DataLogger {
@@ -652,10 +735,7 @@ impl Default for DataLogger {
 impl DataLogger {
     /// An empty logger with this configuration.
     pub fn new(config: impl Into<Arc<DataLoggerConfig>>) -> Self {
-        Self {
-            logs: Pile::new(true),
-            config: config.into(),
-        }
+        Self::with_logs(config, Pile::new(true))
     }
 
     /// A logger over existing logs.
@@ -663,6 +743,7 @@ impl DataLogger {
         Self {
             logs,
             config: config.into(),
+            dumps: Arc::default(),
         }
     }
 
@@ -688,35 +769,63 @@ impl DataLogger {
         self.logs.push(log);
     }
 
-    /// The capacity dump. Inside a tokio runtime the file is written on the
-    /// blocking pool so a turn never waits for the disk; a failed write is
-    /// reported through `tracing` with the number of logs it held.
+    /// The capacity dump. Inside a tokio runtime the logs are written on
+    /// the blocking pool, so a turn neither waits for the disk nor renders
+    /// the dump: cleared after the dump (the default), they move there
+    /// whole; kept, their text is rendered here and moves there. A failed
+    /// dump is reported through `tracing` with the number of logs it held
+    /// (outside a runtime, the logs are then kept).
     fn dump_at_capacity(&mut self) {
         let path = self.config.new_file_path();
-        let text = match render_logs(&self.logs, is_csv(&path)) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(error = %e, "log dump at capacity failed; logs kept in memory");
-                return;
-            }
-        };
         let count = self.logs.len();
-        if self.config.clear_after_dump {
-            self.logs.clear();
-        }
-        match tokio::runtime::Handle::try_current() {
-            Ok(handle) => {
-                handle.spawn_blocking(move || {
-                    if let Err(e) = write_file(&path, &text) {
-                        tracing::error!(error = %e, count, "log dump at capacity failed");
-                    }
-                });
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            match write_logs_file(&path, &self.logs) {
+                Ok(()) if self.config.clear_after_dump => self.logs.clear(),
+                Ok(()) => {}
+                Err(e) => tracing::error!(error = %e, count, "log dump at capacity failed"),
             }
-            Err(_) => {
-                if let Err(e) = write_file(&path, &text) {
+            return;
+        };
+        let in_flight = DumpInFlight::start(&self.dumps);
+        if self.config.clear_after_dump {
+            let empty = Pile::new(self.logs.strict_type());
+            let logs = std::mem::replace(&mut self.logs, empty);
+            handle.spawn_blocking(move || {
+                let _in_flight = in_flight;
+                if let Err(e) = write_logs_file(&path, &logs) {
                     tracing::error!(error = %e, count, "log dump at capacity failed");
                 }
+            });
+            return;
+        }
+        let mut text = Vec::new();
+        let io = |source| BranchError::LogIo {
+            path: path.clone(),
+            source,
+        };
+        if let Err(e) = write_logs(&self.logs, is_csv(&path), &mut text, io) {
+            tracing::warn!(error = %e, "log dump at capacity failed; logs kept in memory");
+            return;
+        }
+        handle.spawn_blocking(move || {
+            let _in_flight = in_flight;
+            if let Err(e) = write_file(&path, &text) {
+                tracing::error!(error = %e, count, "log dump at capacity failed");
             }
+        });
+    }
+
+    /// Waits until every capacity dump this logger (or a clone of it) has
+    /// handed to the blocking pool is written, or has failed.
+    pub async fn dumps_written(&self) {
+        loop {
+            let written = self.dumps.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            if self.dumps.count.load(std::sync::atomic::Ordering::Acquire) == 0 {
+                return;
+            }
+            written.await;
         }
     }
 
@@ -724,8 +833,7 @@ impl DataLogger {
     /// clears them when `clear`. Returns the number of logs written. This
     /// is blocking file I/O: from async code call it on the blocking pool.
     pub fn dump_to(&mut self, path: &Path, clear: bool) -> Result<usize> {
-        let text = render_logs(&self.logs, is_csv(path))?;
-        write_file(path, &text)?;
+        write_logs_file(path, &self.logs)?;
         let n = self.logs.len();
         if clear {
             self.logs.clear();
@@ -782,6 +890,50 @@ mod tests {
         let text = std::fs::read_to_string(files[0].as_ref().unwrap().path()).unwrap();
         assert_eq!(text.lines().count(), 2);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Inside a runtime the dump is written on the blocking pool (the logs
+    /// moved there, or their text when they are kept), and
+    /// `dumps_written` returns once every file is complete.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn capacity_dumps_are_written_off_the_turn_and_can_be_awaited() {
+        for clear in [true, false] {
+            let dir = std::env::temp_dir().join(format!("lionagi-logs-{}", Uuid::new_v4()));
+            let config = DataLoggerConfig {
+                persist_dir: dir.to_string_lossy().into_owned(),
+                capacity: Some(50),
+                clear_after_dump: clear,
+                ..DataLoggerConfig::default()
+            };
+            let mut logger = DataLogger::new(config);
+            let big = "x".repeat(100_000);
+            // Kept, every log past the capacity dumps them all again.
+            let count = if clear { 151 } else { 52 };
+            for n in 0..count {
+                logger.log(Log::from_json(json!({"n": n, "big": big})));
+            }
+            let clone = logger.clone();
+            clone.dumps_written().await;
+            let mut lines = 0;
+            let mut files = 0;
+            for f in std::fs::read_dir(&dir).unwrap() {
+                let text = std::fs::read_to_string(f.unwrap().path()).unwrap();
+                for line in text.lines() {
+                    let v: Value = serde_json::from_str(line).unwrap();
+                    assert_eq!(v["content"]["big"].as_str().map(str::len), Some(100_000));
+                    lines += 1;
+                }
+                files += 1;
+            }
+            if clear {
+                // Three dumps of 50; one log left.
+                assert_eq!((files, lines, logger.logs().len()), (3, 150, 1));
+            } else {
+                assert_eq!((files, lines, logger.logs().len()), (2, 50 + 51, 52));
+            }
+            logger.dumps_written().await;
+            std::fs::remove_dir_all(dir).unwrap();
+        }
     }
 
     /// A log keeping its payload and reply as JSON text reads, exports and
@@ -862,6 +1014,23 @@ mod tests {
         let line = render_logs(&bad_pile, false).unwrap();
         let parsed: Value = serde_json::from_str(line.trim_end()).unwrap();
         assert_eq!(parsed["content"]["payload"], json!("{not json"));
+        // A custom body that is JSON but not one line (pretty-printed), or
+        // holds bytes that are not UTF-8, still dumps as one line of UTF-8
+        // that reads back as what `content()` gives.
+        for text in [&b"{\n  \"a\": [1,\r\n 2]\n}\n"[..], b"{\"a\": \"\xff\"}"] {
+            let kept = KeptJson {
+                path: &["payload"],
+                text: bytes::Bytes::copy_from_slice(text),
+                serialized: false,
+            };
+            let log = Log::with_kept(head(Value::Null, Value::Null), vec![kept]);
+            let mut pile = Pile::new(true);
+            pile.push(log.clone());
+            let dump = render_logs(&pile, false).unwrap();
+            assert_eq!(dump.matches('\n').count(), 1, "{dump:?}");
+            let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
+            assert_eq!(&line["content"], &Value::Object(log.content().clone()));
+        }
         let mut odd_pile = Pile::new(true);
         odd_pile.push(odd.clone());
         assert_eq!(

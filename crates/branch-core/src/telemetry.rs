@@ -254,13 +254,15 @@ pub fn agent_span(
     provider: &str,
     model: Option<&str>,
 ) -> tracing::Span {
-    let name = match agent_name {
-        Some(n) => format!("{OP_INVOKE_AGENT} {n}"),
-        None => OP_INVOKE_AGENT.to_owned(),
-    };
+    // Field values are computed inside the macro, which evaluates them only
+    // when a subscriber wants the span: a turn without telemetry formats
+    // nothing.
     tracing::info_span!(
         "invoke_agent",
-        { OTEL_NAME } = name,
+        { OTEL_NAME } = match agent_name {
+            Some(n) => format!("{OP_INVOKE_AGENT} {n}"),
+            None => OP_INVOKE_AGENT.to_owned(),
+        },
         { OTEL_KIND } = "internal",
         { OTEL_STATUS_CODE } = tracing::field::Empty,
         { GEN_AI_OPERATION_NAME } = OP_INVOKE_AGENT,
@@ -283,8 +285,8 @@ pub struct Server<'a> {
 }
 
 /// The span of one model call, `chat {model}`: the request's attributes
-/// are set now, the reply's ones by [`record_response`] or
-/// [`record_stream_end`]. `request` gives the sampling parameters (and,
+/// are set now, the reply's ones by [`record_response`] (for a stream,
+/// with what the whole stream reported). `request` gives the sampling parameters (and,
 /// opted in, the input messages); the conversation id comes from
 /// [`in_conversation`].
 pub fn chat_span(
@@ -298,35 +300,36 @@ pub fn chat_span(
     let param = |k: &str| request.fields.get(k).or_else(|| kwargs.get(k));
     let f64_of = |k: &str| param(k).and_then(Value::as_f64);
     let u64_of = |k: &str| param(k).and_then(Value::as_u64).map(int);
-    let model = param("model").and_then(Value::as_str).or(model);
-    let name = match model {
-        Some(m) => format!("{OP_CHAT} {m}"),
-        None => OP_CHAT.to_owned(),
+    let model = || param("model").and_then(Value::as_str).or(model);
+    let stop = || {
+        param("stop").and_then(|s| match s {
+            Value::String(one) => Some(json!([one]).to_string()),
+            Value::Array(_) => Some(s.to_string()),
+            _ => None,
+        })
     };
-    let stop = param("stop").and_then(|s| match s {
-        Value::String(one) => Some(json!([one]).to_string()),
-        Value::Array(_) => Some(s.to_string()),
-        _ => None,
-    });
-    let output_type = param("response_format")
-        .filter(|f| f.get("type").and_then(Value::as_str) != Some("text"))
-        .map(|_| "json");
-    let choices = u64_of("n").filter(|n| *n != 1);
-    let port = server.map(|s| i64::from(s.port));
-    let seed = param("seed").and_then(Value::as_i64);
-    let input = capture_content().then(|| input_messages(&request.messages));
+    let output_type = || {
+        param("response_format")
+            .filter(|f| f.get("type").and_then(Value::as_str) != Some("text"))
+            .map(|_| "json")
+    };
+    let seed = || param("seed").and_then(Value::as_i64);
+    // As in `agent_span`: these closures run only if the span is wanted.
     tracing::info_span!(
         "chat",
-        { OTEL_NAME } = name,
+        { OTEL_NAME } = match model() {
+            Some(m) => format!("{OP_CHAT} {m}"),
+            None => OP_CHAT.to_owned(),
+        },
         { OTEL_KIND } = "client",
         { OTEL_STATUS_CODE } = tracing::field::Empty,
         { GEN_AI_OPERATION_NAME } = OP_CHAT,
         { GEN_AI_PROVIDER_NAME } = provider_name(provider),
-        { GEN_AI_REQUEST_MODEL } = model,
+        { GEN_AI_REQUEST_MODEL } = model(),
         { GEN_AI_REQUEST_STREAM } = stream.then_some(true),
         { GEN_AI_CONVERSATION_ID } = conversation_id(),
         { SERVER_ADDRESS } = server.map(|s| s.address),
-        { SERVER_PORT } = port,
+        { SERVER_PORT } = server.map(|s| i64::from(s.port)),
         { GEN_AI_REQUEST_TEMPERATURE } = f64_of("temperature"),
         { GEN_AI_REQUEST_MAX_TOKENS } =
             u64_of("max_tokens").or_else(|| u64_of("max_completion_tokens")),
@@ -334,10 +337,10 @@ pub fn chat_span(
         { GEN_AI_REQUEST_TOP_K } = u64_of("top_k"),
         { GEN_AI_REQUEST_FREQUENCY_PENALTY } = f64_of("frequency_penalty"),
         { GEN_AI_REQUEST_PRESENCE_PENALTY } = f64_of("presence_penalty"),
-        { GEN_AI_REQUEST_SEED } = seed,
-        { GEN_AI_REQUEST_STOP_SEQUENCES } = stop,
-        { GEN_AI_REQUEST_CHOICE_COUNT } = choices,
-        { GEN_AI_OUTPUT_TYPE } = output_type,
+        { GEN_AI_REQUEST_SEED } = seed(),
+        { GEN_AI_REQUEST_STOP_SEQUENCES } = stop(),
+        { GEN_AI_REQUEST_CHOICE_COUNT } = u64_of("n").filter(|n| *n != 1),
+        { GEN_AI_OUTPUT_TYPE } = output_type(),
         { GEN_AI_RESPONSE_MODEL } = tracing::field::Empty,
         { GEN_AI_RESPONSE_ID } = tracing::field::Empty,
         { GEN_AI_RESPONSE_FINISH_REASONS } = tracing::field::Empty,
@@ -348,7 +351,7 @@ pub fn chat_span(
         { ERROR_TYPE } = tracing::field::Empty,
         { HTTP_RESPONSE_STATUS_CODE } = tracing::field::Empty,
         { LIONAGI_ATTEMPTS } = tracing::field::Empty,
-        { GEN_AI_INPUT_MESSAGES } = input,
+        { GEN_AI_INPUT_MESSAGES } = capture_content().then(|| input_messages(&request.messages)),
         { GEN_AI_OUTPUT_MESSAGES } = tracing::field::Empty,
     )
 }
@@ -376,6 +379,9 @@ pub fn record_usage(span: &tracing::Span, usage: &Usage) {
 /// Records a complete reply on a chat span: served model, id, finish
 /// reason, usage and (opted in) the output message.
 pub fn record_response(span: &tracing::Span, response: &ChatResponse) {
+    if span.is_disabled() {
+        return;
+    }
     if let Some(m) = &response.served_model {
         span.record(GEN_AI_RESPONSE_MODEL, m.as_str());
     }
@@ -401,9 +407,7 @@ pub fn tool_span(
     call_id: Option<&str>,
     arguments: &Map<String, Value>,
 ) -> tracing::Span {
-    let args = capture_content()
-        .then(|| serde_json::to_string(arguments).ok())
-        .flatten();
+    // As in `agent_span`: nothing below runs unless the span is wanted.
     tracing::info_span!(
         "execute_tool",
         { OTEL_NAME } = format!("{OP_EXECUTE_TOOL} {name}"),
@@ -415,14 +419,16 @@ pub fn tool_span(
         { GEN_AI_TOOL_TYPE } = "function",
         { GEN_AI_CONVERSATION_ID } = conversation_id(),
         { ERROR_TYPE } = tracing::field::Empty,
-        { GEN_AI_TOOL_CALL_ARGUMENTS } = args,
+        { GEN_AI_TOOL_CALL_ARGUMENTS } = capture_content()
+            .then(|| serde_json::to_string(arguments).ok())
+            .flatten(),
         { GEN_AI_TOOL_CALL_RESULT } = tracing::field::Empty,
     )
 }
 
 /// Records a tool's result on its span when contents are captured.
 pub fn record_tool_result(span: &tracing::Span, result: &Value) {
-    if capture_content() {
+    if capture_content() && !span.is_disabled() {
         span.record(GEN_AI_TOOL_CALL_RESULT, result.to_string());
     }
 }

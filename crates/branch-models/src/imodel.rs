@@ -400,13 +400,19 @@ impl IModel {
             .post(p.url.clone())
             .headers(p.headers.clone())
             .body(p.body_bytes.clone());
+        // The endpoint's timeout bounds each attempt; one no shorter than
+        // the call's overall deadline (which runs around every attempt,
+        // from before the first) could never fire first, and a timer is
+        // work on every call.
         if let Some(t) = self.inner.config.endpoint().timeout.as_duration() {
-            req = req.timeout(t);
+            if t < self.inner.limits.deadline {
+                req = req.timeout(t);
+            }
         }
         let mut resp = req.send().await.map_err(|e| self.map_transport(&e))?;
         let status = resp.status().as_u16();
-        let retry_after = retry_after(resp.headers());
         if !(200..300).contains(&status) {
+            let retry_after = retry_after(resp.headers());
             // An error body is only kept for the message: its head is enough.
             let (bytes, _cut) = read_capped(&mut resp, limits::MAX_ERROR_BODY_BYTES)
                 .await
@@ -452,7 +458,7 @@ impl IModel {
                 .err(kind, message)
                 .with_status(eff)
                 .with_body(self.error_body(&text));
-            e.retry_after = retry_after;
+            e.retry_after = retry_after(resp.headers());
             return Err(e);
         }
         Ok(value)

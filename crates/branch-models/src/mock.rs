@@ -296,6 +296,13 @@ impl MockServer {
         self.lock().requests.clone()
     }
 
+    /// The JSON bodies received so far, moved out (the server forgets
+    /// them): a benchmark recording many bodies neither copies them nor
+    /// leaves them to be freed by the server's tasks while it measures.
+    pub fn take_bodies(&self) -> Vec<Value> {
+        self.lock().requests.drain(..).map(|r| r.body).collect()
+    }
+
     /// The JSON bodies received so far.
     pub fn bodies(&self) -> Vec<Value> {
         self.lock()

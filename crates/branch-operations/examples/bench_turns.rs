@@ -113,7 +113,7 @@ async fn capture(workload: &str, a: &Args) -> Result<Vec<Value>, Error> {
     } else {
         run_ours(branches(&model, a.branches)?, a.concurrency, false).await?;
     }
-    Ok(server.bodies())
+    Ok(server.take_bodies())
 }
 
 #[tokio::main]
@@ -291,7 +291,9 @@ async fn run_ours(
 }
 
 /// One branch, `turns` sequential turns; `mark` is called before the
-/// first turn and after each.
+/// first turn and after each. Returns once the log dumps the branch made at
+/// capacity (written on the blocking pool) are on disk, so that they are
+/// not charged to whatever is measured next.
 async fn conversation(
     model: &Arc<dyn ChatModel>,
     turns: usize,
@@ -304,6 +306,7 @@ async fn conversation(
             .await?;
         mark(t + 1);
     }
+    b.logger().dumps_written().await;
     Ok(())
 }
 

@@ -102,11 +102,15 @@ impl RequestOptions {
         }
     }
 
-    /// The field names the request model accepts (`properties` of the
-    /// schema), if there is a request model.
+    /// The fields the request model accepts (`properties` of the schema,
+    /// by name), if there is a request model.
+    pub fn fields(&self) -> Option<&Map<String, Value>> {
+        self.schema()?.get("properties")?.as_object()
+    }
+
+    /// The field names the request model accepts (see [`Self::fields`]).
     pub fn field_names(&self) -> Option<Vec<&str>> {
-        let props = self.schema()?.get("properties")?.as_object()?;
-        Some(props.keys().map(String::as_str).collect())
+        Some(self.fields()?.keys().map(String::as_str).collect())
     }
 }
 

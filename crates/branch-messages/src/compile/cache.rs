@@ -43,6 +43,27 @@ pub struct RenderCache {
     slots: Vec<Option<Box<Slot>>>,
     /// The edit stamp of the messages compiled now.
     stamp: u64,
+    settled: Option<Settled>,
+    /// Where the last compilation resumed the settled history (tests).
+    #[cfg(test)]
+    pub(crate) resumed_at: Option<usize>,
+}
+
+/// The compiled history no message added later can change: everything up
+/// to the last past instruction of a compilation in the reference's way
+/// (the branch's own order, prompt tool mode, no ReAct context). While the
+/// edit stamp it was made under holds, the messages before `walked` are
+/// the ones it was made from, so a turn that only added messages compiles
+/// just those after it: the history is neither walked nor matched again.
+#[derive(Debug)]
+struct Settled {
+    stamp: u64,
+    /// The positions covered.
+    walked: usize,
+    /// The context blocks glued after the system text in the first
+    /// instruction.
+    blocks: Vec<String>,
+    messages: Vec<Compiled>,
 }
 
 #[derive(Debug)]
@@ -183,6 +204,10 @@ impl Output for RenderCache {
 
     fn begin(&mut self, stamp: u64) {
         self.stamp = stamp;
+        #[cfg(test)]
+        {
+            self.resumed_at = None;
+        }
     }
 
     /// The kept form of instruction `id` when it was made for this id
@@ -250,5 +275,37 @@ impl Output for RenderCache {
 
     fn compiled(&mut self, len: usize) {
         self.truncate(len);
+    }
+
+    fn resume(&mut self, blocks: &[String]) -> Option<(usize, Vec<Compiled>)> {
+        let stamp = self.stamp;
+        let settled = self.settled.as_mut()?;
+        if settled.stamp != stamp || settled.blocks != blocks {
+            self.settled = None;
+            return None;
+        }
+        #[cfg(test)]
+        {
+            self.resumed_at = Some(settled.walked);
+        }
+        let messages = settled.messages.iter_mut().map(reused).collect();
+        Some((settled.walked, messages))
+    }
+
+    fn settle(&mut self, walked: usize, messages: &[Compiled], extend: bool, blocks: &[String]) {
+        match &mut self.settled {
+            Some(settled) if extend => {
+                settled.walked = walked;
+                settled.messages.extend_from_slice(messages);
+            }
+            _ => {
+                self.settled = Some(Settled {
+                    stamp: self.stamp,
+                    walked,
+                    blocks: blocks.to_vec(),
+                    messages: messages.to_vec(),
+                });
+            }
+        }
     }
 }

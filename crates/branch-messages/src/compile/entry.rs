@@ -119,6 +119,26 @@ pub(crate) trait Output {
     /// A compilation of messages with this edit stamp starts.
     fn begin(&mut self, _stamp: u64) {}
 
+    /// The settled history an earlier compilation kept (see
+    /// [`Self::settle`]), if it still holds under the current edit stamp
+    /// with these context blocks: the positions it covers and its
+    /// messages, each as sent again.
+    fn resume(&mut self, _blocks: &[String]) -> Option<(usize, Vec<Self::Message>)> {
+        None
+    }
+
+    /// Keeps `messages` as the compiled history of the first `walked`
+    /// positions (after those [`Self::resume`] gave when `extend`), which
+    /// no message added later changes.
+    fn settle(
+        &mut self,
+        _walked: usize,
+        _messages: &[Self::Message],
+        _extend: bool,
+        _blocks: &[String],
+    ) {
+    }
+
     /// The compilation covered `len` positions.
     fn compiled(&mut self, _len: usize) {}
 }

@@ -126,27 +126,41 @@ fn compile<O: Output>(
     out: &mut O,
 ) -> Result<Vec<O::Message>, CompileError> {
     out.begin(msgs.edit_stamp());
-    let order: Vec<Uuid> = match opts.progression {
-        Some(p) if !p.is_empty() => p.to_vec(),
-        _ => msgs.progression().iter().copied().collect(),
+    let explicit = opts.progression.filter(|p| !p.is_empty());
+    let order: &[Uuid] = explicit.unwrap_or(&msgs.progression().order);
+    // The branch's own order in the reference's way of compiling can
+    // continue an earlier compilation's settled history (see `Settled`).
+    let extendable = explicit.is_none()
+        && msgs.view().is_none()
+        && opts.react_context.is_none()
+        && opts.tool_mode == ToolMode::Prompt;
+    let resumed = if extendable {
+        out.resume(opts.context_blocks)
+            .filter(|(walked, _)| *walked <= order.len())
+    } else {
+        None
+    };
+    let (start, kept) = match resumed {
+        Some((walked, kept)) => (walked, Some(kept)),
+        None => (0, None),
     };
     // Ids the pile does not hold are skipped, as a stale curated view may
     // name removed messages. The progression mostly follows the pile's
     // insertion order: each id is first compared with the item after the
     // previous one, and looked up by hash only where they part.
     let pile = msgs.messages();
-    let mut next = 0;
-    let history: Vec<(usize, &Message)> = order
+    let mut next = start;
+    let history: Vec<(usize, &Message)> = order[start..]
         .iter()
         .enumerate()
-        .filter_map(|(i, id)| {
+        .filter_map(|(j, id)| {
             let found = match pile.get_index(next) {
                 Some(m) if m.id() == *id => Some((next, m)),
                 _ => pile.get_indexed(id),
             };
             found.map(|(at, m)| {
                 next = at + 1;
-                (i, m)
+                (start + j, m)
             })
         })
         .collect();
@@ -262,7 +276,13 @@ fn compile<O: Output>(
     let mut entries = entry::merge(entries);
     let mut lead = Vec::new();
 
-    if let Some(system) = msgs.system().and_then(Message::as_system) {
+    // A resumed compilation's first entry, which carries the system text,
+    // is among the settled ones.
+    if let Some(system) = msgs
+        .system()
+        .and_then(Message::as_system)
+        .filter(|_| kept.is_none())
+    {
         let prefix = format!("{}{}", system.rendered(), opts.context_blocks.join("\n"));
         let fold = |c: &mut Content<'_>| {
             let folded = format!("{prefix}{}", guidance_text(c.guidance.as_ref()));
@@ -292,20 +312,46 @@ fn compile<O: Output>(
         plain_content_len: current.plain_content.as_deref().map_or(0, str::len),
         has_images: !current.images.is_empty(),
     });
-    entries.push(Entry::Instruction {
+    // What no message added later can change: every entry up to the last
+    // past instruction (a later reply may merge into a reply after it, and
+    // action results after it fold into a later instruction).
+    let settling = extendable
+        .then(|| {
+            entries
+                .iter()
+                .rposition(|e| matches!(e, Entry::Instruction { .. }))
+        })
+        .flatten();
+    let mut rest = match settling {
+        Some(last) => entries.split_off(last + 1),
+        None => std::mem::take(&mut entries),
+    };
+    let walked = match entries.last() {
+        Some(Entry::Instruction { at, .. }) => Some(at + 1),
+        _ => None,
+    };
+    rest.push(Entry::Instruction {
         content: current,
         owner: ImageOwner::CurrentTurn,
         history: false,
         at: order.len(),
     });
 
-    let (messages, last_empty) = entry::render(entries, out)?;
+    let (settled, _) = entry::render(entries, out)?;
+    let (messages, last_empty) = entry::render(rest, out)?;
     out.compiled(order.len());
     if let Some(e) = empty_error.filter(|_| last_empty) {
         return Err(e);
     }
-    lead.extend(messages);
-    Ok(lead)
+    if let Some(walked) = walked {
+        out.settle(walked, &settled, kept.is_some(), opts.context_blocks);
+    }
+    let mut all = kept.unwrap_or_default();
+    all.reserve_exact(lead.len() + settled.len() + messages.len());
+    all.extend(lead);
+    all.extend(settled);
+    all.extend(messages);
+    Ok(all)
 }
 
 /// `m.get(key)` without hashing the key when the map is small (a

@@ -702,8 +702,9 @@ fn render_cache_drops_what_is_no_longer_compiled() {
 }
 
 /// A turn sends the very messages the previous turn compiled for its
-/// history (shared, not copied), except those the compilation changes:
-/// the first instruction carrying the system text, and the message edited.
+/// history (shared, not copied), the first instruction carrying the system
+/// text too (it is settled history); after an edit, all but the message
+/// edited and that first instruction, which a full compilation folds anew.
 #[test]
 fn past_messages_are_shared_between_turns() {
     let mut cache = RenderCache::new();
@@ -719,11 +720,11 @@ fn past_messages_are_shared_between_turns() {
         .unwrap()
         .messages;
     let second = compile_request_cached(&mm, &ins("next"), &d, &mut cache).unwrap();
-    // The kept messages carry their JSON; the two made for this turn not.
+    // The kept messages carry their JSON; the one made for this turn not.
     let kept: Vec<bool> = second.wire.iter().map(Option::is_some).collect();
     assert_eq!(
         kept,
-        [false, true, true, true, true, true, true, true, false]
+        [true, true, true, true, true, true, true, true, false]
     );
     let second = second.messages;
     assert_eq!(first.len(), 9);
@@ -732,10 +733,10 @@ fn past_messages_are_shared_between_turns() {
         .zip(&second)
         .map(|(a, b)| Arc::ptr_eq(a, b))
         .collect();
-    // The folded first instruction and the current turn are compiled anew.
+    // The current turn is compiled anew.
     assert_eq!(
         shared,
-        [false, true, true, true, true, true, true, true, false]
+        [true, true, true, true, true, true, true, true, false]
     );
 
     reply_mut(&mut mm, ids[3]).push('!');
@@ -744,6 +745,7 @@ fn past_messages_are_shared_between_turns() {
         .messages;
     assert!(!Arc::ptr_eq(&second[3], &third[3]));
     assert_eq!(third[3].content, json!("r1!"));
+    assert!(!Arc::ptr_eq(&second[0], &third[0]));
     assert!(Arc::ptr_eq(&second[2], &third[2]));
     assert!(Arc::ptr_eq(&second[4], &third[4]));
 }
@@ -780,4 +782,117 @@ fn a_slot_skipped_while_its_message_changed_is_checked_again() {
     instruction_mut(&mut mm, b).instruction = Some("second, edited".into());
     same_as_cold(&mm, &now, &with(folded), &mut cache, "folded, so not kept");
     same_as_cold(&mm, &now, &with(plain), &mut cache, "kept again, as edited");
+}
+
+/// A conversation that only grows resumes the settled history of the
+/// turn before (up to its last past instruction) and compiles the same as
+/// a cold compilation at every step: replies merging across turns, action
+/// results waiting for the next instruction, an instruction rendering
+/// empty, context blocks changing, and every way that rules resuming out
+/// (an edit, a new system message, a curated view, an explicit order,
+/// ReAct's context, native tool mode, truncation) followed by growth.
+#[test]
+fn a_growing_conversation_resumes_its_settled_history() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let d = CompileOptions::default();
+    let now = ins("now");
+    let mut step = |mm: &MessageManager, opts: &CompileOptions<'_>, what: &str| {
+        same_as_cold(mm, &now, opts, &mut cache, what);
+        cache.resumed_at
+    };
+
+    assert_eq!(step(&mm, &d, "no history"), None);
+    let first = mm.add_message(Message::instruction(InstructionContent {
+        guidance: Some("g".into()),
+        ..ins("q0")
+    }));
+    assert_eq!(
+        step(&mm, &d, "one instruction"),
+        None,
+        "nothing settled yet"
+    );
+    mm.add_message(Message::assistant("r0"));
+    // Settled: the system message and q0 (positions 0 and 1).
+    assert_eq!(step(&mm, &d, "a reply"), Some(2));
+    mm.add_message(Message::assistant("r0, continued"));
+    assert_eq!(step(&mm, &d, "two replies merge"), Some(2));
+    mm.add_message(Message::instruction(ins("q1")));
+    mm.add_message(Message::assistant("r1"));
+    assert_eq!(step(&mm, &d, "a turn"), Some(2));
+    assert_eq!(step(&mm, &d, "again"), Some(5), "q1 settled");
+
+    // Action results wait for the next instruction, across turns.
+    let req = mm.add_message(Message::action_request("f", Map::new()));
+    mm.add_action_response(req, Some(json!({"ok": 1})), None, None)
+        .unwrap();
+    assert_eq!(step(&mm, &d, "results pending"), None, "an edit");
+    assert_eq!(step(&mm, &d, "pending, settled before"), Some(5));
+    mm.add_message(Message::assistant("r2"));
+    assert_eq!(step(&mm, &d, "a reply after the results"), Some(5));
+    mm.add_message(Message::instruction(ins("q3")));
+    assert_eq!(step(&mm, &d, "results folded into q3"), Some(5));
+    mm.add_message(Message::assistant("r3"));
+    assert_eq!(step(&mm, &d, "q3 settled"), Some(10));
+
+    // An instruction that renders empty, and replies around it.
+    mm.add_message(Message::instruction(InstructionContent::default()));
+    mm.add_message(Message::assistant("r4"));
+    assert_eq!(step(&mm, &d, "an empty instruction"), Some(10));
+    mm.add_message(Message::assistant("r5"));
+    assert_eq!(step(&mm, &d, "after it, merged"), Some(12));
+
+    // Context blocks are part of the first instruction.
+    let blocks = vec!["memory: a".to_owned()];
+    let with_blocks = CompileOptions {
+        context_blocks: &blocks,
+        ..d
+    };
+    assert_eq!(step(&mm, &with_blocks, "context blocks"), None);
+    assert_eq!(step(&mm, &with_blocks, "the same blocks"), Some(12));
+    assert_eq!(step(&mm, &d, "blocks gone"), None);
+
+    // What rules resuming out, then growth again.
+    instruction_mut(&mut mm, first).instruction = Some("q0, edited".into());
+    assert_eq!(step(&mm, &d, "the first instruction edited"), None);
+    mm.add_message(Message::instruction(ins("q6")));
+    mm.add_message(Message::assistant("r6"));
+    assert_eq!(step(&mm, &d, "growth after the edit"), Some(12));
+    let order: Vec<Uuid> = mm.progression().iter().copied().collect();
+    let explicit = CompileOptions {
+        progression: Some(&order),
+        ..d
+    };
+    assert_eq!(step(&mm, &explicit, "an explicit order"), None);
+    let ctx = vec![json!("k")];
+    let react = CompileOptions {
+        react_context: Some(&ctx),
+        ..d
+    };
+    assert_eq!(step(&mm, &react, "ReAct's context"), None);
+    let native = CompileOptions {
+        tool_mode: ToolMode::Native,
+        ..d
+    };
+    assert_eq!(step(&mm, &native, "native tool mode"), None);
+    assert_eq!(step(&mm, &d, "the settled history outlives them"), Some(15));
+    mm.set_view(Some(Progression::from_ids(order.iter().skip(3).copied())));
+    assert_eq!(step(&mm, &d, "a curated view"), None);
+    mm.set_view(None);
+    mm.set_system(Message::system(SystemContent::new("OTHER")));
+    assert_eq!(step(&mm, &d, "a new system message"), None);
+    mm.add_message(Message::assistant("r7"));
+    assert_eq!(step(&mm, &d, "growth"), Some(15));
+    mm.remove_system();
+    mm.add_message(Message::instruction(ins("q8")));
+    assert_eq!(step(&mm, &d, "no system message"), None);
+    mm.add_message(Message::assistant("r8"));
+    assert_eq!(step(&mm, &d, "growth without one"), Some(17));
+    mm.truncate(4);
+    assert_eq!(step(&mm, &d, "truncated"), None);
+    mm.add_message(Message::instruction(ins("q9")));
+    assert_eq!(step(&mm, &d, "growth after truncation"), Some(4));
+    mm.clear_messages();
+    assert_eq!(step(&mm, &d, "cleared"), None);
 }

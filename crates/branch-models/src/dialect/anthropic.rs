@@ -92,15 +92,13 @@ pub fn build_body(
     if let Some(marker) = marker {
         caching::place_breakpoints(&mut payload, &marker);
     }
-    let fields: Vec<&str> = match &config.endpoint().request_options {
-        RequestOptions::Custom(_) => config
-            .endpoint()
-            .request_options
-            .field_names()
-            .unwrap_or_default(),
-        _ => ANTHROPIC_FIELDS.to_vec(),
-    };
-    payload.retain(|k, _| fields.contains(&k.as_str()));
+    match &config.endpoint().request_options {
+        RequestOptions::Custom(_) => {
+            let fields = config.endpoint().request_options.fields();
+            payload.retain(|k, _| fields.is_some_and(|f| f.contains_key(k)));
+        }
+        _ => payload.retain(|k, _| ANTHROPIC_FIELDS.contains(&k.as_str())),
+    }
     Ok(Value::Object(payload))
 }
 

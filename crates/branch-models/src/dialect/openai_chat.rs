@@ -66,8 +66,8 @@ fn shape(config: &ModelConfig, stream: bool, payload: &mut Map<String, Value>) -
     if config.provider_spec().is_some_and(|s| s.name == "ollama") {
         payload.shift_remove("reasoning_effort");
     }
-    match config.endpoint().request_options.field_names() {
-        Some(fields) => payload.retain(|k, _| fields.contains(&k.as_str())),
+    match config.endpoint().request_options.fields() {
+        Some(fields) => payload.retain(|k, _| fields.contains_key(k)),
         None => payload.retain(|k, _| !INTERNAL_KEYS.contains(&k.as_str())),
     }
     Shape { developer, replay }

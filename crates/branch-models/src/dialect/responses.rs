@@ -112,12 +112,8 @@ pub fn build_body(
     }
     match &config.endpoint().request_options {
         RequestOptions::Custom(_) => {
-            let fields = config
-                .endpoint()
-                .request_options
-                .field_names()
-                .unwrap_or_default();
-            payload.retain(|k, _| fields.contains(&k.as_str()));
+            let fields = config.endpoint().request_options.fields();
+            payload.retain(|k, _| fields.is_some_and(|f| f.contains_key(k)));
         }
         _ => payload.retain(|k, _| RESPONSES_FIELDS.contains(&k.as_str())),
     }
