@@ -896,3 +896,122 @@ fn a_growing_conversation_resumes_its_settled_history() {
     mm.clear_messages();
     assert_eq!(step(&mm, &d, "cleared"), None);
 }
+
+/// Random growth and edits of a conversation, compiled with random options
+/// after each step, always equal a cold compilation (a model check of the
+/// render cache and its settled history; deterministic seeds).
+#[test]
+fn random_histories_compile_like_cold_ones() {
+    // xorshift64*: enough for choosing steps.
+    struct Rng(u64);
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            let r = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33;
+            usize::try_from(r).unwrap() % n
+        }
+    }
+    let blocks_a = vec!["memory: a".to_owned()];
+    let blocks_b = vec!["memory: b".to_owned(), "more".to_owned()];
+    let react = vec![json!({"k": "v"}), json!("shown once")];
+    let mut resumed = 0;
+    for seed in 1..=12u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let mut cache = RenderCache::new();
+        let mut mm = MessageManager::new();
+        let mut requests: Vec<Uuid> = Vec::new();
+        for step in 0..300 {
+            match rng.below(14) {
+                0..=3 => {
+                    let n = rng.below(4);
+                    let content = match n {
+                        0 => InstructionContent::default(),
+                        1 => InstructionContent {
+                            guidance: Some("g".into()),
+                            prompt_context: vec![json!({"k": "v"})],
+                            ..ins(&format!("q{step}"))
+                        },
+                        _ => ins(&format!("q{step}")),
+                    };
+                    mm.add_message(Message::instruction(content));
+                }
+                4..=6 => {
+                    let text = if rng.below(5) == 0 {
+                        String::new()
+                    } else {
+                        format!("r{step}")
+                    };
+                    mm.add_message(Message::assistant(text));
+                }
+                7 => {
+                    let id = mm.add_message(Message::action_request("f", Map::new()));
+                    requests.push(id);
+                }
+                8 => {
+                    if let Some(&req) = requests.get(rng.below(requests.len().max(1))) {
+                        if mm.messages().contains(&req) {
+                            let _ = mm.add_action_response(req, Some(step.into()), None, None);
+                        }
+                    }
+                }
+                9 => {
+                    let ids: Vec<Uuid> = mm.progression().iter().copied().collect();
+                    if let Some(&id) = ids.get(rng.below(ids.len().max(1))) {
+                        match &mut mm.get_mut(&id).unwrap().content {
+                            MessageContent::Instruction(c) => {
+                                c.prompt_context.push(json!(step));
+                            }
+                            MessageContent::AssistantResponse(a) => {
+                                a.assistant_response.push('!');
+                            }
+                            _ => {}
+                        }
+                    }
+                }
+                10 => match rng.below(3) {
+                    0 => {
+                        mm.set_system(Message::system(SystemContent::new(format!("S{step}"))));
+                    }
+                    1 => {
+                        mm.remove_system();
+                    }
+                    _ => {
+                        let ids: Vec<Uuid> = mm.progression().iter().copied().collect();
+                        let view = (rng.below(2) == 0)
+                            .then(|| Progression::from_ids(ids.into_iter().skip(1)));
+                        mm.set_view(view);
+                    }
+                },
+                11 if rng.below(4) == 0 => {
+                    let len = mm.len();
+                    mm.truncate(rng.below(len.max(1)));
+                }
+                _ => {}
+            }
+            let order: Vec<Uuid> = mm.progression().iter().copied().collect();
+            let tail: Vec<Uuid> = order.iter().skip(1).copied().collect();
+            let mut opts = CompileOptions::default();
+            match rng.below(10) {
+                0 => opts.context_blocks = &blocks_a,
+                1 => opts.context_blocks = &blocks_b,
+                2 => opts.tool_mode = ToolMode::Native,
+                3 => opts.react_context = Some(&react),
+                4 => opts.progression = Some(&tail),
+                _ => {}
+            }
+            let current = ins(&format!("now {step}"));
+            same_as_cold(
+                &mm,
+                &current,
+                &opts,
+                &mut cache,
+                &format!("seed {seed} step {step}"),
+            );
+            resumed += usize::from(cache.resumed_at.is_some());
+        }
+    }
+    // The settled history is actually resumed, most of the time.
+    assert!(resumed > 300, "resumed {resumed} times");
+}
