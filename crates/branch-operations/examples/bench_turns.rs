@@ -258,11 +258,17 @@ async fn one_side(
         w => return Err(format!("unknown workload {w}").into()),
     };
     let bodies = capture(&a.workload, a).await?;
+    // Built by every side, as the timed runs build them before the clock
+    // starts: the subtraction leaves ours the turns, not the building.
+    let built = match a.workload.as_str() {
+        "seq" => Vec::new(),
+        _ => branches(model, a.branches)?,
+    };
     match (side, a.workload.as_str()) {
         ("none", _) => {}
         ("ours", "seq") => conversation(model, a.seq_turns, &mut |_| {}).await?,
         ("ours", _) => {
-            run_ours(branches(model, a.branches)?, concurrency, false).await?;
+            run_ours(built, concurrency, false).await?;
         }
         ("raw", _) => run_raw(client, url, &bodies, concurrency).await?,
         (s, _) => return Err(format!("unknown side {s}").into()),
