@@ -658,11 +658,7 @@ fn write_logs_file(path: &Path, logs: &Pile<Log>) -> Result<()> {
         path: path.to_owned(),
         source,
     };
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    let file = std::fs::File::create(path).map_err(io)?;
-    let mut out = std::io::BufWriter::new(file);
+    let mut out = std::io::BufWriter::new(create_file(path)?);
     let written = write_logs(logs, is_csv(path), &mut out, io)
         .and_then(|()| std::io::Write::flush(&mut out).map_err(io));
     if written.is_err() {
@@ -672,7 +668,16 @@ fn write_logs_file(path: &Path, logs: &Pile<Log>) -> Result<()> {
     written
 }
 
+/// Writes `text` to the file at `path` (made, with its directory).
 fn write_file(path: &Path, text: &[u8]) -> Result<()> {
+    std::io::Write::write_all(&mut create_file(path)?, text).map_err(|source| BranchError::LogIo {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// Creates (or truncates) the file at `path`, making its directory.
+fn create_file(path: &Path) -> Result<std::fs::File> {
     let io = |source| BranchError::LogIo {
         path: path.to_owned(),
         source,
@@ -680,7 +685,7 @@ fn write_file(path: &Path, text: &[u8]) -> Result<()> {
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent).map_err(io)?;
     }
-    std::fs::write(path, text).map_err(io)
+    std::fs::File::create(path).map_err(io)
 }
 
 /// The capacity dumps a logger has handed to the blocking pool and that

@@ -277,18 +277,21 @@ impl Output for RenderCache {
         self.truncate(len);
     }
 
-    fn resume(&mut self, blocks: &[String]) -> Option<(usize, Vec<Compiled>)> {
+    fn resume(&mut self, blocks: &[String], positions: usize) -> Option<(usize, Vec<Compiled>)> {
         let stamp = self.stamp;
         let settled = self.settled.as_mut()?;
         if settled.stamp != stamp || settled.blocks != blocks {
             self.settled = None;
             return None;
         }
+        let after = positions.checked_sub(settled.walked)?;
         #[cfg(test)]
         {
             self.resumed_at = Some(settled.walked);
         }
-        let messages = settled.messages.iter_mut().map(reused).collect();
+        // Room for the messages after it and the current turn's.
+        let mut messages = Vec::with_capacity(settled.messages.len() + after + 1);
+        messages.extend(settled.messages.iter_mut().map(reused));
         Some((settled.walked, messages))
     }
 

@@ -121,9 +121,14 @@ pub(crate) trait Output {
 
     /// The settled history an earlier compilation kept (see
     /// [`Self::settle`]), if it still holds under the current edit stamp
-    /// with these context blocks: the positions it covers and its
-    /// messages, each as sent again.
-    fn resume(&mut self, _blocks: &[String]) -> Option<(usize, Vec<Self::Message>)> {
+    /// with these context blocks and covers no more than the `positions`
+    /// compiled now: the positions it covers and its messages, each as
+    /// sent again.
+    fn resume(
+        &mut self,
+        _blocks: &[String],
+        _positions: usize,
+    ) -> Option<(usize, Vec<Self::Message>)> {
         None
     }
 

@@ -135,8 +135,7 @@ fn compile<O: Output>(
         && opts.react_context.is_none()
         && opts.tool_mode == ToolMode::Prompt;
     let resumed = if extendable {
-        out.resume(opts.context_blocks)
-            .filter(|(walked, _)| *walked <= order.len())
+        out.resume(opts.context_blocks, order.len())
     } else {
         None
     };
