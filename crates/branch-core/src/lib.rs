@@ -43,7 +43,7 @@ pub use element::{Element, lion_class};
 pub use error::{BranchError, Result};
 pub use extensions::Extensions;
 pub use gate::{Gate, GateFuture, GateSlot, ToolInvocation, gate_fn};
-pub use log::{DataLogger, DataLoggerConfig, KeptJson, Log, LogExtension};
+pub use log::{ApiCallHead, DataLogger, DataLoggerConfig, KeptJson, Log, LogExtension};
 pub use memory::{InMemoryStore, MemoryError, MemoryItem, MemoryQuery, MemoryStore};
 pub use message::{Message, MessageContent, MessageKind, MessageManager};
 pub use observer::{

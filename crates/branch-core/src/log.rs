@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
 use crate::error::{BranchError, Result};
-use crate::model::RequestBody;
+use crate::model::{ChatResponse, ModelError, RequestBody, execution_error};
 use crate::pile::{Pile, Stored};
 use crate::progression::de_opt_created_at;
 
@@ -31,9 +31,79 @@ pub struct Log {
     element: Element,
     /// The content, or its head with `null` where a kept value goes
     /// (materialized from the head and `kept` on first read).
-    head: Map<String, Value>,
+    head: Head,
     kept: Vec<KeptJson>,
     full: OnceLock<Map<String, Value>>,
+}
+
+/// A log's content, or the head it is materialized from.
+#[derive(Debug, Clone)]
+enum Head {
+    Map(Map<String, Value>),
+    /// An API call's fields, kept typed: a turn builds no maps for them.
+    ApiCall(ApiCallHead),
+}
+
+/// The fixed fields of an API call's log ([`Log::api_call`]), which reads
+/// as the reference's `APICalling` snapshot:
+/// `{"id", "created_at", "metadata": {["served_model",] "lion_class"},
+/// "execution": {"status", "duration", "response", "error", "retryable"},
+/// "payload"}`, with `null` for the response and the payload (the kept
+/// values go there) and for `retryable`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiCallHead {
+    /// The snapshot's own id (not the log's).
+    pub id: Uuid,
+    /// When the call started (Unix seconds).
+    pub created_at: f64,
+    /// The model the provider reports having served.
+    pub served_model: Option<String>,
+    /// The call's duration in seconds.
+    pub duration: f64,
+    /// `None` for a completed call; the `execution.error` object of a
+    /// failed one.
+    pub error: Option<Value>,
+}
+
+impl ApiCallHead {
+    /// The head of a call that started at `created_at` and took
+    /// `duration` seconds, with a new id.
+    pub fn of(result: Result<&ChatResponse, &ModelError>, created_at: f64, duration: f64) -> Self {
+        Self {
+            id: Uuid::new_v4(),
+            created_at,
+            served_model: result.ok().and_then(|r| r.served_model.clone()),
+            duration,
+            error: result.err().map(execution_error),
+        }
+    }
+
+    /// The head as the map it reads as.
+    pub fn to_map(&self) -> Map<String, Value> {
+        let mut metadata = Map::with_capacity(2);
+        if let Some(s) = &self.served_model {
+            metadata.insert("served_model".into(), s.clone().into());
+        }
+        metadata.insert("lion_class".into(), lion_class::API_CALLING.into());
+        let mut execution = Map::with_capacity(5);
+        let status = if self.error.is_some() {
+            "failed"
+        } else {
+            "completed"
+        };
+        execution.insert("status".into(), status.into());
+        execution.insert("duration".into(), self.duration.into());
+        execution.insert("response".into(), Value::Null);
+        execution.insert("error".into(), self.error.clone().unwrap_or(Value::Null));
+        execution.insert("retryable".into(), Value::Null);
+        let mut m = Map::with_capacity(5);
+        m.insert("id".into(), self.id.to_string().into());
+        m.insert("created_at".into(), self.created_at.into());
+        m.insert("metadata".into(), Value::Object(metadata));
+        m.insert("execution".into(), Value::Object(execution));
+        m.insert("payload".into(), Value::Null);
+        m
+    }
 }
 
 /// A value of a log's content kept as JSON text, at a path of keys.
@@ -92,8 +162,21 @@ impl Log {
         };
         Self {
             element: Element::new(),
-            head: content,
+            head: Head::Map(content),
             kept: Vec::new(),
+            full: OnceLock::new(),
+        }
+    }
+
+    /// The log of an API call: `head`'s fields, with the `kept` request
+    /// body at `["payload"]` and reply at `["execution", "response"]`.
+    /// Its content reads as the map [`ApiCallHead`] describes, built only
+    /// when it is read.
+    pub fn api_call(head: ApiCallHead, kept: Vec<KeptJson>) -> Self {
+        Self {
+            element: Element::new(),
+            head: Head::ApiCall(head),
+            kept,
             full: OnceLock::new(),
         }
     }
@@ -132,10 +215,18 @@ impl Log {
 
     /// The snapshot.
     pub fn content(&self) -> &Map<String, Value> {
-        if self.kept.is_empty() {
-            return &self.head;
+        match &self.head {
+            Head::Map(m) if self.kept.is_empty() => m,
+            _ => self.full.get_or_init(|| self.materialize()),
         }
-        self.full.get_or_init(|| self.materialize())
+    }
+
+    /// The head as a map: the plain content's, or a typed head's built.
+    fn head_map(&self) -> std::borrow::Cow<'_, Map<String, Value>> {
+        match &self.head {
+            Head::Map(m) => std::borrow::Cow::Borrowed(m),
+            Head::ApiCall(h) => std::borrow::Cow::Owned(h.to_map()),
+        }
     }
 
     /// The element fields.
@@ -146,16 +237,17 @@ impl Log {
     /// Writes the content as compact JSON (what serde_json writes for
     /// [`Log::content`]), copying kept values verbatim.
     fn write_content(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
-        if self.kept.iter().any(|k| !has_place(&self.head, k.path)) {
+        let head = self.head_map();
+        if self.kept.iter().any(|k| !has_place(&head, k.path)) {
             // Not a shape this writer splices: the plain way.
             return serde_json::to_writer(out, self.content());
         }
-        write_map(out, &self.head, &self.kept, 0)
+        write_map(out, &head, &self.kept, 0)
     }
 
     /// The content with the kept values parsed in.
     fn materialize(&self) -> Map<String, Value> {
-        let mut m = self.head.clone();
+        let mut m = self.head_map().into_owned();
         for k in &self.kept {
             put_at(&mut m, k.path, json_text_value(&k.text));
         }
@@ -165,7 +257,8 @@ impl Log {
     /// This log as one line of a dump: what `serde_json::to_writer` writes
     /// for it.
     fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
-        if self.kept.iter().any(|k| !has_place(&self.head, k.path)) {
+        let head = self.head_map();
+        if self.kept.iter().any(|k| !has_place(&head, k.path)) {
             // Not a shape this writer splices: the plain way.
             return serde_json::to_writer(out, self);
         }
@@ -182,7 +275,7 @@ impl Log {
             },
         )?;
         out.extend_from_slice(b",\"content\":");
-        self.write_content(out)?;
+        write_map(out, &head, &self.kept, 0)?;
         out.push(b'}');
         Ok(())
     }
@@ -292,10 +385,10 @@ impl Serialize for Log {
         )?;
         // An export parses kept values without keeping the parsed copy.
         let parsed;
-        let content = match self.full.get() {
-            Some(full) => full,
-            None if self.kept.is_empty() => &self.head,
-            None => {
+        let content = match (self.full.get(), &self.head) {
+            (Some(full), _) => full,
+            (None, Head::Map(m)) if self.kept.is_empty() => m,
+            (None, _) => {
                 parsed = self.materialize();
                 &parsed
             }
@@ -332,7 +425,7 @@ impl<'de> Deserialize<'de> for Log {
                 created_at: w.created_at.unwrap_or_else(element::now),
                 metadata: w.metadata,
             },
-            head: content,
+            head: Head::Map(content),
             kept: Vec::new(),
             full: OnceLock::new(),
         })
@@ -938,6 +1031,72 @@ mod tests {
             }
             logger.dumps_written().await;
             std::fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
+    /// An API call's typed head reads, exports, dumps and compares as the
+    /// map it stands for, the reply and the body spliced in, for a
+    /// completed call and a failed one; its error is the one the
+    /// `execution` record of the model layer carries.
+    #[test]
+    fn an_api_call_head_reads_and_writes_as_its_map() {
+        let payload = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+        let reply =
+            json!({"id": "r", "model": "m-2024", "choices": [{"message": {"content": "yo"}}]});
+        let body = RequestBody::of(&payload).unwrap();
+        let err = ModelError::new(
+            crate::model::ModelErrorKind::BadRequest,
+            "openai",
+            Some("m"),
+            "x",
+        )
+        .with_status(400);
+        let ok = ChatResponse::from_raw(reply.clone());
+        for result in [Ok(&ok), Err(&err)] {
+            let head = ApiCallHead::of(result, 1_700_000_000.25, 0.125);
+            let mut kept = vec![KeptJson::body(&["payload"], &body)];
+            let mut full = head.to_map();
+            full.insert("payload".into(), payload.clone());
+            if let Ok(r) = result {
+                kept.push(KeptJson::value(&["execution", "response"], &r.raw).unwrap());
+                full["execution"]["response"] = reply.clone();
+            }
+            let expected = json!({
+                "id": head.id.to_string(),
+                "created_at": 1_700_000_000.25,
+                "metadata": if result.is_ok() {
+                    json!({"served_model": "m-2024", "lion_class": lion_class::API_CALLING})
+                } else {
+                    json!({"lion_class": lion_class::API_CALLING})
+                },
+                "execution": crate::model::api_call_execution(result, 0.125),
+                "payload": payload,
+            });
+            // In the reference's key order too (maps compare without it).
+            assert_eq!(
+                serde_json::to_string(&full).unwrap(),
+                serde_json::to_string(&expected).unwrap()
+            );
+            let typed = Log::api_call(head, kept);
+            let plain = Log {
+                element: typed.element.clone(),
+                ..Log::new(full)
+            };
+            assert_eq!(
+                serde_json::to_string(&typed).unwrap(),
+                serde_json::to_string(&plain).unwrap()
+            );
+            let (mut pile, mut plain_pile) = (Pile::new(true), Pile::new(true));
+            pile.push(typed.clone());
+            plain_pile.push(plain.clone());
+            for csv in [false, true] {
+                assert_eq!(
+                    render_logs(&pile, csv).unwrap(),
+                    render_logs(&plain_pile, csv).unwrap()
+                );
+            }
+            assert_eq!(typed.content(), plain.content());
+            assert_eq!(typed, plain);
         }
     }
 

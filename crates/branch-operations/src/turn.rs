@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use branch_core::branch::same_model;
-use branch_core::log::{KeptJson, Log};
+use branch_core::log::{ApiCallHead, KeptJson, Log};
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{
     ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, ReasoningBlock,
-    api_call_execution_head,
 };
 use branch_core::{Branch, Participant, Role};
 use branch_messages::{
@@ -22,9 +21,6 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::error::{OperationError, Result};
-
-/// The `lion_class` of an API-call log record.
-const API_CALLING: &str = "lionagi.service.connections.api_calling.APICalling";
 
 /// Upgrades configuration-only models to connected ones, keeping a parse
 /// model that aliases the chat model aliased.
@@ -408,41 +404,33 @@ pub(crate) async fn send(
     };
     let result = tracing::Instrument::instrument(call, span).await;
     let duration = t0.elapsed().as_secs_f64();
-    let mut metadata = Map::new();
-    if let Ok(r) = &result {
-        if let Some(s) = &r.served_model {
-            metadata.insert("served_model".into(), s.clone().into());
-        }
-    }
-    metadata.insert("lion_class".into(), API_CALLING.into());
     // The request body and the reply are kept as JSON text (the body the
-    // very bytes sent), parsed only if the log is read.
-    let mut record = Map::with_capacity(5);
-    record.insert("id".into(), Uuid::new_v4().to_string().into());
-    record.insert("created_at".into(), started_at.into());
-    record.insert("metadata".into(), Value::Object(metadata));
-    record.insert(
-        "execution".into(),
-        api_call_execution_head(result.as_ref(), duration),
-    );
-    record.insert("payload".into(), Value::Null);
+    // very bytes sent), parsed only if the log is read; the rest of the
+    // record stays typed.
+    let head = ApiCallHead::of(result.as_ref(), started_at, duration);
     let mut kept = Vec::with_capacity(2);
     if let Some(b) = &body {
         kept.push(KeptJson::body(&["payload"], b));
     }
-    if let Ok(r) = &result {
-        match KeptJson::value(&["execution", "response"], &r.raw) {
-            Ok(k) => kept.push(k),
+    let log = match &result {
+        Ok(r) => match KeptJson::value(&["execution", "response"], &r.raw) {
+            Ok(k) => {
+                kept.push(k);
+                Log::api_call(head, kept)
+            }
             // A `Value` always serializes; were it ever not to, the reply
             // is still recorded whole.
             Err(_) => {
+                let mut record = head.to_map();
                 if let Some(Value::Object(e)) = record.get_mut("execution") {
                     e.insert("response".into(), r.raw.clone());
                 }
+                Log::with_kept(record, kept)
             }
-        }
-    }
-    branch.log(Log::with_kept(record, kept));
+        },
+        Err(_) => Log::api_call(head, kept),
+    };
+    branch.log(log);
     result.map_err(OperationError::api)
 }
 

@@ -357,14 +357,16 @@ pub fn api_call_execution_head(
             m.insert("status".into(), "failed".into());
             m.insert("duration".into(), duration_secs.into());
             m.insert("response".into(), Value::Null);
-            m.insert(
-                "error".into(),
-                serde_json::json!({"error": e.reference_type(), "message": e.reference_message()}),
-            );
+            m.insert("error".into(), execution_error(e));
         }
     }
     m.insert("retryable".into(), Value::Null);
     Value::Object(m)
+}
+
+/// The `execution.error` object of a failed call's log record.
+pub(crate) fn execution_error(e: &ModelError) -> Value {
+    serde_json::json!({"error": e.reference_type(), "message": e.reference_message()})
 }
 
 /// A key's value in a reply object, found without hashing the key when

@@ -20,6 +20,7 @@ mod wire;
 use std::sync::Arc;
 
 pub use body::{RequestBody, TokenCount};
+pub(crate) use call::execution_error;
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
     ToolCall, Usage, api_call_execution, api_call_execution_head, extract_text, stream_chunk,
