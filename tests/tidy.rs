@@ -271,3 +271,25 @@ fn only_the_umbrella_knows_opentelemetry() {
         }
     }
 }
+
+/// pulp compiles what `vectorize` runs for the instruction set it checked
+/// only when that code is inlined into it; a closure may not be (the
+/// embedded model's AVX2 kernel once ran its intrinsics out of line, and
+/// decoded at 15 tokens/s instead of 52, because of one). Kernels go to
+/// `vectorize` as types whose `call` or `with_simd` is `#[inline(always)]`.
+#[test]
+fn simd_kernels_are_not_closures() {
+    let mut files = Vec::new();
+    rust_files(&root().join("crates"), &mut files);
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for (at, _) in text.match_indices(".vectorize(") {
+            let arg = text[at + ".vectorize(".len()..].trim_start();
+            assert!(
+                !arg.starts_with('|') && !arg.starts_with("move"),
+                "{}: a closure handed to `vectorize`",
+                f.display()
+            );
+        }
+    }
+}
