@@ -11,11 +11,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use branch_core::log::Log;
+use branch_core::log::{ApiCallHead, Log};
 use branch_core::message::{ActionResponseContent, Message, MessageContent};
-use branch_core::model::{
-    ChatModel, ChatStream, ChunkKind, StreamAccumulator, api_call_execution, now_timestamp,
-};
+use branch_core::model::{ChatModel, ChatStream, ChunkKind, StreamAccumulator, now_timestamp};
 use branch_core::{Branch, Participant};
 use futures_core::Stream;
 use futures_util::StreamExt;
@@ -416,7 +414,7 @@ impl RunState<'_> {
             let stream = match model.stream(request).await {
                 Ok(s) => s,
                 Err(e) => {
-                    self.log_call(&payload, started_at, started, Err(&e), None);
+                    self.log_call(&payload, started_at, started, Err(&e));
                     self.done = true;
                     return Err(OperationError::api(e));
                 }
@@ -433,6 +431,8 @@ impl RunState<'_> {
         Ok(())
     }
 
+    /// Logs the call as `chat` does (turn.rs), the payload and the reply
+    /// held as values.
     fn log_call(
         &mut self,
         payload: &Value,
@@ -442,23 +442,14 @@ impl RunState<'_> {
             &branch_core::model::ChatResponse,
             &branch_core::model::ModelError,
         >,
-        served: Option<&str>,
     ) {
-        let mut metadata = Map::new();
-        if let Some(s) = served {
-            metadata.insert("served_model".into(), s.into());
+        let head = ApiCallHead::of(result, started_at, started.elapsed().as_secs_f64());
+        let mut record = head.to_map();
+        record.insert("payload".into(), payload.clone());
+        if let (Ok(r), Some(Value::Object(e))) = (result, record.get_mut("execution")) {
+            e.insert("response".into(), r.raw.clone());
         }
-        metadata.insert(
-            "lion_class".into(),
-            "lionagi.service.connections.api_calling.APICalling".into(),
-        );
-        self.branch.log(Log::from_json(json!({
-            "id": Uuid::new_v4().to_string(),
-            "created_at": started_at,
-            "metadata": metadata,
-            "execution": api_call_execution(result, started.elapsed().as_secs_f64()),
-            "payload": payload,
-        })));
+        self.branch.log(Log::new(record));
     }
 
     fn assistant(&self, text: String, meta: Map<String, Value>) -> Message {
@@ -504,7 +495,7 @@ impl RunState<'_> {
                             acc.push(&c);
                         }
                         Err(e) => {
-                            self.log_call(&payload, started_at, started, Err(&e), None);
+                            self.log_call(&payload, started_at, started, Err(&e));
                             self.done = true;
                             return Err(OperationError::api(e));
                         }
@@ -512,13 +503,7 @@ impl RunState<'_> {
                 }
                 let _ = model;
                 let response = acc.finish();
-                self.log_call(
-                    &payload,
-                    started_at,
-                    started,
-                    Ok(&response),
-                    response.served_model.as_deref(),
-                );
+                self.log_call(&payload, started_at, started, Ok(&response));
                 let mut meta = Map::new();
                 meta.insert("model_response".into(), response.raw.clone());
                 if !response.reasoning.is_empty() {

@@ -365,6 +365,21 @@ async fn run_pauses_on_native_tool_calls_and_resumes() {
         Some(OperationError::ApprovalPending { calls: 1, .. })
     ));
     assert_eq!(b.messages().len(), 3, "system, instruction, reply");
+    // The streamed call is logged as `chat` logs one: the request, and the
+    // reply the message keeps.
+    let d = b.to_dict(&ToDictOptions::default()).unwrap();
+    let log = &d["logs"]["collections"][0]["content"];
+    assert_eq!(
+        log["metadata"]["lion_class"],
+        "lionagi.service.connections.api_calling.APICalling"
+    );
+    assert_eq!(log["execution"]["status"], "completed");
+    assert_eq!(
+        log["execution"]["response"],
+        d["messages"]["collections"][2]["metadata"]["model_response"]
+    );
+    assert!(log["execution"]["response"].is_object());
+    assert!(log["payload"]["messages"].is_array(), "{log}");
     let p = b.pending_approval().unwrap().unwrap();
     assert_eq!(p.verb, "run");
     let mut edited = Map::new();
