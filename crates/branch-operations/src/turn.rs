@@ -217,6 +217,11 @@ pub(crate) fn response_message(
     let mut m = Message::assistant(text)
         .with_sender(Participant::Id(branch.id()))
         .with_recipient(user_of(branch));
+    // Sized for what goes in: a map's first insert makes room for three
+    // (about 200 bytes more for every reply a conversation keeps).
+    if m.element.metadata.is_empty() {
+        m.element.metadata = Map::with_capacity(1 + usize::from(!reasoning.is_empty()));
+    }
     m.element.metadata.insert("model_response".into(), raw);
     if !reasoning.is_empty() {
         m.element.metadata.insert(
