@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
 use crate::error::{BranchError, Result};
-use crate::model::{ChatResponse, ModelError, RequestBody, execution_error};
+use crate::model::{ChatResponse, ModelError, RequestBody, execution_error, execution_record};
 use crate::pile::{Pile, Stored};
 use crate::progression::de_opt_created_at;
 
@@ -78,30 +78,27 @@ impl ApiCallHead {
         }
     }
 
-    /// The head as the map it reads as.
-    pub fn to_map(&self) -> Map<String, Value> {
+    /// The head as the map it reads as, `null` at the places of the
+    /// payload and the response.
+    fn to_map(&self) -> Map<String, Value> {
+        self.record(Value::Null, Value::Null)
+    }
+
+    /// The whole record: the head with the request `payload` and the
+    /// `response` (`null` for a failed call) in their places.
+    pub fn record(&self, payload: Value, response: Value) -> Map<String, Value> {
         let mut metadata = Map::with_capacity(2);
         if let Some(s) = &self.served_model {
             metadata.insert("served_model".into(), s.clone().into());
         }
         metadata.insert("lion_class".into(), lion_class::API_CALLING.into());
-        let mut execution = Map::with_capacity(5);
-        let status = if self.error.is_some() {
-            "failed"
-        } else {
-            "completed"
-        };
-        execution.insert("status".into(), status.into());
-        execution.insert("duration".into(), self.duration.into());
-        execution.insert("response".into(), Value::Null);
-        execution.insert("error".into(), self.error.clone().unwrap_or(Value::Null));
-        execution.insert("retryable".into(), Value::Null);
+        let execution = execution_record(self.duration, self.error.clone(), response);
         let mut m = Map::with_capacity(5);
         m.insert("id".into(), self.id.to_string().into());
         m.insert("created_at".into(), self.created_at.into());
         m.insert("metadata".into(), Value::Object(metadata));
         m.insert("execution".into(), Value::Object(execution));
-        m.insert("payload".into(), Value::Null);
+        m.insert("payload".into(), payload);
         m
     }
 }

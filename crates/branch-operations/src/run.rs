@@ -444,12 +444,9 @@ impl RunState<'_> {
         >,
     ) {
         let head = ApiCallHead::of(result, started_at, started.elapsed().as_secs_f64());
-        let mut record = head.to_map();
-        record.insert("payload".into(), payload.clone());
-        if let (Ok(r), Some(Value::Object(e))) = (result, record.get_mut("execution")) {
-            e.insert("response".into(), r.raw.clone());
-        }
-        self.branch.log(Log::new(record));
+        let response = result.map_or(Value::Null, |r| r.raw.clone());
+        self.branch
+            .log(Log::new(head.record(payload.clone(), response)));
     }
 
     fn assistant(&self, text: String, meta: Map<String, Value>) -> Message {

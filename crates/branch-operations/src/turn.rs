@@ -425,13 +425,7 @@ pub(crate) async fn send(
             }
             // A `Value` always serializes; were it ever not to, the reply
             // is still recorded whole.
-            Err(_) => {
-                let mut record = head.to_map();
-                if let Some(Value::Object(e)) = record.get_mut("execution") {
-                    e.insert("response".into(), r.raw.clone());
-                }
-                Log::with_kept(record, kept)
-            }
+            Err(_) => Log::with_kept(head.record(Value::Null, r.raw.clone()), kept),
         },
         Err(_) => Log::api_call(head, kept),
     };

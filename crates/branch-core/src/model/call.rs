@@ -332,11 +332,9 @@ impl ChatResponse {
 /// (serialization.md §6.1): `{"status", "duration", "response", "error",
 /// "retryable"}`.
 pub fn api_call_execution(result: Result<&ChatResponse, &ModelError>, duration_secs: f64) -> Value {
-    let mut v = api_call_execution_head(result, duration_secs);
-    if let (Ok(r), Value::Object(m)) = (result, &mut v) {
-        m.insert("response".into(), r.raw.clone());
-    }
-    v
+    let response = result.map_or(Value::Null, |r| r.raw.clone());
+    let error = result.err().map(execution_error);
+    Value::Object(execution_record(duration_secs, error, response))
 }
 
 /// [`api_call_execution`] with `response` left `null`, for a log that
@@ -345,23 +343,29 @@ pub fn api_call_execution_head(
     result: Result<&ChatResponse, &ModelError>,
     duration_secs: f64,
 ) -> Value {
+    let error = result.err().map(execution_error);
+    Value::Object(execution_record(duration_secs, error, Value::Null))
+}
+
+/// The `execution` object of a call that took `duration_secs`: failed
+/// when it has an `error` object, else completed with `response`.
+pub(crate) fn execution_record(
+    duration_secs: f64,
+    error: Option<Value>,
+    response: Value,
+) -> Map<String, Value> {
     let mut m = Map::with_capacity(5);
-    match result {
-        Ok(_) => {
-            m.insert("status".into(), "completed".into());
-            m.insert("duration".into(), duration_secs.into());
-            m.insert("response".into(), Value::Null);
-            m.insert("error".into(), Value::Null);
-        }
-        Err(e) => {
-            m.insert("status".into(), "failed".into());
-            m.insert("duration".into(), duration_secs.into());
-            m.insert("response".into(), Value::Null);
-            m.insert("error".into(), execution_error(e));
-        }
-    }
+    let status = if error.is_some() {
+        "failed"
+    } else {
+        "completed"
+    };
+    m.insert("status".into(), status.into());
+    m.insert("duration".into(), duration_secs.into());
+    m.insert("response".into(), response);
+    m.insert("error".into(), error.unwrap_or(Value::Null));
     m.insert("retryable".into(), Value::Null);
-    Value::Object(m)
+    m
 }
 
 /// The `execution.error` object of a failed call's log record.

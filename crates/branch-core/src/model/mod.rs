@@ -20,12 +20,12 @@ mod wire;
 use std::sync::Arc;
 
 pub use body::{RequestBody, TokenCount};
-pub(crate) use call::execution_error;
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
     ToolCall, Usage, api_call_execution, api_call_execution_head, extract_text, stream_chunk,
     thinking_chunk,
 };
+pub(crate) use call::{execution_error, execution_record};
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,
     ModelConfig, ModelConfigBuilder, ProcessorConfig, RequestOptions, RetryConfig, Seconds,
