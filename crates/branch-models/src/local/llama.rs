@@ -13,9 +13,12 @@ use std::sync::Arc;
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::{D, DType, Device, Module, Tensor};
 
+use super::attend::attend_one;
+use super::block_matmul::BlockMatrix;
 use super::error::LocalModelError;
 use super::kv::LayerCache;
 use super::q4_1::Q4_1Matrix;
+use super::q8_0::Q8_0Matrix;
 
 /// Hyper-parameters from the GGUF metadata (`llama.*`).
 #[derive(Debug, Clone, PartialEq)]
@@ -53,11 +56,13 @@ struct Layer {
     down: Matrix,
 }
 
-/// A weight matrix: candle's quantized matmul, or ours for Q4_1 (same
-/// results, vectorized; see `q4_1.rs`).
+/// A weight matrix: ours for Q4_1 (candle's results, vectorized; see
+/// `q4_1.rs`) and Q8_0 (candle's portable results on every CPU; see
+/// `q8_0.rs`), candle's quantized matmul for the other formats.
 enum Matrix {
     Candle(QMatMul),
     Q4_1(Q4_1Matrix),
+    Q8_0(Q8_0Matrix),
 }
 
 impl Matrix {
@@ -68,10 +73,19 @@ impl Matrix {
         rows: usize,
         cols: usize,
     ) -> candle_core::Result<Self> {
-        if dtype == GgmlDType::Q4_1 {
-            return Q4_1Matrix::from_bytes(&bytes, rows, cols)
-                .map(Self::Q4_1)
-                .ok_or_else(|| candle_core::Error::Msg("Q4_1 matrix of the wrong size".into()));
+        let wrong_size = || candle_core::Error::Msg(format!("{dtype:?} matrix of the wrong size"));
+        match dtype {
+            GgmlDType::Q4_1 => {
+                return Q4_1Matrix::from_bytes(&bytes, rows, cols)
+                    .map(Self::Q4_1)
+                    .ok_or_else(wrong_size);
+            }
+            GgmlDType::Q8_0 => {
+                return Q8_0Matrix::from_bytes(&bytes, rows, cols)
+                    .map(Self::Q8_0)
+                    .ok_or_else(wrong_size);
+            }
+            _ => {}
         }
         // candle reads the buffer as a slice of blocks (align 2 or 4) and
         // panics when it is not aligned; a fresh allocation is, but check.
@@ -83,9 +97,9 @@ impl Matrix {
     }
 
     fn new(t: QTensor) -> candle_core::Result<Self> {
-        if t.dtype() == GgmlDType::Q4_1 {
+        if matches!(t.dtype(), GgmlDType::Q4_1 | GgmlDType::Q8_0) {
             let (rows, cols) = t.shape().dims2()?;
-            return Self::from_bytes(t.data()?.into_owned(), GgmlDType::Q4_1, rows, cols);
+            return Self::from_bytes(t.data()?.into_owned(), t.dtype(), rows, cols);
         }
         QMatMul::from_arc(Arc::new(t)).map(Self::Candle)
     }
@@ -94,6 +108,7 @@ impl Matrix {
         match self {
             Self::Candle(m) => m.forward(x),
             Self::Q4_1(m) => m.forward(x),
+            Self::Q8_0(m) => m.forward(x),
         }
     }
 }
@@ -434,21 +449,30 @@ impl LlamaWeights {
             let k = candle_nn::rotary_emb::rope_i(&heads(&k, n_kv)?, &cos, &sin)?;
             let v = heads(&v, n_kv)?;
             let (k, v) = cache.write(state.pos, &k, &v, state.max)?;
-            // Grouped-query attention without repeating K/V: the n_rep query
-            // heads sharing a K/V head are stacked along the row axis.
-            let q = q.reshape((1, n_kv, n_rep * len, hd))?;
-            let mut att = (q.matmul(&k.t()?)? * scale)?;
-            if let Some(mask) = &mask {
-                att = att.broadcast_add(mask)?;
-            }
-            let att = candle_nn::ops::softmax_last_dim(&att)?;
-            let y = att
-                // V is a view of the cache's first positions; the matmul
-                // reads it in place (only its batch stride differs).
-                .matmul(&v)?
-                .reshape((1, cfg.n_head, len, hd))?
-                .transpose(1, 2)?
-                .reshape((1, len, cfg.n_embd))?;
+            let y = if len == 1 {
+                // As candle scales: the factor computed in f64, applied in f32.
+                attend_one(&q, &k, &v, scale as f32)?
+            } else {
+                // A prompt's attention stays candle's: the default model's
+                // replies sit on knife edges, and summing in another order
+                // (2e-6 apart) changed the first token of a reply.
+                // Grouped-query attention without repeating K/V: the n_rep
+                // query heads sharing a K/V head are stacked along the row
+                // axis.
+                let q = q.reshape((1, n_kv, n_rep * len, hd))?;
+                let mut att = (q.matmul(&k.t()?)? * scale)?;
+                if let Some(mask) = &mask {
+                    att = att.broadcast_add(mask)?;
+                }
+                let att = candle_nn::ops::softmax_last_dim(&att)?;
+                att
+                    // V is a view of the cache's first positions; the matmul
+                    // reads it in place (only its batch stride differs).
+                    .matmul(&v)?
+                    .reshape((1, cfg.n_head, len, hd))?
+                    .transpose(1, 2)?
+                    .reshape((1, len, cfg.n_embd))?
+            };
             h = (h + layer.wo.forward(&y)?)?;
             let x = candle_nn::ops::rms_norm(&h, &layer.ffn_norm, cfg.rms_eps as f32)?;
             let [gate, up] = <[Tensor; 2]>::try_from(layer.gate_up.forward(&x)?)

@@ -34,6 +34,8 @@
 //! # Ok(()) }
 //! ```
 
+mod attend;
+mod block_matmul;
 mod engine;
 mod error;
 mod generate;
@@ -44,6 +46,7 @@ pub mod llama;
 mod load_tests;
 mod prefix;
 mod q4_1;
+mod q8_0;
 pub mod sampler;
 pub mod template;
 pub mod tokenizer;

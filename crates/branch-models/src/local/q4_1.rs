@@ -10,17 +10,17 @@
 //! the rows are split over candle's thread pool. The outputs are equal to
 //! candle's bit for bit (tested), so the model is the same.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::ops::Range;
+use std::sync::atomic::AtomicU32;
 
-use candle_core::{Device, Tensor};
 use half::f16;
+
+use super::block_matmul::{BlockMatrix, store};
 
 /// Values per block.
 const BLOCK: usize = 32;
 /// Bytes per stored block: scale and minimum (f16 each), 16 bytes of nibbles.
 const BLOCK_BYTES: usize = 20;
-/// Rows per unit of work handed to the thread pool.
-const ROWS_PER_UNIT: usize = 16;
 
 /// A Q4_1 matrix of `rows × cols`, its blocks' scales and minimums widened
 /// to f32 once (exact) so the inner loop reads no f16.
@@ -53,7 +53,7 @@ impl std::fmt::Debug for Q4_1Matrix {
 }
 
 /// One input row quantized to Q8_1 (candle's `BlockQ8_1::from_float`).
-struct Q8_1Row {
+pub(super) struct Q8_1Row {
     d: Vec<f32>,
     s: Vec<f32>,
     qs: Vec<[i8; BLOCK]>,
@@ -129,48 +129,32 @@ impl Q4_1Matrix {
         }
         Some(matrix)
     }
+}
 
-    /// `x (…, cols)` times the matrix transposed: `(…, rows)`.
-    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
-        let dims = x.dims().to_vec();
-        let Some((&k, batch)) = dims.split_last() else {
-            candle_core::bail!("Q4_1 matmul of a scalar");
-        };
-        if k != self.cols {
-            candle_core::bail!("Q4_1 matmul: input of {k} columns, matrix of {}", self.cols);
-        }
-        let inputs = x.flatten_all()?.to_vec1::<f32>()?;
-        let xs: Vec<Q8_1Row> = inputs.chunks_exact(k).map(Q8_1Row::quantize).collect();
-        let out = self.matmul(&xs);
-        let mut shape = batch.to_vec();
-        shape.push(self.rows);
-        Tensor::from_vec(out, shape, &Device::Cpu)
+impl BlockMatrix for Q4_1Matrix {
+    type Input = Q8_1Row;
+    const FORMAT: &'static str = "Q4_1";
+
+    fn rows(&self) -> usize {
+        self.rows
     }
 
-    /// Every input row times the matrix, in one pass of the thread pool:
-    /// each unit of work reads its rows of the matrix once for all inputs.
-    fn matmul(&self, xs: &[Q8_1Row]) -> Vec<f32> {
-        let n = self.rows;
-        let out: Vec<AtomicU32> = (0..xs.len() * n).map(|_| AtomicU32::new(0)).collect();
-        let units = n.div_ceil(ROWS_PER_UNIT);
-        let nb = self.cols / BLOCK;
-        candle_core::utils::barrier_pool().execute_chunked(units, |range| {
-            let first = range.start * ROWS_PER_UNIT;
-            let last = (range.end * ROWS_PER_UNIT).min(n);
-            for (i, x) in xs.iter().enumerate() {
-                let rows = Rows {
-                    matrix: self,
-                    x,
-                    nb,
-                    rows: first..last,
-                    out: &out[i * n..(i + 1) * n],
-                };
-                dispatch(rows);
-            }
+    fn cols(&self) -> usize {
+        self.cols
+    }
+
+    fn quantize(x: &[f32]) -> Q8_1Row {
+        Q8_1Row::quantize(x)
+    }
+
+    fn run(&self, x: &Q8_1Row, rows: Range<usize>, out: &[AtomicU32]) {
+        dispatch(Rows {
+            matrix: self,
+            x,
+            nb: self.cols / BLOCK,
+            rows,
+            out,
         });
-        out.into_iter()
-            .map(|v| f32::from_bits(v.into_inner()))
-            .collect()
     }
 }
 
@@ -189,7 +173,7 @@ struct Rows<'a> {
     matrix: &'a Q4_1Matrix,
     x: &'a Q8_1Row,
     nb: usize,
-    rows: std::ops::Range<usize>,
+    rows: Range<usize>,
     out: &'a [AtomicU32],
 }
 
@@ -266,7 +250,7 @@ impl Rows<'_> {
                 );
             }
             for (i, sum) in sums.into_iter().enumerate() {
-                out[r + i].store(sum.to_bits(), Ordering::Relaxed);
+                store(&out[r + i], sum);
             }
             r += 4;
         }
@@ -279,7 +263,7 @@ impl Rows<'_> {
                     * x.d[b]
                     + matrix.m_tail[tail + b] * x.s[b];
             }
-            slot.store(sum.to_bits(), Ordering::Relaxed);
+            store(slot, sum);
         }
     }
 }
@@ -304,6 +288,7 @@ mod avx2 {
     use pulp::x86::V3;
 
     use super::BlockDot;
+    use crate::local::block_matmul::avx2::{scaled4, sum1, sum4};
 
     /// The AVX2 kernel, available because the `V3` token exists.
     #[derive(Clone, Copy)]
@@ -348,12 +333,7 @@ mod avx2 {
             m: &[f32; 4],
         ) {
             let simd = self.0;
-            let dots: __m128i = pulp::bytemuck::cast(block_dot4(simd, w, x.qs));
-            let scaled = simd.sse._mm_mul_ps(
-                simd.sse
-                    ._mm_mul_ps(simd.sse2._mm_cvtepi32_ps(dots), pulp::bytemuck::cast(*d)),
-                simd.sse._mm_set1_ps(x.d),
-            );
+            let scaled = scaled4(simd, sum4(simd, eights4(simd, w, x.qs)), d, x.d);
             let mins = simd
                 .sse
                 ._mm_mul_ps(pulp::bytemuck::cast(*m), simd.sse._mm_set1_ps(x.s));
@@ -379,39 +359,31 @@ mod avx2 {
             ._mm256_madd_epi16(pairs, simd.avx._mm256_set1_epi16(1))
     }
 
+    /// The 8-integer sums of four rows' blocks.
+    #[inline(always)]
+    fn eights4(simd: V3, w: &[[u8; 16]; 4], x: &[i8; super::BLOCK]) -> [__m256i; 4] {
+        // No closure (`map`) here: one might not be compiled for AVX2.
+        let x: __m256i = pulp::bytemuck::cast(*x);
+        [
+            eights(simd, &w[0], x),
+            eights(simd, &w[1], x),
+            eights(simd, &w[2], x),
+            eights(simd, &w[3], x),
+        ]
+    }
+
     /// [`super::block_dot`] of four rows' blocks, their 8-integer sums
-    /// reduced together (integer sums are exact in any order).
+    /// reduced together.
+    #[cfg(test)]
     #[inline(always)]
     pub(super) fn block_dot4(simd: V3, w: &[[u8; 16]; 4], x: &[i8; super::BLOCK]) -> [i32; 4] {
-        let x: __m256i = pulp::bytemuck::cast(*x);
-        let (a, b) = (eights(simd, &w[0], x), eights(simd, &w[1], x));
-        let (c, d) = (eights(simd, &w[2], x), eights(simd, &w[3], x));
-        // Per 128-bit half: [a01, a23, b01, b23], then [a, b, c, d].
-        let ab = simd.avx2._mm256_hadd_epi32(a, b);
-        let cd = simd.avx2._mm256_hadd_epi32(c, d);
-        let abcd = simd.avx2._mm256_hadd_epi32(ab, cd);
-        let s = simd.sse2._mm_add_epi32(
-            simd.avx._mm256_castsi256_si128(abcd),
-            simd.avx2._mm256_extracti128_si256::<1>(abcd),
-        );
-        pulp::bytemuck::cast(s)
+        pulp::bytemuck::cast(sum4(simd, eights4(simd, w, x)))
     }
 
     /// [`super::block_dot`] in AVX2: the same exact sum.
     #[inline(always)]
     pub(super) fn block_dot(simd: V3, w: &[u8; 16], x: &[i8; super::BLOCK]) -> i32 {
-        let quads = eights(simd, w, pulp::bytemuck::cast(*x));
-        let s = simd.sse2._mm_add_epi32(
-            simd.avx._mm256_castsi256_si128(quads),
-            simd.avx2._mm256_extracti128_si256::<1>(quads),
-        );
-        let s = simd
-            .sse2
-            ._mm_add_epi32(s, simd.sse2._mm_shuffle_epi32::<0b01_00_11_10>(s));
-        let s = simd
-            .sse2
-            ._mm_add_epi32(s, simd.sse2._mm_shuffle_epi32::<0b10_11_00_01>(s));
-        simd.sse2._mm_cvtsi128_si32(s)
+        sum1(simd, eights(simd, w, pulp::bytemuck::cast(*x)))
     }
 }
 
@@ -421,6 +393,7 @@ mod tests {
     use candle_core::{Device, Module, Tensor};
 
     use super::Q4_1Matrix;
+    use crate::local::block_matmul::BlockMatrix;
 
     /// Same outputs as candle's own Q4_1 matmul, bit for bit, for one row
     /// (decode) and several (prompt), on values with a wide range.
