@@ -7,6 +7,7 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use candle_core::{Device, Tensor};
+use half::f16;
 
 /// Output rows per unit of work handed to the thread pool (a multiple of
 /// four: the kernels take rows four at a time).
@@ -66,6 +67,25 @@ fn forward<M: BlockMatrix>(matrix: &M, x: &Tensor) -> candle_core::Result<Tensor
     let mut shape = batch.to_vec();
     shape.push(n);
     Tensor::from_vec(out, shape, &Device::Cpu)
+}
+
+/// Inputs per quantized block.
+pub(super) const BLOCK: usize = 32;
+
+/// One block of inputs quantized to 8 bits as candle's Q8_0 and Q8_1 do:
+/// the scale `amax / 127` (kept as f16), each value rounded after a
+/// multiplication by the unrounded scale's reciprocal. No value is -128
+/// (|x| ≤ amax), which the Q8_0 kernel's sign trick relies on.
+pub(super) fn quantize_block(xs: &[f32; BLOCK]) -> (f16, [i8; BLOCK]) {
+    let amax = xs.iter().fold(0f32, |a, x| a.max(x.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut qs = [0i8; BLOCK];
+    for (q, x) in qs.iter_mut().zip(xs) {
+        // `as` saturates; |x * id| <= 127 by construction.
+        *q = (x * id).round() as i8;
+    }
+    (f16::from_f32(d), qs)
 }
 
 /// Stores a row's sum in its output slot.

@@ -15,10 +15,8 @@ use std::sync::atomic::AtomicU32;
 
 use half::f16;
 
-use super::block_matmul::{BlockMatrix, store};
+use super::block_matmul::{BLOCK, BlockMatrix, quantize_block, store};
 
-/// Values per block.
-const BLOCK: usize = 32;
 /// Bytes per stored block: scale and minimum (f16 each), 16 bytes of nibbles.
 const BLOCK_BYTES: usize = 20;
 
@@ -67,20 +65,11 @@ impl Q8_1Row {
             s: Vec::with_capacity(blocks),
             qs: Vec::with_capacity(blocks),
         };
-        for xs in x.chunks_exact(BLOCK) {
-            let amax = xs.iter().fold(0f32, |a, x| a.max(x.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let d16 = f16::from_f32(d);
-            let mut qs = [0i8; BLOCK];
-            let mut sum = 0i32;
-            for (q, x) in qs.iter_mut().zip(xs) {
-                // `as` saturates; |x * id| <= 127 by construction.
-                *q = (x * id).round() as i8;
-                sum += i32::from(*q);
-            }
-            row.d.push(d16.to_f32());
-            row.s.push((f16::from_f32(sum as f32) * d16).to_f32());
+        for xs in x.as_chunks::<BLOCK>().0 {
+            let (d, qs) = quantize_block(xs);
+            let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
+            row.d.push(d.to_f32());
+            row.s.push((f16::from_f32(sum as f32) * d).to_f32());
             row.qs.push(qs);
         }
         row

@@ -16,10 +16,8 @@ use std::sync::atomic::AtomicU32;
 
 use half::f16;
 
-use super::block_matmul::{BlockMatrix, store};
+use super::block_matmul::{BLOCK, BlockMatrix, quantize_block, store};
 
-/// Values per block.
-const BLOCK: usize = 32;
 /// Bytes per stored block: the scale (f16), 32 signed bytes.
 const BLOCK_BYTES: usize = 34;
 
@@ -46,8 +44,7 @@ impl std::fmt::Debug for Q8_0Matrix {
 }
 
 /// One input row quantized to Q8_0 (candle's `BlockQ8_0::from_float`).
-/// No value is -128 (each is a rounded `x / amax · 127`), which the AVX2
-/// kernel's sign trick needs.
+/// No value is -128, which the AVX2 kernel's sign trick needs.
 pub(super) struct Q8_0Row {
     d: Vec<f32>,
     qs: Vec<[i8; BLOCK]>,
@@ -60,16 +57,9 @@ impl Q8_0Row {
             d: Vec::with_capacity(blocks),
             qs: Vec::with_capacity(blocks),
         };
-        for xs in x.chunks_exact(BLOCK) {
-            let amax = xs.iter().fold(0f32, |a, x| a.max(x.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let mut qs = [0i8; BLOCK];
-            for (q, x) in qs.iter_mut().zip(xs) {
-                // `as` saturates; |x * id| <= 127 by construction.
-                *q = (x * id).round() as i8;
-            }
-            row.d.push(f16::from_f32(d).to_f32());
+        for xs in x.as_chunks::<BLOCK>().0 {
+            let (d, qs) = quantize_block(xs);
+            row.d.push(d.to_f32());
             row.qs.push(qs);
         }
         row
