@@ -36,6 +36,7 @@ pub(super) fn attend_one(
     let (_, n_head, rows, hd) = q.dims4()?;
     let (_, n_kv, positions, k_hd) = k.dims4()?;
     if rows != 1
+        || hd == 0
         || k_hd != hd
         || v.dims() != k.dims()
         || n_kv == 0
@@ -364,6 +365,8 @@ mod tests {
         assert!(attend_one(&t((1, 2, 2, 4)), &t((1, 2, 3, 4)), &t((1, 2, 3, 4)), 1.0).is_err());
         assert!(attend_one(&t((1, 3, 1, 4)), &t((1, 2, 3, 4)), &t((1, 2, 3, 4)), 1.0).is_err());
         assert!(attend_one(&t((1, 2, 1, 4)), &t((1, 2, 3, 4)), &t((1, 2, 4, 4)), 1.0).is_err());
+        // Heads of width 0 (a model file's metadata may say so).
+        assert!(attend_one(&t((1, 2, 1, 0)), &t((1, 2, 3, 0)), &t((1, 2, 3, 0)), 1.0).is_err());
         // Rows that are not contiguous (a transposed cache).
         let k = t((1, 2, 4, 3)).transpose(2, 3).unwrap();
         assert!(attend_one(&t((1, 2, 1, 4)), &k, &k, 1.0).is_err());
