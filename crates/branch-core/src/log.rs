@@ -108,9 +108,20 @@ impl ApiCallHead {
 pub struct KeptJson {
     path: &'static [&'static str],
     text: bytes::Bytes,
-    /// serde_json wrote `text` (so it is one JSON value): dumped without
-    /// checking it first.
-    serialized: bool,
+    /// What is known of `text`, which decides what a dump checks.
+    form: TextForm,
+}
+
+/// What is known of a kept JSON text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TextForm {
+    /// serde_json wrote it: one compact JSON value, dumped as it is.
+    Written,
+    /// serde_json parsed it: one JSON value in UTF-8, dumped as it is
+    /// unless it spans lines.
+    Parsed,
+    /// Nothing: checked whole before a dump copies it.
+    Unchecked,
 }
 
 impl KeptJson {
@@ -119,7 +130,22 @@ impl KeptJson {
         Self {
             path,
             text: body.bytes().clone(),
-            serialized: body.is_serialized(),
+            form: if body.is_serialized() {
+                TextForm::Written
+            } else {
+                TextForm::Unchecked
+            },
+        }
+    }
+
+    /// JSON text as received, which `serde_json` parsed (a reply's
+    /// bytes), at `path`. A dump copies it as it is when it is one line,
+    /// else writes it compactly.
+    pub fn parsed(path: &'static [&'static str], text: bytes::Bytes) -> Self {
+        Self {
+            path,
+            text,
+            form: TextForm::Parsed,
         }
     }
 
@@ -129,7 +155,7 @@ impl KeptJson {
         Ok(Self {
             path,
             text: serde_json::to_vec(value)?.into(),
-            serialized: true,
+            form: TextForm::Written,
         })
     }
 }
@@ -291,9 +317,14 @@ pub(crate) fn json_text_value(bytes: &[u8]) -> Value {
 /// reads it (the value, compact; a string if it is not JSON), so that a
 /// dump line stays one JSON object and the dump stays UTF-8.
 fn is_one_line_of_json(text: &[u8]) -> bool {
-    !text.iter().any(|&b| b == b'\n' || b == b'\r')
+    !has_line_break(text)
         && std::str::from_utf8(text).is_ok()
         && serde_json::from_slice::<de::IgnoredAny>(text).is_ok()
+}
+
+/// A line of a dump ends at either byte.
+fn has_line_break(text: &[u8]) -> bool {
+    text.iter().any(|&b| b == b'\n' || b == b'\r')
 }
 
 /// Puts `v` at `path` in `m` (the last key replaced or added; missing or
@@ -349,7 +380,12 @@ fn write_map(
         if let Some(leaf) = kept.iter().filter(here).find(|p| p.path.len() == depth + 1) {
             // Text serde_json wrote is copied as it is: checking it would
             // cost a parse of the whole conversation on every turn.
-            if leaf.serialized || is_one_line_of_json(&leaf.text) {
+            let as_is = match leaf.form {
+                TextForm::Written => true,
+                TextForm::Parsed => !has_line_break(&leaf.text),
+                TextForm::Unchecked => is_one_line_of_json(&leaf.text),
+            };
+            if as_is {
                 out.extend_from_slice(&leaf.text);
             } else {
                 serde_json::to_writer(&mut *out, &json_text_value(&leaf.text))?;
@@ -1166,7 +1202,7 @@ mod tests {
         let junk = KeptJson {
             path: &["payload"],
             text: bytes::Bytes::from_static(b"{not json"),
-            serialized: false,
+            form: TextForm::Unchecked,
         };
         let bad = Log::with_kept(head(Value::Null, Value::Null), vec![junk]);
         assert_eq!(bad.content()["payload"], json!("{not json"));
@@ -1182,13 +1218,39 @@ mod tests {
             let kept = KeptJson {
                 path: &["payload"],
                 text: bytes::Bytes::copy_from_slice(text),
-                serialized: false,
+                form: TextForm::Unchecked,
             };
             let log = Log::with_kept(head(Value::Null, Value::Null), vec![kept]);
             let mut pile = Pile::new(true);
             pile.push(log.clone());
             let dump = render_logs(&pile, false).unwrap();
             assert_eq!(dump.matches('\n').count(), 1, "{dump:?}");
+            let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
+            assert_eq!(&line["content"], &Value::Object(log.content().clone()));
+        }
+        // A reply kept as received: copied into a dump as it is when it is
+        // one line (its spacing and escapes too), written compactly when it
+        // spans lines; read, it is the value either way.
+        let one_line = &b"{ \"a\": \"\\u00e9\", \"b\": [1 ,2] }"[..];
+        let pretty = &b"{\n  \"a\": \"\\u00e9\",\r\n  \"b\": [1, 2]\n}\n"[..];
+        for text in [one_line, pretty] {
+            let log = Log::with_kept(
+                head(Value::Null, Value::Null),
+                vec![KeptJson::parsed(
+                    &["execution", "response"],
+                    bytes::Bytes::copy_from_slice(text),
+                )],
+            );
+            assert_eq!(
+                log.content()["execution"]["response"],
+                json!({"a": "é", "b": [1, 2]})
+            );
+            let mut pile = Pile::new(true);
+            pile.push(log.clone());
+            let dump = render_logs(&pile, false).unwrap();
+            assert_eq!(dump.matches('\n').count(), 1, "{dump:?}");
+            let copied = dump.contains(std::str::from_utf8(text).unwrap());
+            assert_eq!(copied, text == one_line, "{dump:?}");
             let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
             assert_eq!(&line["content"], &Value::Object(log.content().clone()));
         }

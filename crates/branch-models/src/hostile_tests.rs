@@ -12,7 +12,7 @@ use branch_core::model::{
     ChatMessage, ChatModel, ChatRequest, ModelConfig, ModelError, ModelErrorKind, RetryConfig,
 };
 use futures_util::StreamExt;
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -432,6 +432,41 @@ async fn empty_replies_are_errors() {
     let e = err.unwrap();
     assert_eq!(e.kind, ModelErrorKind::MalformedResponse);
     assert!(e.message.contains("finish_reason: stop"), "{e}");
+}
+
+/// A reply keeps the bytes it was parsed from (the log holds them instead of
+/// serializing the reply again): as sent when they are UTF-8, spacing and
+/// line breaks included; as read when they are not (each invalid sequence
+/// U+FFFD, as `Response::text` gives), so that they always parse to `raw`.
+#[tokio::test]
+async fn a_reply_keeps_the_bytes_it_was_parsed_from() {
+    const PRETTY: &[u8] = b"{\n  \"choices\": [{\"message\": {\"role\": \"assistant\",\r\n  \"content\": \"caf\\u00e9 \xc3\xa9\"}}]\n}\n";
+    const BROKEN: &[u8] =
+        b"{\"choices\": [{\"message\": {\"role\": \"assistant\", \"content\": \"a\xffb\"}}]}";
+    for (body, text, kept) in [
+        (PRETTY, "café é", PRETTY.to_vec()),
+        (
+            BROKEN,
+            "a\u{fffd}b",
+            String::from_utf8_lossy(BROKEN).into_owned().into_bytes(),
+        ),
+    ] {
+        let server = Hostile::start(move |mut sock| async move {
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+                body.len()
+            );
+            let _ = sock.write_all(head.as_bytes()).await;
+            let _ = sock.write_all(body).await;
+        })
+        .await;
+        let model = builder(&server.base_url()).build().unwrap();
+        let r = model.invoke(user()).await.unwrap();
+        assert_eq!(r.text, text);
+        let raw_text = r.raw_text.as_deref().unwrap();
+        assert_eq!(raw_text, &kept[..]);
+        assert_eq!(serde_json::from_slice::<Value>(raw_text).unwrap(), r.raw);
+    }
 }
 
 /// Loopback in disguise: every URL below reaches this machine if the guard

@@ -392,8 +392,9 @@ impl IModel {
         }
     }
 
-    /// One HTTP attempt of a non-streaming call.
-    async fn attempt(&self, p: &Prepared) -> Result<Value, ModelError> {
+    /// One HTTP attempt of a non-streaming call: the reply parsed, and the
+    /// bytes it was parsed from.
+    async fn attempt(&self, p: &Prepared) -> Result<(Value, bytes::Bytes), ModelError> {
         let mut req = self
             .inner
             .client
@@ -461,7 +462,13 @@ impl IModel {
             e.retry_after = retry_after(resp.headers());
             return Err(e);
         }
-        Ok(value)
+        // The bytes `value` was parsed from: those received, unless some
+        // were not UTF-8.
+        let text = match text {
+            std::borrow::Cow::Borrowed(_) => bytes,
+            std::borrow::Cow::Owned(t) => t.into_bytes(),
+        };
+        Ok((value, text.into()))
     }
 
     /// The checks of a decoded reply: at most `max_tool_calls` tool calls,
@@ -626,7 +633,7 @@ impl IModel {
             .await
             .map_err(|r| self.err(ModelErrorKind::LocalRateLimit, r.reason))?;
         let policy = self.retry_policy();
-        let value = loop {
+        let (value, text) = loop {
             *attempts += 1;
             let attempts = *attempts;
             match self.attempt(&p).await {
@@ -662,6 +669,8 @@ impl IModel {
         let attempts = *attempts;
         let mut response = self.inner.dialect.decode_reply(value);
         response.attempts = attempts;
+        // Every dialect keeps the parsed reply as `raw`, unchanged.
+        response.raw_text = Some(text);
         self.check_reply(&response)
             .map_err(|e| e.with_status(200).with_attempts(attempts))?;
         telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, attempts.into());

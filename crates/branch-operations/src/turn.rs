@@ -417,8 +417,14 @@ pub(crate) async fn send(
     if let Some(b) = &body {
         kept.push(KeptJson::body(&["payload"], b));
     }
+    // The reply's own bytes, when the model kept them and no middleware
+    // stood between it and us (one could have changed `raw`).
+    let reply = |r: &ChatResponse| match (&r.raw_text, caller) {
+        (Some(t), None) => Ok(KeptJson::parsed(&["execution", "response"], t.clone())),
+        _ => KeptJson::value(&["execution", "response"], &r.raw),
+    };
     let log = match &result {
-        Ok(r) => match KeptJson::value(&["execution", "response"], &r.raw) {
+        Ok(r) => match reply(r) {
             Ok(k) => {
                 kept.push(k);
                 Log::api_call(head, kept)

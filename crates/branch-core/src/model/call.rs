@@ -271,7 +271,7 @@ impl Usage {
 }
 
 /// A completed model call.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ChatResponse {
     /// Text extracted as the reference does (providers.md §10).
     pub text: String,
@@ -290,6 +290,25 @@ pub struct ChatResponse {
     pub attempts: u32,
     /// The reasoning that came with the reply, in order.
     pub reasoning: Vec<ReasoningBlock>,
+    /// The bytes `raw` was parsed from, as received, when a provider
+    /// keeps them: the API call's log holds them instead of serializing
+    /// `raw` again. Code that changes `raw` must set this to `None`.
+    pub raw_text: Option<bytes::Bytes>,
+}
+
+/// Two responses are equal when what they say is: `raw_text` is one
+/// spelling of `raw`.
+impl PartialEq for ChatResponse {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+            && self.tool_calls == other.tool_calls
+            && self.raw == other.raw
+            && self.usage == other.usage
+            && self.served_model == other.served_model
+            && self.finish_reason == other.finish_reason
+            && self.attempts == other.attempts
+            && self.reasoning == other.reasoning
+    }
 }
 
 impl ChatResponse {
@@ -317,6 +336,7 @@ impl ChatResponse {
             finish_reason,
             attempts: 1,
             reasoning,
+            raw_text: None,
         }
     }
 
@@ -949,6 +969,7 @@ impl StreamAccumulator {
             finish_reason: self.finish_reason,
             attempts: 1,
             reasoning: self.reasoning.into_iter().map(|(_, b)| b).collect(),
+            raw_text: None,
         }
     }
 }
