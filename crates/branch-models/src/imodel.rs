@@ -1,6 +1,7 @@
 //! `IModel`: a connected chat model.
 
-use std::sync::{Arc, Mutex};
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use branch_core::model::{
@@ -11,6 +12,7 @@ use branch_core::telemetry;
 use serde_json::Value;
 
 use crate::breaker::Breaker;
+use crate::dialect::openai_chat::ChatPayload;
 use crate::dialect::{self, Dialect};
 use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
@@ -39,6 +41,9 @@ struct Inner {
     client: reqwest::Client,
     limiter: Limiter,
     dialect: Dialect,
+    /// The chat-completions payload of calls without fields of their own,
+    /// made on the first such call; `[non-streaming, streaming]`.
+    chat_payloads: [OnceLock<ChatPayload>; 2],
     state: Mutex<State>,
     max_rate_limit_wait: Option<Duration>,
     breaker: Option<Breaker>,
@@ -159,6 +164,7 @@ impl IModelBuilder {
         Ok(IModel {
             inner: Arc::new(Inner {
                 dialect: Dialect::of(&config),
+                chat_payloads: [OnceLock::new(), OnceLock::new()],
                 target,
                 config,
                 key,
@@ -285,7 +291,15 @@ impl IModel {
     /// The body of `request`, serialized once, with its token estimate.
     fn body(&self, request: &ChatRequest, stream: bool) -> Result<RequestBody, ModelError> {
         // One serialization gives both the bytes sent and the estimate.
-        dialect::try_build_body_bytes(&self.inner.config, request, stream)?.map_err(|_| {
+        let written = if self.inner.dialect == Dialect::OpenAiChat && request.fields.is_empty() {
+            let config = &self.inner.config;
+            self.inner.chat_payloads[usize::from(stream)]
+                .get_or_init(|| dialect::chat_payload(config, stream))
+                .write(request)
+        } else {
+            dialect::try_build_body_bytes(&self.inner.config, request, stream)?
+        };
+        written.map_err(|_| {
             self.err(
                 ModelErrorKind::Config,
                 "the request body is not serializable",
@@ -301,21 +315,21 @@ impl IModel {
         request: &ChatRequest,
         body: Option<&RequestBody>,
         stream: bool,
-    ) -> Result<Prepared, ModelError> {
+    ) -> Result<Prepared<'_>, ModelError> {
         let config = &self.inner.config;
         let target = self
             .inner
             .target
             .as_ref()
             .map_err(|(kind, msg)| self.err(*kind, msg.clone()))?;
-        let mut headers = target.headers.clone();
+        let mut headers = Cow::Borrowed(&target.headers);
         for (name, value) in &request.extra_headers {
-            put_header(&mut headers, name, value)
+            put_header(headers.to_mut(), name, value)
                 .map_err(|m| self.err(ModelErrorKind::Config, m))?;
         }
         if config.endpoint().idempotent_retries {
             put_header(
-                &mut headers,
+                headers.to_mut(),
                 "idempotency-key",
                 &uuid::Uuid::new_v4().to_string(),
             )
@@ -362,7 +376,7 @@ impl IModel {
         })
     }
 
-    fn limiter_tokens(&self, p: &Prepared) -> u64 {
+    fn limiter_tokens(&self, p: &Prepared<'_>) -> u64 {
         if self.inner.config.endpoint().requires_tokens {
             p.scaled
         } else {
@@ -394,23 +408,23 @@ impl IModel {
 
     /// One HTTP attempt of a non-streaming call: the reply parsed, and the
     /// bytes it was parsed from.
-    async fn attempt(&self, p: &Prepared) -> Result<(Value, bytes::Bytes), ModelError> {
-        let mut req = self
-            .inner
-            .client
-            .post(p.url.clone())
-            .headers(p.headers.clone())
-            .body(p.body_bytes.clone());
+    async fn attempt(&self, p: &Prepared<'_>) -> Result<(Value, bytes::Bytes), ModelError> {
+        let mut req = p.request();
         // The endpoint's timeout bounds each attempt; one no shorter than
         // the call's overall deadline (which runs around every attempt,
         // from before the first) could never fire first, and a timer is
         // work on every call.
         if let Some(t) = self.inner.config.endpoint().timeout.as_duration() {
             if t < self.inner.limits.deadline {
-                req = req.timeout(t);
+                *req.timeout_mut() = Some(t);
             }
         }
-        let mut resp = req.send().await.map_err(|e| self.map_transport(&e))?;
+        let mut resp = self
+            .inner
+            .client
+            .execute(req)
+            .await
+            .map_err(|e| self.map_transport(&e))?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             let retry_after = retry_after(resp.headers());
@@ -465,8 +479,8 @@ impl IModel {
         // The bytes `value` was parsed from: those received, unless some
         // were not UTF-8.
         let text = match text {
-            std::borrow::Cow::Borrowed(_) => bytes,
-            std::borrow::Cow::Owned(t) => t.into_bytes(),
+            Cow::Borrowed(_) => bytes,
+            Cow::Owned(t) => t.into_bytes(),
         };
         Ok((value, text.into()))
     }
@@ -732,10 +746,7 @@ impl IModel {
         let mut resp = self
             .inner
             .client
-            .post(p.url.clone())
-            .headers(p.headers.clone())
-            .body(p.body_bytes.clone())
-            .send()
+            .execute(p.request())
             .await
             .map_err(|e| self.map_transport(&e).with_attempts(1))?;
         let status = resp.status().as_u16();
@@ -810,12 +821,24 @@ impl IModel {
     }
 }
 
-struct Prepared {
+struct Prepared<'a> {
     url: reqwest::Url,
-    headers: reqwest::header::HeaderMap,
+    /// The target's own headers unless the call adds some.
+    headers: Cow<'a, reqwest::header::HeaderMap>,
     body_bytes: bytes::Bytes,
     counted: u64,
     scaled: u64,
+}
+
+impl Prepared<'_> {
+    /// One attempt's request. Its headers are set whole: a request
+    /// builder would insert them one by one into an empty map.
+    fn request(&self) -> reqwest::Request {
+        let mut req = reqwest::Request::new(reqwest::Method::POST, self.url.clone());
+        *req.headers_mut() = self.headers.as_ref().clone();
+        *req.body_mut() = Some(self.body_bytes.clone().into());
+        req
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -1006,6 +1029,66 @@ mod tests {
             ..p
         };
         assert_eq!(capped.delay(10, None), Some(Duration::from_secs(2)));
+    }
+
+    /// A model keeps the payload of calls without fields of their own
+    /// between calls; every body it writes is still the one the dialect
+    /// writes for the call, fields or none, streamed or not.
+    #[test]
+    fn kept_chat_payloads_write_the_dialects_bodies() {
+        use branch_core::model::ChatMessage;
+        let mut reply = ChatMessage::assistant(Value::Null);
+        reply.extra.insert(
+            "tool_calls".into(),
+            serde_json::json!([{"id": "c1", "type": "function",
+                "function": {"name": "f", "arguments": "{}"}}]),
+        );
+        reply.reasoning = vec![branch_core::model::ReasoningBlock::Thinking {
+            text: "why".into(),
+            signature: None,
+        }];
+        let plain = ChatRequest::new(vec![
+            ChatMessage::system("be brief"),
+            ChatMessage::user("hi"),
+            reply,
+            ChatMessage::user("again"),
+        ]);
+        let fielded = plain
+            .clone()
+            .with_field("temperature", 0.5)
+            .with_field("model", "o3-mini")
+            .with_field("stream", true);
+        for (provider, model) in [
+            ("openai", "gpt-4.1-mini"),
+            ("openai", "o3-mini"),
+            ("deepseek", "deepseek-chat"),
+            ("ollama", "llama3"),
+            ("anthropic", "claude-sonnet-4-5"),
+        ] {
+            let config = ModelConfig::builder()
+                .provider(provider)
+                .model(model)
+                .kwarg("temperature", 0.25)
+                .kwarg("stream", true)
+                .kwarg("reasoning_effort", "low")
+                .build()
+                .unwrap();
+            let m = IModel::with_api_key(config.clone(), "k").unwrap();
+            for request in [&plain, &fielded, &plain, &fielded] {
+                for stream in [false, true] {
+                    let expected = dialect::try_build_body_bytes(&config, request, stream)
+                        .unwrap()
+                        .unwrap();
+                    let written = m.body(request, stream).unwrap();
+                    assert_eq!(
+                        std::str::from_utf8(written.bytes()).unwrap(),
+                        std::str::from_utf8(expected.bytes()).unwrap(),
+                        "{provider} {model} stream {stream}"
+                    );
+                    assert_eq!(written.counted(), expected.counted());
+                }
+            }
+        }
     }
 
     #[test]

@@ -152,11 +152,26 @@ pub fn try_build_body_bytes(
     Ok(openai_chat::write_body(config, request, stream, payload))
 }
 
+/// The chat-completions payload of a call with no fields of its own
+/// (see [`openai_chat::ChatPayload`]).
+pub fn chat_payload(config: &ModelConfig, stream: bool) -> openai_chat::ChatPayload {
+    let merged = merged_fields(config, &Map::new(), stream);
+    openai_chat::ChatPayload::new(config, merged, stream)
+}
+
 /// The model's `kwargs`, updated with the request's fields (`stream` only
 /// for a streaming call).
 fn merged_payload(config: &ModelConfig, request: &ChatRequest, stream: bool) -> Map<String, Value> {
+    merged_fields(config, &request.fields, stream)
+}
+
+fn merged_fields(
+    config: &ModelConfig,
+    fields: &Map<String, Value>,
+    stream: bool,
+) -> Map<String, Value> {
     let mut payload: Map<String, Value> = config.kwargs().clone();
-    for (k, v) in &request.fields {
+    for (k, v) in fields {
         payload.insert(k.clone(), v.clone());
     }
     if !stream {

@@ -43,6 +43,7 @@ fn unsigned_thinking(m: &ChatMessage) -> String {
 }
 
 /// How the messages of a request go out.
+#[derive(Debug)]
 struct Shape {
     /// System messages go out as `developer` (OpenAI's reasoning models).
     developer: bool,
@@ -196,20 +197,45 @@ pub fn write_body(
     config: &ModelConfig,
     request: &ChatRequest,
     stream: bool,
-    mut payload: Map<String, Value>,
+    payload: Map<String, Value>,
 ) -> serde_json::Result<RequestBody> {
-    let shape = shape(config, stream, &mut payload);
-    let count = TokenCount::new();
-    let body = Payload {
-        map: &payload,
-        count: &count,
-        messages: Some(Messages {
-            messages: &request.messages,
-            wire: &request.wire,
-            shape: &shape,
-        }),
-    };
-    RequestBody::serialize_counting(&body, &count)
+    ChatPayload::new(config, payload, stream).write(request)
+}
+
+/// All a chat-completions body takes from the configuration: its fields
+/// besides the messages (kwargs and the call's fields merged, `stream`,
+/// filtered to the endpoint's request model, `messages` holding its
+/// place) and how its messages go out. Nothing in it depends on the
+/// messages, so a model makes the one for calls without fields of their
+/// own once.
+#[derive(Debug)]
+pub struct ChatPayload {
+    map: Map<String, Value>,
+    shape: Shape,
+}
+
+impl ChatPayload {
+    /// The payload of `merged` (kwargs and call fields) under `config`.
+    pub fn new(config: &ModelConfig, mut merged: Map<String, Value>, stream: bool) -> Self {
+        let shape = shape(config, stream, &mut merged);
+        Self { map: merged, shape }
+    }
+
+    /// The body of `request`, whose fields are the ones this payload was
+    /// made with.
+    pub fn write(&self, request: &ChatRequest) -> serde_json::Result<RequestBody> {
+        let count = TokenCount::new();
+        let body = Payload {
+            map: &self.map,
+            count: &count,
+            messages: Some(Messages {
+                messages: &request.messages,
+                wire: &request.wire,
+                shape: &self.shape,
+            }),
+        };
+        RequestBody::serialize_counting(&body, &count)
+    }
 }
 
 /// The reasoning text of a streamed delta or a whole message: DeepSeek,
