@@ -4,11 +4,34 @@
 
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Type-keyed storage, one value per type.
 #[derive(Default)]
 pub struct Extensions {
-    map: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    map: HashMap<TypeId, Box<dyn Any + Send + Sync>, BuildHasherDefault<TypeIdHasher>>,
+}
+
+/// A `TypeId` is a hash already, and no input chooses one: it is used as
+/// it is instead of being hashed again (a turn looks up a few types).
+#[derive(Default)]
+struct TypeIdHasher(u64);
+
+impl Hasher for TypeIdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // `TypeId` writes one `u64`; anything else is folded in.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 impl std::fmt::Debug for Extensions {
@@ -63,5 +86,42 @@ impl Extensions {
     /// Whether nothing is stored.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Tagged<const N: usize>(usize);
+
+    /// Types that differ only in a parameter keep their own values under
+    /// the unhashed keys.
+    #[test]
+    fn each_type_keeps_its_own_value() {
+        fn put<const N: usize>(e: &mut Extensions) {
+            assert!(e.insert(Tagged::<N>(N)).is_none());
+        }
+        fn read<const N: usize>(e: &Extensions) -> usize {
+            e.get::<Tagged<N>>().map_or(usize::MAX, |t| t.0)
+        }
+        let mut e = Extensions::default();
+        put::<0>(&mut e);
+        put::<1>(&mut e);
+        put::<2>(&mut e);
+        put::<3>(&mut e);
+        e.insert(String::from("s"));
+        e.insert(7_u64);
+        assert_eq!(
+            [read::<0>(&e), read::<1>(&e), read::<2>(&e), read::<3>(&e)],
+            [0, 1, 2, 3]
+        );
+        assert_eq!(e.remove::<Tagged<2>>().map(|t| t.0), Some(2));
+        assert!(e.get::<Tagged<2>>().is_none());
+        assert_eq!(read::<3>(&e), 3);
+        assert_eq!(e.get::<String>().map(String::as_str), Some("s"));
+        assert_eq!(e.get::<u64>(), Some(&7));
+        *e.get_or_insert_with(|| 0_u64) += 1;
+        assert_eq!(e.get::<u64>(), Some(&8));
     }
 }
