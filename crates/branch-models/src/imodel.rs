@@ -453,8 +453,13 @@ impl IModel {
                 )
                 .with_status(status));
         }
-        // What `Response::text` gives, without copying a valid UTF-8 body.
-        let text = String::from_utf8_lossy(&bytes);
+        // What `Response::text` gives, without copying a valid UTF-8 body
+        // (checked a word at a time first: the lossy reading goes byte by
+        // byte).
+        let text = match std::str::from_utf8(&bytes) {
+            Ok(t) => Cow::Borrowed(t),
+            Err(_) => String::from_utf8_lossy(&bytes),
+        };
         if text.trim().is_empty() {
             return Err(self
                 .err(ModelErrorKind::MalformedResponse, "the reply is empty")

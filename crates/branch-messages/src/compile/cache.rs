@@ -44,9 +44,16 @@ pub struct RenderCache {
     /// The edit stamp of the messages compiled now.
     stamp: u64,
     settled: Option<Settled>,
+    /// The last instruction sent, when its rendering as history is the
+    /// same (no tool schemas, no response format): the next compilation
+    /// finds it there as a past instruction.
+    sent: Option<Box<Sent>>,
     /// Where the last compilation resumed the settled history (tests).
     #[cfg(test)]
     pub(crate) resumed_at: Option<usize>,
+    /// How many past instructions were found as they were sent.
+    #[cfg(test)]
+    pub(crate) sent_found: usize,
 }
 
 /// The compiled history no message added later can change: everything up
@@ -64,6 +71,14 @@ struct Settled {
     /// instruction.
     blocks: Vec<String>,
     messages: Vec<Compiled>,
+}
+
+/// An instruction as sent, and the position it was to take.
+#[derive(Debug)]
+struct Sent {
+    at: usize,
+    source: Box<Source>,
+    message: Option<Compiled>,
 }
 
 #[derive(Debug)]
@@ -229,13 +244,26 @@ impl Output for RenderCache {
                 }
             }
         }
-        let rendered = render_instruction_as(c, ImageOwner::Stored(id), true)?;
-        let message = if rendered.is_empty() {
-            None
-        } else {
-            Some(shared(RequestMessage::new(RequestRole::User, rendered)))
+        // Rendering is a function of the content alone: the same content
+        // sent last at this position renders as it did then.
+        let (source, message) = match self.sent.take_if(|sent| sent.at == at) {
+            Some(sent) if sent.source.is(c) => {
+                #[cfg(test)]
+                {
+                    self.sent_found += 1;
+                }
+                (sent.source, sent.message)
+            }
+            _ => {
+                let rendered = render_instruction_as(c, ImageOwner::Stored(id), true)?;
+                let message = if rendered.is_empty() {
+                    None
+                } else {
+                    Some(shared(RequestMessage::new(RequestRole::User, rendered)))
+                };
+                (Box::new(Source::of(c)), message)
+            }
         };
-        let source = Box::new(Source::of(c));
         self.keep(
             at,
             id,
@@ -250,6 +278,26 @@ impl Output for RenderCache {
     /// The kept form of reply `id` when it holds the same text and
     /// reasoning (or was checked under the current edit stamp), else made
     /// now and kept.
+    fn current(
+        &mut self,
+        at: usize,
+        c: &InstructionContent,
+    ) -> Result<Option<Compiled>, CompileError> {
+        let rendered = render_instruction_as(c, ImageOwner::CurrentTurn, false)?;
+        let message =
+            (!rendered.is_empty()).then(|| shared(RequestMessage::new(RequestRole::User, rendered)));
+        // As history an instruction leaves out its tool schemas and
+        // response format; without them it renders the same.
+        self.sent = (c.tool_schemas.is_empty() && c.response_format.is_none()).then(|| {
+            Box::new(Sent {
+                at,
+                source: Box::new(Source::of(c)),
+                message: message.clone(),
+            })
+        });
+        Ok(message)
+    }
+
     fn reply(
         &mut self,
         at: usize,

@@ -105,6 +105,18 @@ pub(crate) trait Output {
             .then(|| self.fresh(RequestMessage::new(RequestRole::User, content))))
     }
 
+    /// The instruction sent now, to be stored at position `at`, its
+    /// content as the caller gave it; `None` when it renders empty.
+    fn current(
+        &mut self,
+        _at: usize,
+        c: &InstructionContent,
+    ) -> Result<Option<Self::Message>, CompileError> {
+        let content = render_instruction_as(c, ImageOwner::CurrentTurn, false)?;
+        Ok((!content.is_empty())
+            .then(|| self.fresh(RequestMessage::new(RequestRole::User, content))))
+    }
+
     /// Model reply `id` at position `at` as stored, `text` not empty.
     fn reply(
         &mut self,
@@ -215,6 +227,9 @@ pub(crate) fn render<O: Output>(
                     // stored can be kept (see `cache`).
                     (Content::Borrowed(stored), ImageOwner::Stored(id)) if history => {
                         out_to.history(at, id, stored)?
+                    }
+                    (Content::Borrowed(given), ImageOwner::CurrentTurn) if !history => {
+                        out_to.current(at, given)?
                     }
                     _ => {
                         let content = render_instruction_as(&c, owner, history)?;

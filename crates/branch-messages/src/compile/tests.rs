@@ -784,6 +784,49 @@ fn a_slot_skipped_while_its_message_changed_is_checked_again() {
     same_as_cold(&mm, &now, &with(plain), &mut cache, "kept again, as edited");
 }
 
+/// The instruction sent is found as the past instruction of the next
+/// compilation when it was stored where it was to go, with the content it
+/// was sent with, and renders as history the way it was sent; otherwise it
+/// is rendered again. Every step compiles as a cold compilation does.
+#[test]
+fn the_instruction_sent_is_found_by_the_next_turn() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    mm.add_message(Message::instruction(ins("q0")));
+    mm.add_message(Message::assistant("r0"));
+    let d = CompileOptions::default();
+    let mut turn = |mm: &mut MessageManager, sent: InstructionContent, stored: InstructionContent, what: &str| {
+        same_as_cold(mm, &sent, &d, &mut cache, what);
+        mm.add_message(Message::instruction(stored));
+        mm.add_message(Message::assistant("r"));
+        same_as_cold(mm, &ins("next"), &d, &mut cache, what);
+        cache.sent_found
+    };
+    assert_eq!(turn(&mut mm, ins("q1"), ins("q1"), "stored as sent"), 1);
+    let with_tools = InstructionContent {
+        tool_schemas: vec![json!({"name": "f"})],
+        ..ins("q2")
+    };
+    assert_eq!(
+        turn(&mut mm, with_tools.clone(), with_tools, "tools: rendered without them"),
+        1
+    );
+    let with_format = InstructionContent {
+        response_format: Some(json!({"type": "object", "properties": {"a": {"type": "string"}}})),
+        ..ins("q3")
+    };
+    assert_eq!(turn(&mut mm, with_format.clone(), with_format, "a response format"), 1);
+    assert_eq!(turn(&mut mm, ins("q4"), ins("q4, edited"), "stored changed"), 1);
+    assert_eq!(turn(&mut mm, ins("q5"), ins("q5"), "stored as sent, again"), 2);
+    // Stored elsewhere: a reply came first.
+    same_as_cold(&mm, &ins("q6"), &d, &mut cache, "sent");
+    mm.add_message(Message::assistant("first"));
+    mm.add_message(Message::instruction(ins("q6")));
+    same_as_cold(&mm, &ins("next"), &d, &mut cache, "stored one later");
+    assert_eq!(cache.sent_found, 2);
+}
+
 /// A conversation that only grows resumes the settled history of the
 /// turn before (up to its last past instruction) and compiles the same as
 /// a cold compilation at every step: replies merging across turns, action
