@@ -1001,6 +1001,11 @@ impl ChatModel for IModel {
         self.invoke_with_body(request, body).await
     }
 
+    /// Every reply is returned as parsed from the bytes it carries.
+    fn keeps_reply_bytes(&self) -> bool {
+        true
+    }
+
     async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
         self.invoke_stream(request).await
     }

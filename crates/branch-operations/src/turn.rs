@@ -417,10 +417,11 @@ pub(crate) async fn send(
     if let Some(b) = &body {
         kept.push(KeptJson::body(&["payload"], b));
     }
-    // The reply's own bytes, when the model kept them and no middleware
-    // stood between it and us (one could have changed `raw`).
-    let reply = |r: &ChatResponse| match (&r.raw_text, caller) {
-        (Some(t), None) => Ok(KeptJson::parsed(&["execution", "response"], t.clone())),
+    // The reply's own bytes, when the model vouches for them and no
+    // middleware stood between it and us (either could have changed `raw`).
+    let bytes_are_raw = caller.is_none() && model.keeps_reply_bytes();
+    let reply = |r: &ChatResponse| match &r.raw_text {
+        Some(t) if bytes_are_raw => Ok(KeptJson::parsed(&["execution", "response"], t.clone())),
         _ => KeptJson::value(&["execution", "response"], &r.raw),
     };
     let log = match &result {

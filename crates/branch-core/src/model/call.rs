@@ -290,9 +290,10 @@ pub struct ChatResponse {
     pub attempts: u32,
     /// The reasoning that came with the reply, in order.
     pub reasoning: Vec<ReasoningBlock>,
-    /// The bytes `raw` was parsed from, as received, when a provider
-    /// keeps them: the API call's log holds them instead of serializing
-    /// `raw` again. Code that changes `raw` must set this to `None`.
+    /// The bytes `raw` was parsed from, as received, when the model keeps
+    /// them. The API call's log holds them instead of serializing `raw`
+    /// again only for a model that vouches for them
+    /// ([`super::ChatModel::keeps_reply_bytes`]).
     pub raw_text: Option<bytes::Bytes>,
 }
 

@@ -133,6 +133,16 @@ pub trait ChatModel: Send + Sync + std::fmt::Debug + 'static {
         self.chat(request).await
     }
 
+    /// Whether every [`ChatResponse`] this model returns carries in
+    /// `raw_text` the very bytes its `raw` was parsed from, unchanged
+    /// since: the API call's log then keeps those bytes instead of
+    /// serializing `raw` again. A model that wraps another and may change
+    /// what it returns (a redacting wrapper) keeps the default, `false`,
+    /// so that the log records what the reply message holds.
+    fn keeps_reply_bytes(&self) -> bool {
+        false
+    }
+
     /// A streaming call (`"stream": true`). Errors before the first byte
     /// (status, guard, limits) are returned here; later ones as stream items.
     /// Dropping the stream cancels the request. Streams are not retried.

@@ -284,8 +284,8 @@ impl Output for RenderCache {
         c: &InstructionContent,
     ) -> Result<Option<Compiled>, CompileError> {
         let rendered = render_instruction_as(c, ImageOwner::CurrentTurn, false)?;
-        let message =
-            (!rendered.is_empty()).then(|| shared(RequestMessage::new(RequestRole::User, rendered)));
+        let message = (!rendered.is_empty())
+            .then(|| shared(RequestMessage::new(RequestRole::User, rendered)));
         // As history an instruction leaves out its tool schemas and
         // response format; without them it renders the same.
         self.sent = (c.tool_schemas.is_empty() && c.response_format.is_none()).then(|| {

@@ -796,7 +796,10 @@ fn the_instruction_sent_is_found_by_the_next_turn() {
     mm.add_message(Message::instruction(ins("q0")));
     mm.add_message(Message::assistant("r0"));
     let d = CompileOptions::default();
-    let mut turn = |mm: &mut MessageManager, sent: InstructionContent, stored: InstructionContent, what: &str| {
+    let mut turn = |mm: &mut MessageManager,
+                    sent: InstructionContent,
+                    stored: InstructionContent,
+                    what: &str| {
         same_as_cold(mm, &sent, &d, &mut cache, what);
         mm.add_message(Message::instruction(stored));
         mm.add_message(Message::assistant("r"));
@@ -809,16 +812,35 @@ fn the_instruction_sent_is_found_by_the_next_turn() {
         ..ins("q2")
     };
     assert_eq!(
-        turn(&mut mm, with_tools.clone(), with_tools, "tools: rendered without them"),
+        turn(
+            &mut mm,
+            with_tools.clone(),
+            with_tools,
+            "tools: rendered without them"
+        ),
         1
     );
     let with_format = InstructionContent {
         response_format: Some(json!({"type": "object", "properties": {"a": {"type": "string"}}})),
         ..ins("q3")
     };
-    assert_eq!(turn(&mut mm, with_format.clone(), with_format, "a response format"), 1);
-    assert_eq!(turn(&mut mm, ins("q4"), ins("q4, edited"), "stored changed"), 1);
-    assert_eq!(turn(&mut mm, ins("q5"), ins("q5"), "stored as sent, again"), 2);
+    assert_eq!(
+        turn(
+            &mut mm,
+            with_format.clone(),
+            with_format,
+            "a response format"
+        ),
+        1
+    );
+    assert_eq!(
+        turn(&mut mm, ins("q4"), ins("q4, edited"), "stored changed"),
+        1
+    );
+    assert_eq!(
+        turn(&mut mm, ins("q5"), ins("q5"), "stored as sent, again"),
+        2
+    );
     // Stored elsewhere: a reply came first.
     same_as_cold(&mm, &ins("q6"), &d, &mut cache, "sent");
     mm.add_message(Message::assistant("first"));

@@ -1,0 +1,123 @@
+//! An API call's log records the reply the conversation keeps: the bytes
+//! received when the model vouches that its reply is their parse (an
+//! `IModel` does), the reply as returned when a wrapper model may have
+//! changed it.
+
+mod common;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use branch_core::model::{
+    ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError, RequestBody,
+};
+use branch_core::{Branch, Log};
+use branch_models::mock::{MockReply, MockServer};
+use branch_operations::{BranchOperations, CommunicateOptions};
+use serde_json::{Value, json};
+
+/// A reply on one line, spaced and escaped as no serializer of ours writes
+/// it, holding a secret.
+const REPLY: &str = r#"{"id": "r1",  "object": "chat.completion", "choices": [{"index": 0, "message": {"role": "assistant", "content": "caf\u00e9 sk-secret-1"}, "finish_reason": "stop"}]}"#;
+
+/// A model that removes the secret from every reply of the model it wraps,
+/// as a user's redacting wrapper does: it changes `raw` and does not know
+/// of `raw_text`.
+#[derive(Debug)]
+struct Redacting(Arc<dyn ChatModel>);
+
+fn redacted(mut r: ChatResponse) -> ChatResponse {
+    r.text = r.text.replace("sk-secret-1", "[redacted]");
+    r.raw["choices"][0]["message"]["content"] = r.text.clone().into();
+    r
+}
+
+#[async_trait]
+impl ChatModel for Redacting {
+    fn config(&self) -> &ModelConfig {
+        self.0.config()
+    }
+
+    fn duplicate(&self) -> Arc<dyn ChatModel> {
+        Arc::new(Self(self.0.duplicate()))
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.0.chat(request).await.map(redacted)
+    }
+
+    fn request_body(&self, request: &ChatRequest) -> Result<RequestBody, ModelError> {
+        self.0.request_body(request)
+    }
+
+    async fn chat_with_body(
+        &self,
+        request: ChatRequest,
+        body: &RequestBody,
+    ) -> Result<ChatResponse, ModelError> {
+        self.0.chat_with_body(request, body).await.map(redacted)
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        self.0.stream(request).await
+    }
+}
+
+/// One turn against a server sending `REPLY`; the branch, and the dump of
+/// its one log as written to a JSON-lines file.
+async fn one_turn(wrap: bool) -> (Branch, Value, String) {
+    let server = MockServer::start().await;
+    server.push(MockReply::raw(200, REPLY));
+    let model = common::model(&server, "gpt-4.1-mini");
+    let model: Arc<dyn ChatModel> = if wrap {
+        Arc::new(Redacting(model))
+    } else {
+        model
+    };
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model)
+        .build()
+        .unwrap();
+    b.communicate(CommunicateOptions::new("q")).await.unwrap();
+    let reply = b.messages().iter().last().unwrap().element.metadata["model_response"].clone();
+    let dir = common::temp_dir("reply-log");
+    let path = dir.join("logs.json");
+    b.logger_mut().dump_to(&path, false).unwrap();
+    let dump = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    (b, reply, dump)
+}
+
+fn only_log(b: &Branch) -> &Log {
+    let logs: Vec<&Log> = b.logs().iter().collect();
+    assert_eq!(logs.len(), 1);
+    logs[0]
+}
+
+#[tokio::test]
+async fn the_log_keeps_the_reply_bytes_an_imodel_received() {
+    let (b, reply, dump) = one_turn(false).await;
+    assert_eq!(
+        reply["choices"][0]["message"]["content"],
+        "café sk-secret-1"
+    );
+    assert_eq!(only_log(&b).content()["execution"]["response"], reply);
+    // Copied into the dump as received, spacing and escapes included.
+    assert!(dump.contains(REPLY), "{dump}");
+    let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
+    assert_eq!(line["content"]["execution"]["response"], reply);
+}
+
+#[tokio::test]
+async fn the_log_keeps_the_reply_a_wrapper_returned() {
+    let (b, reply, dump) = one_turn(true).await;
+    assert_eq!(
+        reply["choices"][0]["message"]["content"],
+        json!("café [redacted]")
+    );
+    assert_eq!(only_log(&b).content()["execution"]["response"], reply);
+    assert!(!dump.contains("sk-secret-1"), "{dump}");
+    let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
+    assert_eq!(line["content"]["execution"]["response"], reply);
+}
