@@ -139,15 +139,23 @@ impl KeptJson {
     }
 
     /// JSON text as received, which `serde_json` parsed (a reply's
-    /// bytes), at `path`. A dump copies it as it is when it is one line,
-    /// else writes it compactly.
-    pub fn parsed(path: &'static [&'static str], text: bytes::Bytes) -> Self {
-        Self {
+    /// bytes), at `path`; `None` when it is longer than
+    /// [`Self::MAX_PARSED_BYTES`]. A dump copies it as it is when it is
+    /// one line, else writes it compactly.
+    pub fn parsed(path: &'static [&'static str], text: bytes::Bytes) -> Option<Self> {
+        (text.len() <= Self::MAX_PARSED_BYTES).then_some(Self {
             path,
             text,
             form: TextForm::Parsed,
-        }
+        })
     }
+
+    /// The longest received text kept as it is. A server chooses its
+    /// spacing: a reply padded to the reply cap (16 MiB by default) would
+    /// stay that large in every log until the dump, where its compact
+    /// form may take a hundred bytes. A longer text is kept serialized
+    /// from its value instead; typical replies are a few kilobytes.
+    pub const MAX_PARSED_BYTES: usize = 64 * 1024;
 
     /// `value`, serialized, at `path` (one compact serialization instead
     /// of a deep copy).
@@ -1236,10 +1244,13 @@ mod tests {
         for text in [one_line, pretty] {
             let log = Log::with_kept(
                 head(Value::Null, Value::Null),
-                vec![KeptJson::parsed(
-                    &["execution", "response"],
-                    bytes::Bytes::copy_from_slice(text),
-                )],
+                vec![
+                    KeptJson::parsed(
+                        &["execution", "response"],
+                        bytes::Bytes::copy_from_slice(text),
+                    )
+                    .unwrap(),
+                ],
             );
             assert_eq!(
                 log.content()["execution"]["response"],

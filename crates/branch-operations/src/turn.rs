@@ -420,9 +420,12 @@ pub(crate) async fn send(
     // The reply's own bytes, when the model vouches for them and no
     // middleware stood between it and us (either could have changed `raw`).
     let bytes_are_raw = caller.is_none() && model.keeps_reply_bytes();
-    let reply = |r: &ChatResponse| match &r.raw_text {
-        Some(t) if bytes_are_raw => Ok(KeptJson::parsed(&["execution", "response"], t.clone())),
-        _ => KeptJson::value(&["execution", "response"], &r.raw),
+    let reply = |r: &ChatResponse| {
+        let received = r.raw_text.as_ref().filter(|_| bytes_are_raw);
+        match received.and_then(|t| KeptJson::parsed(&["execution", "response"], t.clone())) {
+            Some(kept) => Ok(kept),
+            None => KeptJson::value(&["execution", "response"], &r.raw),
+        }
     };
     let log = match &result {
         Ok(r) => match reply(r) {

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use branch_core::model::{
     ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError, RequestBody,
 };
-use branch_core::{Branch, Log};
+use branch_core::{Branch, KeptJson, Log};
 use branch_models::mock::{MockReply, MockServer};
 use branch_operations::{BranchOperations, CommunicateOptions};
 use serde_json::{Value, json};
@@ -63,11 +63,11 @@ impl ChatModel for Redacting {
     }
 }
 
-/// One turn against a server sending `REPLY`; the branch, and the dump of
+/// One turn against a server sending `reply`; the branch, and the dump of
 /// its one log as written to a JSON-lines file.
-async fn one_turn(wrap: bool) -> (Branch, Value, String) {
+async fn one_turn(reply: &str, wrap: bool) -> (Branch, Value, String) {
     let server = MockServer::start().await;
-    server.push(MockReply::raw(200, REPLY));
+    server.push(MockReply::raw(200, reply));
     let model = common::model(&server, "gpt-4.1-mini");
     let model: Arc<dyn ChatModel> = if wrap {
         Arc::new(Redacting(model))
@@ -97,7 +97,7 @@ fn only_log(b: &Branch) -> &Log {
 
 #[tokio::test]
 async fn the_log_keeps_the_reply_bytes_an_imodel_received() {
-    let (b, reply, dump) = one_turn(false).await;
+    let (b, reply, dump) = one_turn(REPLY, false).await;
     assert_eq!(
         reply["choices"][0]["message"]["content"],
         "café sk-secret-1"
@@ -111,13 +111,27 @@ async fn the_log_keeps_the_reply_bytes_an_imodel_received() {
 
 #[tokio::test]
 async fn the_log_keeps_the_reply_a_wrapper_returned() {
-    let (b, reply, dump) = one_turn(true).await;
+    let (b, reply, dump) = one_turn(REPLY, true).await;
     assert_eq!(
         reply["choices"][0]["message"]["content"],
         json!("café [redacted]")
     );
     assert_eq!(only_log(&b).content()["execution"]["response"], reply);
     assert!(!dump.contains("sk-secret-1"), "{dump}");
+    let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
+    assert_eq!(line["content"]["execution"]["response"], reply);
+}
+
+/// A server's padding is not kept: a reply longer than the log keeps as
+/// received is kept serialized from its value.
+#[tokio::test]
+async fn a_padded_reply_is_kept_compact() {
+    let pad = " ".repeat(KeptJson::MAX_PARSED_BYTES);
+    let padded = format!("{{{pad}{}", &REPLY[1..]);
+    let (b, reply, dump) = one_turn(&padded, false).await;
+    assert_eq!(only_log(&b).content()["execution"]["response"], reply);
+    assert!(!dump.contains(&pad[..100]), "the padding is kept");
+    assert!(dump.len() < 2_000, "{} bytes", dump.len());
     let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
     assert_eq!(line["content"]["execution"]["response"], reply);
 }
