@@ -113,6 +113,11 @@ fn shared(m: RequestMessage) -> Compiled {
 }
 
 /// A kept message sent again, its JSON made now if it has none yet.
+/// An instruction's rendering as the message sent; none when it is empty.
+fn user_message(rendered: RenderedContent) -> Option<Compiled> {
+    (!rendered.is_empty()).then(|| shared(RequestMessage::new(RequestRole::User, rendered)))
+}
+
 fn reused(kept: &mut Compiled) -> Compiled {
     if kept.1.is_none() {
         // A message serde_json cannot write (a non-string map key cannot
@@ -256,12 +261,7 @@ impl Output for RenderCache {
             }
             _ => {
                 let rendered = render_instruction_as(c, ImageOwner::Stored(id), true)?;
-                let message = if rendered.is_empty() {
-                    None
-                } else {
-                    Some(shared(RequestMessage::new(RequestRole::User, rendered)))
-                };
-                (Box::new(Source::of(c)), message)
+                (Box::new(Source::of(c)), user_message(rendered))
             }
         };
         self.keep(
@@ -283,9 +283,7 @@ impl Output for RenderCache {
         at: usize,
         c: &InstructionContent,
     ) -> Result<Option<Compiled>, CompileError> {
-        let rendered = render_instruction_as(c, ImageOwner::CurrentTurn, false)?;
-        let message = (!rendered.is_empty())
-            .then(|| shared(RequestMessage::new(RequestRole::User, rendered)));
+        let message = user_message(render_instruction_as(c, ImageOwner::CurrentTurn, false)?);
         // As history an instruction leaves out its tool schemas and
         // response format; without them it renders the same.
         self.sent = (c.tool_schemas.is_empty() && c.response_format.is_none()).then(|| {

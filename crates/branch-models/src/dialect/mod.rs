@@ -121,7 +121,7 @@ pub fn try_build_body(
     request: &ChatRequest,
     stream: bool,
 ) -> Result<Value, ModelError> {
-    let payload = merged_payload(config, request, stream);
+    let payload = merged_payload(config, &request.fields, stream);
     match Dialect::of(config) {
         Dialect::OpenAiChat => Ok(openai_chat::build_body(config, request, stream, payload)),
         Dialect::Responses => Ok(responses::build_body(config, request, stream, payload)),
@@ -148,24 +148,20 @@ pub fn try_build_body_bytes(
     if Dialect::of(config) != Dialect::OpenAiChat {
         return try_build_body(config, request, stream).map(|b| serialize_counting(&b));
     }
-    let payload = merged_payload(config, request, stream);
+    let payload = merged_payload(config, &request.fields, stream);
     Ok(openai_chat::write_body(config, request, stream, payload))
 }
 
 /// The chat-completions payload of a call with no fields of its own
 /// (see [`openai_chat::ChatPayload`]).
 pub fn chat_payload(config: &ModelConfig, stream: bool) -> openai_chat::ChatPayload {
-    let merged = merged_fields(config, &Map::new(), stream);
+    let merged = merged_payload(config, &Map::new(), stream);
     openai_chat::ChatPayload::new(config, merged, stream)
 }
 
-/// The model's `kwargs`, updated with the request's fields (`stream` only
+/// The model's `kwargs`, updated with a call's `fields` (`stream` only
 /// for a streaming call).
-fn merged_payload(config: &ModelConfig, request: &ChatRequest, stream: bool) -> Map<String, Value> {
-    merged_fields(config, &request.fields, stream)
-}
-
-fn merged_fields(
+fn merged_payload(
     config: &ModelConfig,
     fields: &Map<String, Value>,
     stream: bool,
