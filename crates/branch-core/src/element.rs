@@ -8,9 +8,9 @@
 // Parsing of stored data: nothing read from outside may panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+use crate::metadata::Metadata;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
-use serde_json::{Map, Value};
 use uuid::Uuid;
 
 /// The `lion_class` values written into `metadata`, one per stored kind.
@@ -54,7 +54,7 @@ pub struct Element {
     /// Seconds since the Unix epoch, UTC.
     pub created_at: f64,
     /// Free-form metadata; `lion_class` is added on output only.
-    pub metadata: Map<String, Value>,
+    pub metadata: Metadata,
 }
 
 impl Default for Element {
@@ -69,7 +69,7 @@ impl Element {
         Self {
             id: Uuid::new_v4(),
             created_at: now(),
-            metadata: Map::new(),
+            metadata: Metadata::new(),
         }
     }
 }
@@ -184,16 +184,18 @@ pub(crate) fn de_created_at<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::E
 
 /// Serde helper: metadata; `null` is empty. `lion_class` is removed (it is
 /// a class selector on input, recomputed on output).
-pub(crate) fn de_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Map<String, Value>, D::Error> {
-    let mut m = <Option<Map<String, Value>>>::deserialize(d)?.unwrap_or_default();
+pub(crate) fn de_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Metadata, D::Error> {
+    let mut m = <Option<Metadata>>::deserialize(d)?.unwrap_or_default();
     m.shift_remove("lion_class");
     Ok(m)
 }
 
 /// Serializes `metadata` with `lion_class` appended after the other keys,
-/// as the reference merges it into existing metadata.
+/// as the reference merges it into existing metadata. For serde_json's
+/// serializers only ([`Metadata::write_json_entries`]), as every stored
+/// form is.
 pub(crate) struct MetadataOut<'a> {
-    pub(crate) metadata: &'a Map<String, Value>,
+    pub(crate) metadata: &'a Metadata,
     pub(crate) lion_class: &'static str,
 }
 
@@ -201,11 +203,7 @@ impl serde::Serialize for MetadataOut<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut m = s.serialize_map(None)?;
-        for (k, v) in self.metadata {
-            if k != "lion_class" {
-                m.serialize_entry(k, v)?;
-            }
-        }
+        self.metadata.write_json_entries(&mut m, &["lion_class"])?;
         m.serialize_entry("lion_class", self.lion_class)?;
         m.end()
     }

@@ -25,9 +25,11 @@ mod load;
 pub mod log;
 pub mod memory;
 pub mod message;
+pub mod metadata;
 pub mod model;
 pub mod observer;
 pub mod operation;
+pub mod parsed_json;
 pub mod participant;
 pub mod pile;
 pub mod progression;
@@ -46,11 +48,13 @@ pub use gate::{Gate, GateFuture, GateSlot, ToolInvocation, gate_fn};
 pub use log::{ApiCallHead, DataLogger, DataLoggerConfig, KeptJson, Log, LogExtension};
 pub use memory::{InMemoryStore, MemoryError, MemoryItem, MemoryQuery, MemoryStore};
 pub use message::{Message, MessageContent, MessageKind, MessageManager};
+pub use metadata::Metadata;
 pub use observer::{
     CapabilityViolation, EmissionRejected, Observer, ObserverSlot, QueueStats, QueuedObserver,
     QueuedObserverError, RunUsage, Signal, WeakObserverSlot,
 };
 pub use operation::{Operation, OperationError, OperationManager};
+pub use parsed_json::ParsedJson;
 pub use participant::{Participant, Role};
 pub use pile::{Pile, Stored};
 pub use progression::Progression;

@@ -15,7 +15,9 @@ use uuid::Uuid;
 
 use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
 use crate::error::{BranchError, Result};
+use crate::metadata::Metadata;
 use crate::model::{ChatResponse, ModelError, RequestBody, execution_error, execution_record};
+use crate::parsed_json::ParsedJson;
 use crate::pile::{Pile, Stored};
 use crate::progression::de_opt_created_at;
 
@@ -139,23 +141,17 @@ impl KeptJson {
     }
 
     /// JSON text as received, which `serde_json` parsed (a reply's
-    /// bytes), at `path`; `None` when it is longer than
-    /// [`Self::MAX_PARSED_BYTES`]. A dump copies it as it is when it is
-    /// one line, else writes it compactly.
-    pub fn parsed(path: &'static [&'static str], text: bytes::Bytes) -> Option<Self> {
-        (text.len() <= Self::MAX_PARSED_BYTES).then_some(Self {
+    /// bytes), at `path`, shared; `None` when it is longer than
+    /// [`ParsedJson::MAX_KEPT_BYTES`] (a server's padding is not kept). A
+    /// dump copies it as it is when it is one line, else writes it
+    /// compactly.
+    pub fn parsed(path: &'static [&'static str], text: &ParsedJson) -> Option<Self> {
+        text.is_keepable().then(|| Self {
             path,
-            text,
+            text: text.bytes().clone(),
             form: TextForm::Parsed,
         })
     }
-
-    /// The longest received text kept as it is. A server chooses its
-    /// spacing: a reply padded to the reply cap (16 MiB by default) would
-    /// stay that large in every log until the dump, where its compact
-    /// form may take a hundred bytes. A longer text is kept serialized
-    /// from its value instead; typical replies are a few kilobytes.
-    pub const MAX_PARSED_BYTES: usize = 64 * 1024;
 
     /// `value`, serialized, at `path` (one compact serialization instead
     /// of a deep copy).
@@ -447,7 +443,7 @@ struct LogWire {
     #[serde(default, deserialize_with = "de_opt_created_at")]
     created_at: Option<f64>,
     #[serde(default, deserialize_with = "de_metadata")]
-    metadata: Map<String, Value>,
+    metadata: Metadata,
     #[serde(default)]
     content: Value,
 }
@@ -1247,7 +1243,9 @@ mod tests {
                 vec![
                     KeptJson::parsed(
                         &["execution", "response"],
-                        bytes::Bytes::copy_from_slice(text),
+                        &ParsedJson::parse(String::from_utf8(text.to_vec()).unwrap())
+                            .unwrap()
+                            .1,
                     )
                     .unwrap(),
                 ],

@@ -7,10 +7,11 @@ use indexmap::IndexMap;
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
+use crate::metadata::Metadata;
 use crate::progression::{Progression, de_opt_created_at};
 
 /// Anything a pile can hold: it has an id.
@@ -274,9 +275,9 @@ struct PileWire<T> {
     #[serde(default, deserialize_with = "de_opt_created_at")]
     created_at: Option<f64>,
     #[serde(default, deserialize_with = "de_metadata")]
-    metadata: Map<String, Value>,
+    metadata: Metadata,
     #[serde(default, deserialize_with = "de_metadata")]
-    node_metadata: Map<String, Value>,
+    node_metadata: Metadata,
     #[serde(default = "Vec::new")]
     collections: Vec<T>,
     #[serde(default)]

@@ -6,10 +6,11 @@
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use crate::element::{self, Element, Finite, MetadataOut, de_created_at, de_metadata, lion_class};
+use crate::metadata::Metadata;
 use crate::participant::json_type;
 
 /// An ordered list of element ids. Duplicates are allowed in a bare
@@ -151,7 +152,7 @@ struct ProgressionWire {
     #[serde(default, deserialize_with = "de_opt_created_at")]
     created_at: Option<f64>,
     #[serde(default, deserialize_with = "de_metadata")]
-    metadata: Map<String, Value>,
+    metadata: Metadata,
     #[serde(default, deserialize_with = "de_order")]
     order: Vec<Uuid>,
     #[serde(default)]

@@ -463,7 +463,7 @@ async fn a_reply_keeps_the_bytes_it_was_parsed_from() {
         let model = builder(&server.base_url()).build().unwrap();
         let r = model.invoke(user()).await.unwrap();
         assert_eq!(r.text, text);
-        let raw_text = r.raw_text.as_deref().unwrap();
+        let raw_text = r.raw_text.as_ref().unwrap().bytes().as_ref();
         assert_eq!(raw_text, &kept[..]);
         assert_eq!(serde_json::from_slice::<Value>(raw_text).unwrap(), r.raw);
     }

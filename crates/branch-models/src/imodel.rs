@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use branch_core::ParsedJson;
 use branch_core::model::{
     AuthType, ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError,
     ModelErrorKind, RequestBody,
@@ -408,7 +409,7 @@ impl IModel {
 
     /// One HTTP attempt of a non-streaming call: the reply parsed, and the
     /// bytes it was parsed from.
-    async fn attempt(&self, p: &Prepared<'_>) -> Result<(Value, bytes::Bytes), ModelError> {
+    async fn attempt(&self, p: &Prepared<'_>) -> Result<(Value, ParsedJson), ModelError> {
         let mut req = p.request();
         // The endpoint's timeout bounds each attempt; one no shorter than
         // the call's overall deadline (which runs around every attempt,
@@ -456,16 +457,18 @@ impl IModel {
         // What `Response::text` gives, without copying a valid UTF-8 body
         // (checked a word at a time first: the lossy reading goes byte by
         // byte).
-        let text = match std::str::from_utf8(&bytes) {
-            Ok(t) => Cow::Borrowed(t),
-            Err(_) => String::from_utf8_lossy(&bytes),
+        let text = match String::from_utf8(bytes) {
+            Ok(t) => t,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
         };
         if text.trim().is_empty() {
             return Err(self
                 .err(ModelErrorKind::MalformedResponse, "the reply is empty")
                 .with_status(status));
         }
-        let value: Value = serde_json::from_str(&text).map_err(|_| {
+        // The text is kept as the proof it was parsed: the reply's message
+        // and log hold it instead of the value's tree.
+        let (value, text) = ParsedJson::parse(text).map_err(|_| {
             self.err(
                 ModelErrorKind::MalformedResponse,
                 "the reply is not valid JSON",
@@ -473,21 +476,15 @@ impl IModel {
             .with_status(status)
         })?;
         if let Some(eff) = self.inner.dialect.reply_error_status(&value, status) {
-            let (kind, message) = dialect::classify(eff, &text);
+            let (kind, message) = dialect::classify(eff, text.as_str());
             let mut e = self
                 .err(kind, message)
                 .with_status(eff)
-                .with_body(self.error_body(&text));
+                .with_body(self.error_body(text.as_str()));
             e.retry_after = retry_after(resp.headers());
             return Err(e);
         }
-        // The bytes `value` was parsed from: those received, unless some
-        // were not UTF-8.
-        let text = match text {
-            Cow::Borrowed(_) => bytes,
-            Cow::Owned(t) => t.into_bytes(),
-        };
-        Ok((value, text.into()))
+        Ok((value, text))
     }
 
     /// The checks of a decoded reply: at most `max_tool_calls` tool calls,

@@ -102,11 +102,13 @@ pub(crate) async fn chat_turn(
         text,
         tool_calls,
         raw,
+        raw_text,
         reasoning,
         ..
     } = raw;
-    // The raw reply moves into the message's metadata (no copy).
-    let response = response_message(branch, &text, raw, &reasoning);
+    // The raw reply moves into the message's metadata (no copy), as the
+    // bytes it was read from when there are some.
+    let response = response_message(branch, &text, raw, raw_text, &reasoning);
     Ok(ChatTurn {
         instruction,
         response,

@@ -12,7 +12,7 @@ use branch_core::message::{ImageDetail, InstructionContent, Message, MessageMana
 use branch_core::model::{
     ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, ReasoningBlock,
 };
-use branch_core::{Branch, Participant, Role};
+use branch_core::{Branch, Metadata, ParsedJson, Participant, Role};
 use branch_messages::{
     CompileOptions, RenderCache, ResponseFormat, ToolMode, compile_request_cached, token_usage_note,
 };
@@ -208,10 +208,13 @@ pub(crate) fn instruction_message(
 
 /// The AssistantResponse message of a reply; its reasoning, if any, is
 /// kept under `metadata.reasoning` (where the reference never looks).
+/// `raw_text`, when `send` left it (the bytes `raw` was parsed from), is
+/// kept as `model_response` in place of `raw`'s tree.
 pub(crate) fn response_message(
     branch: &Branch,
     text: &str,
     raw: Value,
+    raw_text: Option<ParsedJson>,
     reasoning: &[ReasoningBlock],
 ) -> Message {
     let mut m = Message::assistant(text)
@@ -220,9 +223,16 @@ pub(crate) fn response_message(
     // Sized for what goes in: a map's first insert makes room for three
     // (about 200 bytes more for every reply a conversation keeps).
     if m.element.metadata.is_empty() {
-        m.element.metadata = Map::with_capacity(1 + usize::from(!reasoning.is_empty()));
+        m.element.metadata = Metadata::with_capacity(1 + usize::from(!reasoning.is_empty()));
     }
-    m.element.metadata.insert("model_response".into(), raw);
+    // A text too long to keep is dropped here: `raw` is its value already.
+    match raw_text.filter(ParsedJson::is_keepable) {
+        Some(text) => m
+            .element
+            .metadata
+            .insert_parsed("model_response".into(), text),
+        None => m.element.metadata.insert("model_response".into(), raw),
+    };
     if !reasoning.is_empty() {
         m.element.metadata.insert(
             REASONING_METADATA_KEY.into(),
@@ -407,8 +417,16 @@ pub(crate) async fn send(
             (None, None) => model.chat(request).await,
         }
     };
-    let result = tracing::Instrument::instrument(call, span).await;
+    let mut result = tracing::Instrument::instrument(call, span).await;
     let duration = t0.elapsed().as_secs_f64();
+    // The reply's own bytes stand for `raw` (in the log and the message)
+    // only when the model vouches for them and no middleware stood between
+    // it and us: either could have changed `raw`.
+    if let Ok(r) = &mut result {
+        if caller.is_some() || !model.keeps_reply_bytes() {
+            r.raw_text = None;
+        }
+    }
     // The request body and the reply are kept as JSON text (the body the
     // very bytes sent), parsed only if the log is read; the rest of the
     // record stays typed.
@@ -417,15 +435,11 @@ pub(crate) async fn send(
     if let Some(b) = &body {
         kept.push(KeptJson::body(&["payload"], b));
     }
-    // The reply's own bytes, when the model vouches for them and no
-    // middleware stood between it and us (either could have changed `raw`).
-    let bytes_are_raw = caller.is_none() && model.keeps_reply_bytes();
-    let reply = |r: &ChatResponse| {
-        let received = r.raw_text.as_ref().filter(|_| bytes_are_raw);
-        match received.and_then(|t| KeptJson::parsed(&["execution", "response"], t.clone())) {
-            Some(kept) => Ok(kept),
-            None => KeptJson::value(&["execution", "response"], &r.raw),
-        }
+    let reply = |r: &ChatResponse| match (r.raw_text.as_ref())
+        .and_then(|t| KeptJson::parsed(&["execution", "response"], t))
+    {
+        Some(kept) => Ok(kept),
+        None => KeptJson::value(&["execution", "response"], &r.raw),
     };
     let log = match &result {
         Ok(r) => match reply(r) {

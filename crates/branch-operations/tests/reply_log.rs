@@ -1,7 +1,7 @@
-//! An API call's log records the reply the conversation keeps: the bytes
-//! received when the model vouches that its reply is their parse (an
-//! `IModel` does), the reply as returned when a wrapper model may have
-//! changed it.
+//! An API call's log and the reply's message record the reply the
+//! conversation keeps: the bytes received when the model vouches that its
+//! reply is their parse (an `IModel` does), the reply as returned when a
+//! wrapper model may have changed it.
 
 mod common;
 
@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use branch_core::model::{
     ChatModel, ChatRequest, ChatResponse, ChatStream, ModelConfig, ModelError, RequestBody,
 };
-use branch_core::{Branch, KeptJson, Log};
+use branch_core::{Branch, Log, ParsedJson, ToDictOptions};
 use branch_models::mock::{MockReply, MockServer};
 use branch_operations::{BranchOperations, CommunicateOptions};
 use serde_json::{Value, json};
@@ -63,9 +63,10 @@ impl ChatModel for Redacting {
     }
 }
 
-/// One turn against a server sending `reply`; the branch, and the dump of
-/// its one log as written to a JSON-lines file.
-async fn one_turn(reply: &str, wrap: bool) -> (Branch, Value, String) {
+/// One turn against a server sending `reply`; the branch, the reply's
+/// `model_response`, the dump of its one log as written to a JSON-lines
+/// file, and the branch's JSON.
+async fn one_turn(reply: &str, wrap: bool) -> (Branch, Value, String, String) {
     let server = MockServer::start().await;
     server.push(MockReply::raw(200, reply));
     let model = common::model(&server, "gpt-4.1-mini");
@@ -86,7 +87,22 @@ async fn one_turn(reply: &str, wrap: bool) -> (Branch, Value, String) {
     b.logger_mut().dump_to(&path, false).unwrap();
     let dump = std::fs::read_to_string(&path).unwrap();
     let _ = std::fs::remove_dir_all(&dir);
-    (b, reply, dump)
+    let json = b.to_json_vec(&ToDictOptions::default()).unwrap();
+    let json = String::from_utf8(json).unwrap();
+    // The branch reads back with the same reply.
+    let back = Branch::from_json_slice(json.as_bytes()).unwrap();
+    assert_eq!(
+        back.messages().iter().last().unwrap().element.metadata["model_response"],
+        reply
+    );
+    // Messages and logs alike (the chat model's address guard opt-in is
+    // not stored).
+    let (ours, theirs) = (
+        b.to_dict(&Default::default()).unwrap(),
+        back.to_dict(&Default::default()).unwrap(),
+    );
+    assert!(ours["messages"] == theirs["messages"] && ours["logs"] == theirs["logs"]);
+    (b, reply, dump, json)
 }
 
 fn only_log(b: &Branch) -> &Log {
@@ -96,8 +112,8 @@ fn only_log(b: &Branch) -> &Log {
 }
 
 #[tokio::test]
-async fn the_log_keeps_the_reply_bytes_an_imodel_received() {
-    let (b, reply, dump) = one_turn(REPLY, false).await;
+async fn the_log_and_the_message_keep_the_reply_bytes_an_imodel_received() {
+    let (b, reply, dump, json) = one_turn(REPLY, false).await;
     assert_eq!(
         reply["choices"][0]["message"]["content"],
         "café sk-secret-1"
@@ -107,11 +123,13 @@ async fn the_log_keeps_the_reply_bytes_an_imodel_received() {
     assert!(dump.contains(REPLY), "{dump}");
     let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
     assert_eq!(line["content"]["execution"]["response"], reply);
+    // The message keeps them too, and the branch's JSON copies them.
+    assert!(json.contains(REPLY), "{json}");
 }
 
 #[tokio::test]
-async fn the_log_keeps_the_reply_a_wrapper_returned() {
-    let (b, reply, dump) = one_turn(REPLY, true).await;
+async fn the_log_and_the_message_keep_the_reply_a_wrapper_returned() {
+    let (b, reply, dump, json) = one_turn(REPLY, true).await;
     assert_eq!(
         reply["choices"][0]["message"]["content"],
         json!("café [redacted]")
@@ -120,18 +138,48 @@ async fn the_log_keeps_the_reply_a_wrapper_returned() {
     assert!(!dump.contains("sk-secret-1"), "{dump}");
     let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
     assert_eq!(line["content"]["execution"]["response"], reply);
+    assert!(!json.contains("sk-secret-1"), "{json}");
 }
 
-/// A server's padding is not kept: a reply longer than the log keeps as
-/// received is kept serialized from its value.
+/// A server's padding is not kept: a reply longer than what is kept as
+/// received is kept as its value.
 #[tokio::test]
 async fn a_padded_reply_is_kept_compact() {
-    let pad = " ".repeat(KeptJson::MAX_PARSED_BYTES);
+    let pad = " ".repeat(ParsedJson::MAX_KEPT_BYTES);
     let padded = format!("{{{pad}{}", &REPLY[1..]);
-    let (b, reply, dump) = one_turn(&padded, false).await;
+    let (b, reply, dump, json) = one_turn(&padded, false).await;
     assert_eq!(only_log(&b).content()["execution"]["response"], reply);
     assert!(!dump.contains(&pad[..100]), "the padding is kept");
     assert!(dump.len() < 2_000, "{} bytes", dump.len());
     let line: Value = serde_json::from_str(dump.trim_end()).unwrap();
     assert_eq!(line["content"]["execution"]["response"], reply);
+    assert!(!json.contains(&pad[..100]), "the padding is kept");
+}
+
+/// Every reply of a conversation keeps the bytes received as its
+/// `model_response`: turns after it do not read them back into a tree.
+#[tokio::test]
+async fn each_reply_keeps_the_bytes_received() {
+    let server = MockServer::start().await;
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(common::model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    for i in 0..3 {
+        server.push(MockReply::raw(200, &REPLY.replace("r1", &format!("r{i}"))));
+        b.communicate(CommunicateOptions::new(format!("q{i}")))
+            .await
+            .unwrap();
+    }
+    let kept: Vec<String> = b
+        .messages()
+        .iter()
+        .filter_map(|m| m.element.metadata.kept_text("model_response"))
+        .map(|t| t.as_str().to_owned())
+        .collect();
+    let sent: Vec<String> = (0..3)
+        .map(|i| REPLY.replace("r1", &format!("r{i}")))
+        .collect();
+    assert_eq!(kept, sent);
 }

@@ -443,7 +443,7 @@ async fn durable_memory_answers_like_the_in_process_store<S: UnderTest>(store: S
     let mut meta = Map::new();
     meta.insert("branch_id".into(), json!("b1"));
     let mut first = MemoryItem::new("Hello World").with_tags(["greeting", "x"]);
-    first.element.metadata = meta.clone();
+    first.element.metadata = meta.clone().into();
     let items = vec![
         first.clone(),
         MemoryItem::new(json!({"k": "hello there"})).with_tags(["y"]),

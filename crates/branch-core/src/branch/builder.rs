@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::system::{SystemDatetime, SystemSpec, build_system};
@@ -13,6 +13,7 @@ use crate::error::Result;
 use crate::log::{DataLogger, DataLoggerConfig, Log};
 use crate::memory::MemoryStore;
 use crate::message::{Message, MessageManager, truthy};
+use crate::metadata::Metadata;
 use crate::model::{ChatModel, ModelConfig};
 use crate::participant::{Participant, Role};
 use crate::pile::Pile;
@@ -97,7 +98,7 @@ pub enum Deprecated {
 pub struct BranchBuilder {
     id: Option<Uuid>,
     created_at: Option<f64>,
-    metadata: Map<String, Value>,
+    metadata: Metadata,
     user: Option<Participant>,
     name: Option<String>,
     messages: Option<Pile<Message>>,
@@ -128,8 +129,8 @@ impl BranchBuilder {
     }
 
     /// Initial metadata.
-    pub fn metadata(mut self, m: Map<String, Value>) -> Self {
-        self.metadata = m;
+    pub fn metadata(mut self, m: impl Into<Metadata>) -> Self {
+        self.metadata = m.into();
         self
     }
 

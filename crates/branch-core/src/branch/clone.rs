@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::builder::settings_log_config;
@@ -12,6 +12,7 @@ use crate::action::ActionManager;
 use crate::element::Element;
 use crate::log::DataLogger;
 use crate::message::{Message, MessageContent, MessageManager};
+use crate::metadata::Metadata;
 use crate::model::ChatModel;
 use crate::participant::Participant;
 use crate::pile::Pile;
@@ -52,7 +53,7 @@ impl Branch {
             "created_at": self.created_at(),
             "progression": source_order,
         });
-        let mut metadata = Map::new();
+        let mut metadata = Metadata::new();
         metadata.insert("clone_from".into(), clone_from);
 
         let mut id_map: HashMap<Uuid, Uuid> = HashMap::with_capacity(self.messages().len());

@@ -26,6 +26,7 @@ use crate::gate::{Gate, GateSlot, ToolInvocation};
 use crate::log::{DataLogger, Log};
 use crate::memory::{InMemoryStore, MemoryStore};
 use crate::message::{Message, MessageManager};
+use crate::metadata::Metadata;
 use crate::model::ChatModel;
 use crate::observer::{Observer, ObserverSlot, Signal};
 use crate::operation::{Operation, OperationManager};
@@ -148,12 +149,12 @@ impl Branch {
     }
 
     /// The metadata (`clone_from` among it for a clone).
-    pub fn metadata(&self) -> &Map<String, Value> {
+    pub fn metadata(&self) -> &Metadata {
         &self.element.metadata
     }
 
     /// The metadata, mutably.
-    pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
+    pub fn metadata_mut(&mut self) -> &mut Metadata {
         &mut self.element.metadata
     }
 
@@ -352,7 +353,7 @@ impl Branch {
         let field = match name {
             "id" => Some(Value::String(self.id().to_string())),
             "created_at" => Some(serde_json::json!(self.created_at())),
-            "metadata" => Some(Value::Object(self.element.metadata.clone())),
+            "metadata" => Some(Value::Object(self.element.metadata.to_map())),
             "user" => Some(
                 self.user
                     .as_ref()

@@ -15,6 +15,7 @@ use crate::element::{self, Element, Finite, lion_class};
 use crate::error::{BranchError, Result};
 use crate::log::{DataLogger, DataLoggerConfig, Log};
 use crate::message::{Message, MessageManager, MessageOut};
+use crate::metadata::Metadata;
 use crate::model::{ChatModel, ModelConfig};
 use crate::participant::{Participant, de_participant};
 use crate::pile::{MetaPlacement, Pile, PileOut, Stored};
@@ -108,11 +109,9 @@ impl Serialize for BranchMetadata<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         let b = self.0;
         let mut m = s.serialize_map(None)?;
-        for (k, v) in &b.element.metadata {
-            if k != "lion_class" && k != "current_progression" {
-                m.serialize_entry(k, v)?;
-            }
-        }
+        b.element
+            .metadata
+            .write_json_entries(&mut m, &["lion_class", "current_progression"])?;
         if let Some(view) = b.msgs.view() {
             // Written as the reference stores it inside metadata: a plain
             // field dump, without `lion_class`.
@@ -366,9 +365,9 @@ struct BranchWire {
     #[serde(default, deserialize_with = "de_opt_created_at")]
     created_at: Option<f64>,
     #[serde(default)]
-    metadata: Option<Map<String, Value>>,
+    metadata: Option<Metadata>,
     #[serde(default)]
-    node_metadata: Option<Map<String, Value>>,
+    node_metadata: Option<Metadata>,
     #[serde(default, deserialize_with = "de_participant")]
     user: Option<Participant>,
     #[serde(default)]

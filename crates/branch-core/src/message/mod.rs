@@ -25,6 +25,7 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::element::{self, Element, Finite, MetadataOut, lion_class};
+use crate::metadata::Metadata;
 use crate::participant::{Participant, Role, de_participant};
 use crate::pile::{MetaPlacement, Stored};
 use crate::progression::de_opt_created_at;
@@ -363,9 +364,9 @@ struct MessageWire {
     #[serde(default, deserialize_with = "de_opt_created_at")]
     created_at: Option<f64>,
     #[serde(default)]
-    metadata: Option<Map<String, Value>>,
+    metadata: Option<Metadata>,
     #[serde(default)]
-    node_metadata: Option<Map<String, Value>>,
+    node_metadata: Option<Metadata>,
     #[serde(default)]
     content: Value,
     #[serde(default)]

@@ -294,7 +294,7 @@ pub struct ChatResponse {
     /// them. The API call's log holds them instead of serializing `raw`
     /// again only for a model that vouches for them
     /// ([`super::ChatModel::keeps_reply_bytes`]).
-    pub raw_text: Option<bytes::Bytes>,
+    pub raw_text: Option<crate::parsed_json::ParsedJson>,
 }
 
 /// Two responses are equal when what they say is: `raw_text` is one

@@ -213,7 +213,7 @@ fn compile<O: Output>(
                 "output": r.output.clone().unwrap_or(Value::Null),
             })),
             MessageContent::AssistantResponse(a) => {
-                let reasoning = match small_map_get(&m.element.metadata, REASONING_METADATA_KEY) {
+                let reasoning = match m.element.metadata.get(REASONING_METADATA_KEY) {
                     None => Vec::new(),
                     Some(v) => ReasoningBlock::list_from_value(v).map_err(|e| {
                         CompileError::MalformedReasoning {
@@ -351,17 +351,6 @@ fn compile<O: Output>(
     all.extend(settled);
     all.extend(messages);
     Ok(all)
-}
-
-/// `m.get(key)` without hashing the key when the map is small (a
-/// message's metadata holds a few keys; SipHash of the key costs more than
-/// comparing them).
-fn small_map_get<'m>(m: &'m serde_json::Map<String, Value>, key: &str) -> Option<&'m Value> {
-    if m.len() <= 8 {
-        m.iter().find(|(k, _)| k.as_str() == key).map(|(_, v)| v)
-    } else {
-        m.get(key)
-    }
 }
 
 /// Folds the pending action results into an instruction's context (see

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use branch_core::element::Element;
 use branch_core::{MemoryError, MemoryItem, MemoryQuery, MemoryStore};
 use rusqlite::{OptionalExtension, TransactionBehavior, params};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::StoreError;
@@ -86,7 +86,7 @@ fn decode(
         content.ok_or_else(too_big)?,
         tags.ok_or_else(too_big)?,
     );
-    let metadata: Map<String, Value> =
+    let metadata: branch_core::Metadata =
         serde_json::from_str(&metadata).map_err(|e| corrupt(e.to_string()))?;
     let content: Value = serde_json::from_str(&content).map_err(|e| corrupt(e.to_string()))?;
     let tags: Vec<String> = serde_json::from_str(&tags).map_err(|e| corrupt(e.to_string()))?;

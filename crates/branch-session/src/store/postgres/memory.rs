@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use branch_core::element::Element;
 use branch_core::{MemoryError, MemoryItem, MemoryQuery, MemoryStore};
 use futures_util::{StreamExt, pin_mut};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use uuid::Uuid;
 
 use super::{Shared, pg_err};
@@ -71,7 +71,7 @@ impl PgMemoryStore {
         let content: Option<String> = row.get(3);
         let tags: Vec<String> = row.get(4);
         let too_big = || corrupt(format!("over the {MAX_STORED_ROW_BYTES}-byte row cap"));
-        let metadata: Map<String, Value> = serde_json::from_str(&metadata.ok_or_else(too_big)?)
+        let metadata: branch_core::Metadata = serde_json::from_str(&metadata.ok_or_else(too_big)?)
             .map_err(|e| corrupt(e.to_string()))?;
         let content: Value = serde_json::from_str(&content.ok_or_else(too_big)?)
             .map_err(|e| corrupt(e.to_string()))?;
