@@ -8,11 +8,13 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use branch_core::ParsedJson;
 use branch_core::json_repair::{parse_lenient, parse_truncated};
-use branch_core::model::{ChunkKind, StreamAccumulator, api_call_execution};
+use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_execution};
 use branch_core::{Branch, ToDictOptions};
 use branch_models::address_rules::classify;
 use branch_models::dialect::Dialect;
+use branch_models::dialect::openai_chat::plain_reply;
 use branch_models::gguf::{GgufError, GgufHeader, parse_header, read_header};
 use branch_models::guard::{check_host, check_ip};
 use branch_models::json_grammar::Grammar;
@@ -201,6 +203,24 @@ pub fn sse_frame(data: &[u8]) {
 /// as JSON are mapped to a `ChatResponse` (text, tool calls, usage, finish
 /// reason) and an API-call log record without a panic.
 pub fn provider_reply(data: &[u8]) {
+    if let Ok(text) = std::str::from_utf8(data) {
+        // A text checked without building its value parses, to that value.
+        if let Ok(kept) = ParsedJson::check(text.to_owned()) {
+            let parsed = serde_json::from_str::<Value>(text);
+            assert_eq!(
+                parsed.ok(),
+                Some(kept.value()),
+                "checked but not parsed: {text:?}"
+            );
+        }
+        // The plain reader of chat completions takes a reply only as the
+        // general reading reads it.
+        if let Ok(plain) = plain_reply::read(text.to_owned()) {
+            let raw = serde_json::from_str::<Value>(text);
+            let general = raw.map(ChatResponse::from_raw);
+            assert_eq!(general.ok().as_ref(), Some(&plain), "{text:?}");
+        }
+    }
     let Ok(raw) = serde_json::from_slice::<Value>(data) else {
         return;
     };

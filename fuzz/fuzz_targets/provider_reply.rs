@@ -2,7 +2,9 @@
 //! (OpenAI chat completions, Anthropic Messages, OpenAI Responses, Gemini
 //! and Ollama through their OpenAI-compatible shape): any bytes that parse
 //! as JSON are mapped to a `ChatResponse` (text, tool calls, usage, finish
-//! reason) and an API-call log record without a panic.
+//! reason) and an API-call log record without a panic. A text the plain
+//! chat-completion reader takes reads the same the general way, and a
+//! text `ParsedJson::check` accepts parses to the same value.
 
 #![no_main]
 

@@ -11,6 +11,7 @@
 // Nothing read from outside may panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use indexmap::IndexMap;
@@ -43,6 +44,17 @@ impl Entry {
         match self {
             Entry::Value(v) => v,
             Entry::Kept { text, read } => read.get_or_init(|| text.value()),
+        }
+    }
+
+    /// The value, parsed for the caller only when it is not kept parsed.
+    fn peek(&self) -> Cow<'_, Value> {
+        match self {
+            Entry::Value(v) => Cow::Borrowed(v),
+            Entry::Kept { text, read } => match read.get() {
+                Some(v) => Cow::Borrowed(v),
+                None => Cow::Owned(text.value()),
+            },
         }
     }
 
@@ -82,6 +94,13 @@ impl Metadata {
     /// The value at `key` (parsed now if it was kept as text).
     pub fn get(&self, key: &str) -> Option<&Value> {
         self.entry(key).map(Entry::value)
+    }
+
+    /// The value at `key` without keeping what it parses: a kept text not
+    /// read yet is parsed for this call only (a look at a reply's usage
+    /// leaves the reply as compact as it was).
+    pub fn peek(&self, key: &str) -> Option<Cow<'_, Value>> {
+        self.entry(key).map(Entry::peek)
     }
 
     /// The entry at `key`. Most metadata holds a few keys: comparing them
@@ -322,14 +341,14 @@ impl From<Metadata> for Value {
 
 /// Equal when they hold the same keys with equal values, in any order (as
 /// `serde_json::Map` compares). Two texts with the same bytes are equal
-/// without being read.
+/// without being read; comparing keeps nothing it parsed.
 impl PartialEq for Metadata {
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len()
             && self.entries.iter().all(|(k, e)| {
                 other.entry(k).is_some_and(|o| match (e, o) {
                     (Entry::Kept { text: a, .. }, Entry::Kept { text: b, .. }) if a == b => true,
-                    _ => e.value() == o.value(),
+                    _ => e.peek() == o.peek(),
                 })
             })
     }
@@ -337,13 +356,20 @@ impl PartialEq for Metadata {
 
 impl PartialEq<Map<String, Value>> for Metadata {
     fn eq(&self, other: &Map<String, Value>) -> bool {
-        self.len() == other.len() && self.iter().all(|(k, v)| other.get(k) == Some(v))
+        self.len() == other.len()
+            && self
+                .entries
+                .iter()
+                .all(|(k, e)| other.get(k).is_some_and(|v| *e.peek() == *v))
     }
 }
 
+/// As the map of its values; keeps nothing it parsed.
 impl std::fmt::Debug for Metadata {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map().entries(self.iter()).finish()
+        f.debug_map()
+            .entries(self.entries.iter().map(|(k, e)| (k, e.peek())))
+            .finish()
     }
 }
 
@@ -353,12 +379,7 @@ impl Serialize for Metadata {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(self.len()))?;
         for (k, e) in &self.entries {
-            match e {
-                Entry::Kept { text, read } if read.get().is_none() => {
-                    m.serialize_entry(k, &text.value())?
-                }
-                _ => m.serialize_entry(k, e.value())?,
-            }
+            m.serialize_entry(k, &e.peek())?;
         }
         m.end()
     }
@@ -425,6 +446,11 @@ mod tests {
         assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "model_response", "z"]);
         assert!(unread(&m, "model_response"));
         let (v, _) = ParsedJson::parse(TEXT.to_owned()).unwrap();
+        // A peek parses for itself.
+        assert_eq!(m.peek("model_response").as_deref(), Some(&v));
+        assert_eq!(m.peek("a").as_deref(), Some(&json!(1)));
+        assert!(m.peek("missing").is_none());
+        assert!(unread(&m, "model_response"));
         assert_eq!(m["model_response"], v);
         assert_eq!(
             m["model_response"]["choices"][0]["message"]["content"],
@@ -437,6 +463,19 @@ mod tests {
     #[test]
     fn it_reads_and_compares_as_the_map_of_its_values() {
         let m = sample();
+        // Looking and comparing keep nothing parsed.
+        let plain = Metadata::from(
+            ParsedJson::parse(TEXT.to_owned())
+                .unwrap()
+                .0
+                .as_object()
+                .unwrap()
+                .clone(),
+        );
+        assert!(format!("{m:?}").contains(r#""content": String("café")"#));
+        assert_eq!(sample(), m);
+        assert_ne!(plain, m);
+        assert!(unread(&m, "model_response"));
         let map = m.to_map();
         assert_eq!(m, map);
         assert_eq!(Metadata::from(map.clone()), m);

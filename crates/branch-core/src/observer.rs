@@ -109,8 +109,9 @@ impl RunUsage {
             if m.kind() != MessageKind::AssistantResponse {
                 continue;
             }
-            if let Some(resp) = m.element.metadata.get("model_response") {
-                u.add_response(resp);
+            // A look: the reply stays as compact as it is kept.
+            if let Some(resp) = m.element.metadata.peek("model_response") {
+                u.add_response(&resp);
             }
         }
         u

@@ -34,6 +34,22 @@ impl ParsedJson {
         Ok((value, Self(Bytes::from(text))))
     }
 
+    /// Checks that `text` reads as a `Value`, without building it: the
+    /// same grammar, recursion limit and number range as the parse, and no
+    /// allocation but for keys and strings with escapes. For a caller
+    /// that reads what it needs from the text in its own way and keeps
+    /// the text for whoever wants the value. A text refused is given back
+    /// (a parse then tells why).
+    pub fn check(mut text: String) -> Result<Self, String> {
+        match serde_json::from_str::<Checked>(&text) {
+            Ok(Checked) => {
+                text.shrink_to_fit();
+                Ok(Self(Bytes::from(text)))
+            }
+            Err(_) => Err(text),
+        }
+    }
+
     /// The text, as parsed.
     pub fn as_str(&self) -> &str {
         // Made only from a `String`, so always UTF-8; the check is a word
@@ -77,6 +93,90 @@ impl ParsedJson {
     }
 }
 
+/// A JSON value walked the way `Value`'s reader walks it (through
+/// `deserialize_any`, which applies the recursion limit and reads numbers
+/// into range), keeping nothing.
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(CheckedVisitor)
+    }
+}
+
+struct CheckedVisitor;
+
+impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
+    type Value = Checked;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_unit<E>(self) -> Result<Checked, E> {
+        Ok(Checked)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Checked, A::Error> {
+        while seq.next_element::<Checked>()?.is_some() {}
+        Ok(Checked)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Checked, A::Error> {
+        while map.next_key::<CheckedKey>()?.is_some() {
+            map.next_value::<Checked>()?;
+        }
+        Ok(Checked)
+    }
+}
+
+/// A key, refused when it is serde_json's raw-value marker: `Value`'s
+/// reader takes a map keyed so for a raw value and reads it differently.
+struct CheckedKey;
+
+impl<'de> serde::Deserialize<'de> for CheckedKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl serde::de::Visitor<'_> for KeyVisitor {
+            type Value = CheckedKey;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a key")
+            }
+            fn visit_str<E: serde::de::Error>(self, k: &str) -> Result<CheckedKey, E> {
+                if k == RAW_VALUE_TOKEN {
+                    Err(E::custom("a key reserved by serde_json"))
+                } else {
+                    Ok(CheckedKey)
+                }
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// The key serde_json's `Value` reader treats as a raw value's.
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
 impl std::fmt::Debug for ParsedJson {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("ParsedJson").field(&self.as_str()).finish()
@@ -102,6 +202,49 @@ mod tests {
                 .spans_lines()
         );
         assert!(ParsedJson::parse("{\"a\":".to_owned()).is_err());
+    }
+
+    /// `check` accepts exactly what the parse accepts.
+    #[test]
+    fn checking_agrees_with_parsing() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        let cases = [
+            r#"{"a": [1, -2, 3.5e10, "x\u00e9", null, true], "b": {}}"#.to_owned(),
+            r#"{"a": 1, "a": 2}"#.to_owned(),
+            "1e400".to_owned(),
+            "[1e400]".to_owned(),
+            "18446744073709551616".to_owned(),
+            "-1e-400".to_owned(),
+            r#""\ud800""#.to_owned(),
+            r#""\ud83d\ude00""#.to_owned(),
+            r#""\x""#.to_owned(),
+            "\"tab\there\"".to_owned(),
+            r#"{"$serde_json::private::RawValue": "[1,2"}"#.to_owned(),
+            r#"{"$serde_json::private::RawValue": "[1,2]"}"#.to_owned(),
+            deep(127),
+            deep(128),
+            deep(129),
+            "[1,]".to_owned(),
+            "{} x".to_owned(),
+            " {} ".to_owned(),
+            "".to_owned(),
+            "nul".to_owned(),
+        ];
+        for case in cases {
+            let parsed = ParsedJson::parse(case.clone()).is_ok();
+            let checked = ParsedJson::check(case.clone());
+            // A check may refuse what parses (the raw-value key); never
+            // the other way round.
+            if let Ok(c) = &checked {
+                assert!(parsed, "{case:?} is checked but does not parse");
+                assert_eq!(c.value(), serde_json::from_str::<Value>(&case).unwrap());
+            } else if parsed {
+                assert!(
+                    case.contains(RAW_VALUE_TOKEN),
+                    "{case:?} parses but is refused"
+                );
+            }
+        }
     }
 
     #[test]

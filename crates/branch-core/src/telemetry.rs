@@ -385,8 +385,8 @@ pub fn record_response(span: &tracing::Span, response: &ChatResponse) {
     if let Some(m) = &response.served_model {
         span.record(GEN_AI_RESPONSE_MODEL, m.as_str());
     }
-    if let Some(id) = response.raw.get("id").and_then(Value::as_str) {
-        span.record(GEN_AI_RESPONSE_ID, id);
+    if let Some(id) = response.raw.top_str("id") {
+        span.record(GEN_AI_RESPONSE_ID, id.as_str());
     }
     if let Some(r) = &response.finish_reason {
         span.record(GEN_AI_RESPONSE_FINISH_REASONS, json!([r]).to_string());

@@ -149,7 +149,7 @@ async fn request_bodies_match_operations_fixtures() {
                     c.unwrap();
                 }
             } else if let Ok(resp) = model.chat(req).await {
-                raws.push(resp.raw);
+                raws.push(resp.raw.into_value());
             }
         }
         let sent = server.bodies();

@@ -13,7 +13,7 @@ use branch_core::telemetry;
 use serde_json::Value;
 
 use crate::breaker::Breaker;
-use crate::dialect::openai_chat::ChatPayload;
+use crate::dialect::openai_chat::{self, ChatPayload};
 use crate::dialect::{self, Dialect};
 use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
@@ -407,9 +407,9 @@ impl IModel {
         }
     }
 
-    /// One HTTP attempt of a non-streaming call: the reply parsed, and the
-    /// bytes it was parsed from.
-    async fn attempt(&self, p: &Prepared<'_>) -> Result<(Value, ParsedJson), ModelError> {
+    /// One HTTP attempt of a non-streaming call: the reply read, with the
+    /// bytes it reads as (`raw_text`).
+    async fn attempt(&self, p: &Prepared<'_>) -> Result<ChatResponse, ModelError> {
         let mut req = p.request();
         // The endpoint's timeout bounds each attempt; one no shorter than
         // the call's overall deadline (which runs around every attempt,
@@ -466,6 +466,15 @@ impl IModel {
                 .err(ModelErrorKind::MalformedResponse, "the reply is empty")
                 .with_status(status));
         }
+        // A plain chat completion is read from its text, whose tree is
+        // then never built; any other reply is parsed whole.
+        let text = match self.inner.dialect {
+            Dialect::OpenAiChat => match openai_chat::plain_reply::read(text) {
+                Ok(response) => return Ok(response),
+                Err(text) => text,
+            },
+            _ => text,
+        };
         // The text is kept as the proof it was parsed: the reply's message
         // and log hold it instead of the value's tree.
         let (value, text) = ParsedJson::parse(text).map_err(|_| {
@@ -484,7 +493,9 @@ impl IModel {
             e.retry_after = retry_after(resp.headers());
             return Err(e);
         }
-        Ok((value, text))
+        let mut response = self.inner.dialect.decode_reply(value);
+        response.raw_text = Some(text);
+        Ok(response)
     }
 
     /// The checks of a decoded reply: at most `max_tool_calls` tool calls,
@@ -649,7 +660,7 @@ impl IModel {
             .await
             .map_err(|r| self.err(ModelErrorKind::LocalRateLimit, r.reason))?;
         let policy = self.retry_policy();
-        let (value, text) = loop {
+        let mut response = loop {
             *attempts += 1;
             let attempts = *attempts;
             match self.attempt(&p).await {
@@ -683,10 +694,7 @@ impl IModel {
             }
         };
         let attempts = *attempts;
-        let mut response = self.inner.dialect.decode_reply(value);
         response.attempts = attempts;
-        // Every dialect keeps the parsed reply as `raw`, unchanged.
-        response.raw_text = Some(text);
         self.check_reply(&response)
             .map_err(|e| e.with_status(200).with_attempts(attempts))?;
         telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, attempts.into());

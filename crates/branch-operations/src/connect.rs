@@ -71,7 +71,7 @@ pub(crate) fn connect(
                 model
                     .chat(request)
                     .await
-                    .map(|r| r.raw)
+                    .map(|r| r.raw.into_value())
                     .map_err(|e| e.to_string())
             }
         },

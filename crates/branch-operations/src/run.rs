@@ -444,7 +444,7 @@ impl RunState<'_> {
         >,
     ) {
         let head = ApiCallHead::of(result, started_at, started.elapsed().as_secs_f64());
-        let response = result.map_or(Value::Null, |r| r.raw.clone());
+        let response = result.map_or(Value::Null, |r| r.raw.peek().into_owned());
         self.branch
             .log(Log::new(head.record(payload.clone(), response)));
     }
@@ -502,7 +502,7 @@ impl RunState<'_> {
                 let response = acc.finish();
                 self.log_call(&payload, started_at, started, Ok(&response));
                 let mut meta = Map::new();
-                meta.insert("model_response".into(), response.raw.clone());
+                meta.insert("model_response".into(), response.raw.peek().into_owned());
                 if !response.reasoning.is_empty() {
                     // Kept beside the reply as `chat` keeps it (turn.rs).
                     meta.insert(

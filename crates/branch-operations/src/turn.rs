@@ -10,7 +10,7 @@ use branch_core::branch::same_model;
 use branch_core::log::{ApiCallHead, KeptJson, Log};
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{
-    ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, ReasoningBlock,
+    ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, RawReply, ReasoningBlock,
 };
 use branch_core::{Branch, Metadata, ParsedJson, Participant, Role};
 use branch_messages::{
@@ -208,12 +208,13 @@ pub(crate) fn instruction_message(
 
 /// The AssistantResponse message of a reply; its reasoning, if any, is
 /// kept under `metadata.reasoning` (where the reference never looks).
-/// `raw_text`, when `send` left it (the bytes `raw` was parsed from), is
-/// kept as `model_response` in place of `raw`'s tree.
+/// `raw_text`, when `send` left it (the bytes `raw` reads as), is kept as
+/// `model_response` in place of `raw`'s tree (which is then never built
+/// when the model read the reply from those bytes).
 pub(crate) fn response_message(
     branch: &Branch,
     text: &str,
-    raw: Value,
+    raw: RawReply,
     raw_text: Option<ParsedJson>,
     reasoning: &[ReasoningBlock],
 ) -> Message {
@@ -231,7 +232,10 @@ pub(crate) fn response_message(
             .element
             .metadata
             .insert_parsed("model_response".into(), text),
-        None => m.element.metadata.insert("model_response".into(), raw),
+        None => m
+            .element
+            .metadata
+            .insert("model_response".into(), raw.into_value()),
     };
     if !reasoning.is_empty() {
         m.element.metadata.insert(
@@ -449,7 +453,7 @@ pub(crate) async fn send(
             }
             // A `Value` always serializes; were it ever not to, the reply
             // is still recorded whole.
-            Err(_) => Log::with_kept(head.record(Value::Null, r.raw.clone()), kept),
+            Err(_) => Log::with_kept(head.record(Value::Null, r.raw.peek().into_owned()), kept),
         },
         Err(_) => Log::api_call(head, kept),
     };

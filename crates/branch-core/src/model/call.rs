@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::reasoning::{FinishReason, ReasoningBlock};
-use super::{ModelError, WireForm};
+use super::{ModelError, RawReply, WireForm};
 
 /// One message of a provider request (`{"role", "content", ...}`).
 #[derive(Debug, Clone, PartialEq)]
@@ -186,6 +186,34 @@ pub struct Usage {
     pub reasoning_tokens: u64,
 }
 
+/// The counts a provider's usage object reports, under every protocol's
+/// names, as read; [`Usage::from_report`] gives them one meaning. Read
+/// strictly (a count that is not a whole non-negative number is an
+/// error), where [`Usage::from_provider`] passes over such a count.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[allow(missing_docs)]
+pub struct UsageReport {
+    pub prompt_tokens: Option<u64>,
+    pub input_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+    pub total_tokens: Option<u64>,
+    pub cache_read_input_tokens: Option<u64>,
+    pub cache_creation_input_tokens: Option<u64>,
+    pub prompt_tokens_details: Option<TokenDetails>,
+    pub input_tokens_details: Option<TokenDetails>,
+    pub completion_tokens_details: Option<TokenDetails>,
+    pub output_tokens_details: Option<TokenDetails>,
+}
+
+/// The detail counts of a usage report.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[allow(missing_docs)]
+pub struct TokenDetails {
+    pub cached_tokens: Option<u64>,
+    pub reasoning_tokens: Option<u64>,
+}
+
 impl Usage {
     /// Reads an OpenAI chat (`prompt_tokens` ...), OpenAI Responses or
     /// Anthropic (`input_tokens` ...) usage object, normalised to one
@@ -196,32 +224,56 @@ impl Usage {
     pub fn from_provider(value: &Value) -> Option<Self> {
         let obj = value.as_object()?;
         let n = |k: &str| obj.field(k).and_then(Value::as_u64);
-        let detail = |details: &str, k: &str| {
-            obj.field(details)
-                .and_then(|d| d.field(k))
-                .and_then(Value::as_u64)
+        let details = |k: &str| {
+            obj.field(k).map(|d| TokenDetails {
+                cached_tokens: d.field("cached_tokens").and_then(Value::as_u64),
+                reasoning_tokens: d.field("reasoning_tokens").and_then(Value::as_u64),
+            })
         };
-        let prompt = n("prompt_tokens").or_else(|| n("input_tokens"));
-        let completion = n("completion_tokens").or_else(|| n("output_tokens"));
-        if prompt.is_none() && completion.is_none() && n("total_tokens").is_none() {
+        Self::from_report(&UsageReport {
+            prompt_tokens: n("prompt_tokens"),
+            input_tokens: n("input_tokens"),
+            completion_tokens: n("completion_tokens"),
+            output_tokens: n("output_tokens"),
+            total_tokens: n("total_tokens"),
+            cache_read_input_tokens: n("cache_read_input_tokens"),
+            cache_creation_input_tokens: n("cache_creation_input_tokens"),
+            prompt_tokens_details: details("prompt_tokens_details"),
+            input_tokens_details: details("input_tokens_details"),
+            completion_tokens_details: details("completion_tokens_details"),
+            output_tokens_details: details("output_tokens_details"),
+        })
+    }
+
+    /// The usage a report gives ([`Self::from_provider`]'s meaning);
+    /// `None` when it reports no token count.
+    pub fn from_report(r: &UsageReport) -> Option<Self> {
+        let detail =
+            |d: &Option<TokenDetails>, f: fn(&TokenDetails) -> Option<u64>| d.as_ref().and_then(f);
+        let prompt = r.prompt_tokens.or(r.input_tokens);
+        let completion = r.completion_tokens.or(r.output_tokens);
+        if prompt.is_none() && completion.is_none() && r.total_tokens.is_none() {
             return None;
         }
         let prompt = prompt.unwrap_or(0);
         let completion = completion.unwrap_or(0);
-        let openai_cached = detail("prompt_tokens_details", "cached_tokens")
-            .or_else(|| detail("input_tokens_details", "cached_tokens"))
+        let cached = |d: &TokenDetails| d.cached_tokens;
+        let reasoning = |d: &TokenDetails| d.reasoning_tokens;
+        let openai_cached = detail(&r.prompt_tokens_details, cached)
+            .or_else(|| detail(&r.input_tokens_details, cached))
             .unwrap_or(0)
             .min(prompt);
         Some(Self {
             prompt_tokens: prompt - openai_cached,
             completion_tokens: completion,
-            total_tokens: n("total_tokens").unwrap_or(prompt.saturating_add(completion)),
-            cache_read_input_tokens: n("cache_read_input_tokens")
+            total_tokens: r.total_tokens.unwrap_or(prompt.saturating_add(completion)),
+            cache_read_input_tokens: r
+                .cache_read_input_tokens
                 .unwrap_or(0)
                 .saturating_add(openai_cached),
-            cache_creation_input_tokens: n("cache_creation_input_tokens").unwrap_or(0),
-            reasoning_tokens: detail("completion_tokens_details", "reasoning_tokens")
-                .or_else(|| detail("output_tokens_details", "reasoning_tokens"))
+            cache_creation_input_tokens: r.cache_creation_input_tokens.unwrap_or(0),
+            reasoning_tokens: detail(&r.completion_tokens_details, reasoning)
+                .or_else(|| detail(&r.output_tokens_details, reasoning))
                 .unwrap_or(0),
         })
     }
@@ -277,8 +329,9 @@ pub struct ChatResponse {
     pub text: String,
     /// Native tool calls (OpenAI `tool_calls`, Anthropic `tool_use`).
     pub tool_calls: Vec<ToolCall>,
-    /// The raw provider JSON (kept whole, as `metadata.model_response`).
-    pub raw: Value,
+    /// The raw provider JSON (kept whole, as `metadata.model_response`);
+    /// kept as its text until read when the model read the reply from it.
+    pub raw: RawReply,
     /// Reported usage.
     pub usage: Option<Usage>,
     /// The model the provider reports having served.
@@ -331,7 +384,7 @@ impl ChatResponse {
         Self {
             text,
             tool_calls,
-            raw,
+            raw: raw.into(),
             usage,
             served_model,
             finish_reason,
@@ -353,7 +406,7 @@ impl ChatResponse {
 /// (serialization.md §6.1): `{"status", "duration", "response", "error",
 /// "retryable"}`.
 pub fn api_call_execution(result: Result<&ChatResponse, &ModelError>, duration_secs: f64) -> Value {
-    let response = result.map_or(Value::Null, |r| r.raw.clone());
+    let response = result.map_or(Value::Null, |r| r.raw.peek().into_owned());
     let error = result.err().map(execution_error);
     Value::Object(execution_record(duration_secs, error, response))
 }
@@ -964,7 +1017,7 @@ impl StreamAccumulator {
         ChatResponse {
             text: self.text,
             tool_calls,
-            raw: Value::Object(raw),
+            raw: Value::Object(raw).into(),
             usage: self.usage,
             served_model: self.served_model,
             finish_reason: self.finish_reason,

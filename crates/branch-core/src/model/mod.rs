@@ -11,6 +11,7 @@ mod config;
 mod error;
 pub mod limits;
 pub mod pyrepr;
+mod raw_reply;
 mod reasoning;
 pub mod registry;
 pub mod sanitize;
@@ -22,8 +23,8 @@ use std::sync::Arc;
 pub use body::{RequestBody, TokenCount};
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
-    ToolCall, Usage, api_call_execution, api_call_execution_head, extract_text, stream_chunk,
-    thinking_chunk,
+    TokenDetails, ToolCall, Usage, UsageReport, api_call_execution, api_call_execution_head,
+    extract_text, stream_chunk, thinking_chunk,
 };
 pub(crate) use call::{execution_error, execution_record};
 pub use config::{
@@ -32,6 +33,7 @@ pub use config::{
     now_timestamp, openai_chat_request_schema,
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
+pub use raw_reply::RawReply;
 pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
 pub use wire::WireForm;
 

@@ -14,6 +14,8 @@ use serde_json::{Map, Value, json};
 use super::{INTERNAL_KEYS, Payload, openai_reasoning_model};
 use crate::sse::{self, Normalized, NotJson};
 
+pub mod plain_reply;
+
 /// Does the provider require an assistant turn's `reasoning_content` back
 /// when that turn called tools? DeepSeek does: "if the model performed a
 /// tool call, the intermediate assistant's reasoning_content must ...

@@ -127,10 +127,10 @@ async fn rounds(
     }
     let response = last
         .and_then(|m| match &m.content {
-            MessageContent::AssistantResponse(_) => m.element.metadata.get("model_response"),
+            MessageContent::AssistantResponse(_) => m.element.metadata.peek("model_response"),
             _ => None,
         })
-        .cloned();
+        .map(std::borrow::Cow::into_owned);
     Ok(Answer {
         text,
         served_model: response

@@ -144,7 +144,8 @@ pub(crate) async fn ask(
         // A model that does not stream text deltas: show the reply whole.
         say(&format!("{text}\n"));
     }
-    let response = reply.element.metadata.get("model_response");
+    let response = reply.element.metadata.peek("model_response");
+    let response = response.as_deref();
     let served = response
         .and_then(|r| r.get("model"))
         .and_then(Value::as_str)

@@ -1,0 +1,227 @@
+//! `RawReply`: a provider's reply JSON, as a `Value` or as the text it
+//! reads as until it is first read.
+//!
+//! A model that reads what a reply says straight from its text (the chat
+//! completions dialect does for a plain reply) never builds the reply's
+//! tree: for a reply kept as a message's `model_response` nobody may ever
+//! need it, and building and freeing it costs more than the rest of
+//! reading the reply.
+
+// Nothing read from outside may panic.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
+use std::ops::{Deref, DerefMut};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+use crate::parsed_json::ParsedJson;
+
+/// The raw provider JSON of a reply. Reads (and derefs) as its `Value`;
+/// made from text, it parses the text when first read.
+#[derive(Clone, Default)]
+pub struct RawReply {
+    /// The text it reads as, while nothing changed the value.
+    text: Option<ParsedJson>,
+    /// The value: given, or parsed from `text` on first read.
+    value: OnceLock<Value>,
+}
+
+impl RawReply {
+    /// A reply kept as `text`, parsed when first read.
+    pub fn from_text(text: ParsedJson) -> Self {
+        Self {
+            text: Some(text),
+            value: OnceLock::new(),
+        }
+    }
+
+    /// The text the reply reads as, unless its value was changed since.
+    pub fn text(&self) -> Option<&ParsedJson> {
+        self.text.as_ref()
+    }
+
+    /// The value, parsed for this call only when it was never read (a
+    /// look that leaves the reply as compact as it is).
+    pub fn peek(&self) -> std::borrow::Cow<'_, Value> {
+        match (self.value.get(), &self.text) {
+            (Some(v), _) => std::borrow::Cow::Borrowed(v),
+            (None, Some(t)) => std::borrow::Cow::Owned(t.value()),
+            (None, None) => std::borrow::Cow::Owned(Value::Null),
+        }
+    }
+
+    /// The string at `key` of the reply's top object, read from the text
+    /// when the value was never built (one pass over it, building
+    /// nothing): what telemetry reads off every reply.
+    pub fn top_str(&self, key: &str) -> Option<String> {
+        match (self.value.get(), &self.text) {
+            (None, Some(t)) => {
+                let seed = TopStr { key };
+                let mut de = serde_json::Deserializer::from_str(t.as_str());
+                serde::de::DeserializeSeed::deserialize(seed, &mut de)
+                    .ok()
+                    .flatten()
+            }
+            _ => self.get(key).and_then(Value::as_str).map(str::to_owned),
+        }
+    }
+
+    /// The value, taken.
+    pub fn into_value(self) -> Value {
+        match (self.value.into_inner(), self.text) {
+            (Some(v), _) => v,
+            (None, Some(t)) => t.value(),
+            (None, None) => Value::Null,
+        }
+    }
+}
+
+impl From<Value> for RawReply {
+    fn from(v: Value) -> Self {
+        Self {
+            text: None,
+            value: OnceLock::from(v),
+        }
+    }
+}
+
+impl Deref for RawReply {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        self.value.get_or_init(|| match &self.text {
+            Some(t) => t.value(),
+            // Only `Default` has neither.
+            None => Value::Null,
+        })
+    }
+}
+
+/// A change makes the value the reply: the text no longer reads as it.
+impl DerefMut for RawReply {
+    fn deref_mut(&mut self) -> &mut Value {
+        let v = match self.value.take() {
+            Some(v) => v,
+            None => self.text.as_ref().map_or(Value::Null, ParsedJson::value),
+        };
+        self.text = None;
+        self.value = OnceLock::from(v);
+        match self.value.get_mut() {
+            Some(v) => v,
+            None => unreachable!("the value was set just above"),
+        }
+    }
+}
+
+/// Reads the string at `key` of a top-level object (the last one, as a
+/// `Value` keeps the last of repeated keys), skipping everything else.
+struct TopStr<'k> {
+    key: &'k str,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for TopStr<'_> {
+    type Value = Option<String>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Option<String>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for TopStr<'_> {
+    type Value = Option<String>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if k == self.key {
+                found = match map.next_value::<Value>()? {
+                    Value::String(s) => Some(s),
+                    _ => None,
+                };
+            } else {
+                map.next_value::<serde::de::IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+impl PartialEq for RawReply {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.text, &other.text) {
+            (Some(a), Some(b)) if a == b => true,
+            _ => *self.peek() == *other.peek(),
+        }
+    }
+}
+
+impl PartialEq<Value> for RawReply {
+    fn eq(&self, other: &Value) -> bool {
+        *self.peek() == *other
+    }
+}
+
+impl PartialEq<RawReply> for Value {
+    fn eq(&self, other: &RawReply) -> bool {
+        other == self
+    }
+}
+
+/// As its value (compact JSON).
+impl std::fmt::Display for RawReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.peek().fmt(f)
+    }
+}
+
+/// As its value.
+impl std::fmt::Debug for RawReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.peek().fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_reply_kept_as_text_reads_as_its_value() {
+        let text = ParsedJson::check(r#"{"a": [1, "x"]}"#.to_owned()).unwrap();
+        let r = RawReply::from_text(text.clone());
+        assert_eq!(*r.peek(), json!({"a": [1, "x"]}));
+        assert!(r.value.get().is_none(), "a peek keeps nothing");
+        assert_eq!(r["a"][1], "x");
+        assert_eq!(r.text(), Some(&text));
+        let ids = ParsedJson::check(r#"{"id": "a", "n": {"id": "x"}, "id": "b"}"#.to_owned());
+        let ids = RawReply::from_text(ids.unwrap());
+        assert_eq!(ids.top_str("id").as_deref(), Some("b"));
+        assert!(ids.value.get().is_none());
+        assert_eq!(ids.top_str("n"), None);
+        assert_eq!(
+            RawReply::from(json!({"id": "c"})).top_str("id").as_deref(),
+            Some("c")
+        );
+        assert_eq!(r, RawReply::from(json!({"a": [1, "x"]})));
+        assert_eq!(r.clone().into_value(), json!({"a": [1, "x"]}));
+    }
+
+    #[test]
+    fn a_change_makes_the_value_the_reply() {
+        let mut r = RawReply::from_text(ParsedJson::check(r#"{"a": 1}"#.to_owned()).unwrap());
+        r["a"] = json!(2);
+        assert!(r.text().is_none());
+        assert_eq!(r.clone().into_value(), json!({"a": 2}));
+        let mut d = RawReply::default();
+        assert_eq!(*d, Value::Null);
+        *d = json!(3);
+        assert_eq!(d, json!(3));
+        assert_eq!(format!("{d:?}"), "Number(3)");
+    }
+}
