@@ -27,6 +27,7 @@ pub mod memory;
 pub mod message;
 pub mod metadata;
 pub mod model;
+pub mod object_only;
 pub mod observer;
 pub mod operation;
 pub mod parsed_json;

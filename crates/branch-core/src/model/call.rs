@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 
 use super::reasoning::{FinishReason, ReasoningBlock};
 use super::{ModelError, RawReply, WireForm};
+use crate::object_only::optional_object;
 
 /// One message of a provider request (`{"role", "content", ...}`).
 #[derive(Debug, Clone, PartialEq)]
@@ -188,8 +189,11 @@ pub struct Usage {
 
 /// The counts a provider's usage object reports, under every protocol's
 /// names, as read; [`Usage::from_report`] gives them one meaning. Read
-/// strictly (a count that is not a whole non-negative number is an
-/// error), where [`Usage::from_provider`] passes over such a count.
+/// strictly (a count that is not a whole non-negative number, or details
+/// that are not an object, is an error), where [`Usage::from_provider`]
+/// passes over such a count. Read it through
+/// [`crate::object_only::object_only`]: a derived struct also reads from
+/// an array.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[allow(missing_docs)]
 pub struct UsageReport {
@@ -200,9 +204,13 @@ pub struct UsageReport {
     pub total_tokens: Option<u64>,
     pub cache_read_input_tokens: Option<u64>,
     pub cache_creation_input_tokens: Option<u64>,
+    #[serde(default, deserialize_with = "optional_object")]
     pub prompt_tokens_details: Option<TokenDetails>,
+    #[serde(default, deserialize_with = "optional_object")]
     pub input_tokens_details: Option<TokenDetails>,
+    #[serde(default, deserialize_with = "optional_object")]
     pub completion_tokens_details: Option<TokenDetails>,
+    #[serde(default, deserialize_with = "optional_object")]
     pub output_tokens_details: Option<TokenDetails>,
 }
 

@@ -17,6 +17,7 @@ use std::borrow::Cow;
 
 use branch_core::ParsedJson;
 use branch_core::model::{ChatResponse, RawReply, ReasoningBlock, Usage, UsageReport};
+use branch_core::object_only::{Object, optional_object};
 use serde::Deserialize;
 use serde::de::Deserializer;
 
@@ -26,8 +27,8 @@ struct PlainReply<'a> {
     #[serde(borrow, default)]
     model: Option<Cow<'a, str>>,
     #[serde(borrow)]
-    choices: Vec<Choice<'a>>,
-    #[serde(default)]
+    choices: Vec<Object<Choice<'a>>>,
+    #[serde(default, deserialize_with = "optional_object")]
     usage: Option<UsageReport>,
     // Keys that change where the general reading takes the text, the
     // reasoning, the tool calls or the finish reason from, or that make
@@ -46,7 +47,7 @@ struct PlainReply<'a> {
 
 #[derive(Deserialize)]
 struct Choice<'a> {
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "optional_object")]
     message: Option<Message<'a>>,
     #[serde(borrow, default)]
     finish_reason: Option<Cow<'a, str>>,
@@ -86,15 +87,17 @@ fn decline<'de, D: Deserializer<'de>>(_: D) -> Result<(), D::Error> {
 /// declines, giving the text back: a reply of another shape, or text a
 /// `Value` would not read (the general reading then says why).
 pub fn read(text: String) -> Result<ChatResponse, String> {
-    let Ok(plain) = serde_json::from_str::<PlainReply<'_>>(&text) else {
+    // Every struct here reads only from an object: a derived struct
+    // also reads from an array, by position.
+    let Ok(Object(plain)) = serde_json::from_str::<Object<PlainReply<'_>>>(&text) else {
         return Err(text);
     };
     let reply_text: String = plain
         .choices
         .iter()
-        .filter_map(|c| c.message.as_ref()?.content.as_deref())
+        .filter_map(|Object(c)| c.message.as_ref()?.content.as_deref())
         .collect();
-    let first = plain.choices.first();
+    let first = plain.choices.first().map(|Object(c)| c);
     let message = first.and_then(|c| c.message.as_ref());
     let reasoning = message
         .and_then(|m| {
@@ -203,6 +206,11 @@ mod tests {
             r#"{"choices":[{"message":{"content":"x"}}],"$serde_json::private::RawValue":"1"}"#,
             r#"{"choices":[{"message":{"content":"x"}}]} trailing"#,
             r#"["not", "an", "object"]"#,
+            r#"["b", []]"#,
+            r#"{"choices":[["x"]]}"#,
+            r#"{"choices":[{"message":["hi"]}]}"#,
+            r#"{"choices":[{"message":{"content":"x"}}],"usage":[1,2,3]}"#,
+            r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":2,"prompt_tokens_details":[1]}}"#,
             r#"{"choices":null}"#,
             r#"{}"#,
         ];
