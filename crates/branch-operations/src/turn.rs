@@ -430,6 +430,11 @@ pub(crate) async fn send(
         if caller.is_some() || !model.keeps_reply_bytes() {
             r.raw_text = None;
         }
+        // A reply still held as its text reads as that text, whoever
+        // returned it (a change through `raw` drops the text).
+        if let Some(t) = r.raw.text() {
+            r.raw_text = Some(t.clone());
+        }
     }
     // The request body and the reply are kept as JSON text (the body the
     // very bytes sent), parsed only if the log is read; the rest of the

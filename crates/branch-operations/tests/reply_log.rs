@@ -63,6 +63,30 @@ impl ChatModel for Redacting {
     }
 }
 
+/// A model that wraps another and returns its replies as they are, without
+/// vouching for `raw_text`.
+#[derive(Debug)]
+struct PassThrough(Arc<dyn ChatModel>);
+
+#[async_trait]
+impl ChatModel for PassThrough {
+    fn config(&self) -> &ModelConfig {
+        self.0.config()
+    }
+
+    fn duplicate(&self) -> Arc<dyn ChatModel> {
+        Arc::new(Self(self.0.duplicate()))
+    }
+
+    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
+        self.0.chat(request).await
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
+        self.0.stream(request).await
+    }
+}
+
 /// One turn against a server sending `reply`; the branch, the reply's
 /// `model_response`, the dump of its one log as written to a JSON-lines
 /// file, and the branch's JSON.
@@ -182,4 +206,20 @@ async fn each_reply_keeps_the_bytes_received() {
         .map(|i| REPLY.replace("r1", &format!("r{i}")))
         .collect();
     assert_eq!(kept, sent);
+}
+
+/// A reply a wrapper returned unchanged is still its text: kept as it was
+/// received, by the message and the log.
+#[tokio::test]
+async fn a_reply_passed_through_a_wrapper_unchanged_keeps_its_bytes() {
+    let server = MockServer::start().await;
+    server.push(MockReply::raw(200, REPLY));
+    let model: Arc<dyn ChatModel> = Arc::new(PassThrough(common::model(&server, "gpt-4.1-mini")));
+    let mut b = Branch::builder().chat_model(model).build().unwrap();
+    b.communicate(CommunicateOptions::new("q")).await.unwrap();
+    let reply = b.messages().iter().last().unwrap();
+    let kept = reply.element.metadata.kept_text("model_response");
+    assert_eq!(kept.map(ParsedJson::as_str), Some(REPLY));
+    let json = b.to_json_vec(&ToDictOptions::default()).unwrap();
+    assert!(String::from_utf8(json).unwrap().contains(REPLY));
 }
