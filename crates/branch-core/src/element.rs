@@ -8,10 +8,11 @@
 // Parsing of stored data: nothing read from outside may panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
-use crate::metadata::Metadata;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use uuid::Uuid;
+
+use crate::metadata::Metadata;
 
 /// The `lion_class` values written into `metadata`, one per stored kind.
 pub mod lion_class {

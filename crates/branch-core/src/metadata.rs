@@ -203,9 +203,13 @@ impl Metadata {
         self.entries.retain(|k, e| keep(k, e.value()));
     }
 
-    /// The entries as a `serde_json::Map`, copied.
+    /// The entries as a `serde_json::Map`, copied (kept texts are parsed
+    /// for the copy and stay kept).
     pub fn to_map(&self) -> Map<String, Value> {
-        self.iter().map(|(k, v)| (k.clone(), v.clone())).collect()
+        self.entries
+            .iter()
+            .map(|(k, e)| (k.clone(), e.peek().into_owned()))
+            .collect()
     }
 
     /// The entries as a `serde_json::Map`.
@@ -550,6 +554,7 @@ mod tests {
         let plain = serde_json::to_string(&m).unwrap();
         assert!(unread(&m, "model_response"));
         assert_eq!(plain, serde_json::to_string(&m.to_map()).unwrap());
+        assert!(unread(&m, "model_response"), "a copy keeps nothing parsed");
         // A text on several lines is written compactly.
         let mut spaced = Metadata::new();
         spaced.insert_parsed(
