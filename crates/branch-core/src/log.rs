@@ -17,7 +17,7 @@ use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class
 use crate::error::{BranchError, Result};
 use crate::metadata::Metadata;
 use crate::model::{ChatResponse, ModelError, RequestBody, execution_error, execution_record};
-use crate::parsed_json::ParsedJson;
+use crate::parsed_json::{ParsedJson, has_line_break, json_text_value};
 use crate::pile::{Pile, Stored};
 use crate::progression::de_opt_created_at;
 
@@ -308,14 +308,6 @@ impl Log {
     }
 }
 
-/// JSON text written by serde_json, parsed back. Such text always parses;
-/// were it ever not JSON, the text itself is kept (as a string) rather
-/// than dropped.
-pub(crate) fn json_text_value(bytes: &[u8]) -> Value {
-    serde_json::from_slice(bytes)
-        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
-}
-
 /// Whether a custom model's body can be copied into a dump as it is: one
 /// JSON value, in UTF-8, on one line. Otherwise it is written as `content()`
 /// reads it (the value, compact; a string if it is not JSON), so that a
@@ -324,11 +316,6 @@ fn is_one_line_of_json(text: &[u8]) -> bool {
     !has_line_break(text)
         && std::str::from_utf8(text).is_ok()
         && serde_json::from_slice::<de::IgnoredAny>(text).is_ok()
-}
-
-/// A line of a dump ends at either byte.
-fn has_line_break(text: &[u8]) -> bool {
-    text.iter().any(|&b| b == b'\n' || b == b'\r')
 }
 
 /// Puts `v` at `path` in `m` (the last key replaced or added; missing or

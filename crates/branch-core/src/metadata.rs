@@ -12,7 +12,6 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::borrow::Cow;
-use std::sync::OnceLock;
 
 use indexmap::IndexMap;
 use serde::de::{MapAccess, Visitor};
@@ -21,49 +20,13 @@ use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::lazy_json::LazyJson;
 use crate::parsed_json::ParsedJson;
 
 /// An element's metadata: string keys to JSON values, in insertion order.
 #[derive(Clone, Default)]
 pub struct Metadata {
-    entries: IndexMap<String, Entry>,
-}
-
-/// A value, or the text it is read from on first use.
-#[derive(Clone)]
-enum Entry {
-    Value(Value),
-    Kept {
-        text: ParsedJson,
-        read: OnceLock<Value>,
-    },
-}
-
-impl Entry {
-    fn value(&self) -> &Value {
-        match self {
-            Entry::Value(v) => v,
-            Entry::Kept { text, read } => read.get_or_init(|| text.value()),
-        }
-    }
-
-    /// The value, parsed for the caller only when it is not kept parsed.
-    fn peek(&self) -> Cow<'_, Value> {
-        match self {
-            Entry::Value(v) => Cow::Borrowed(v),
-            Entry::Kept { text, read } => match read.get() {
-                Some(v) => Cow::Borrowed(v),
-                None => Cow::Owned(text.value()),
-            },
-        }
-    }
-
-    fn into_value(self) -> Value {
-        match self {
-            Entry::Value(v) => v,
-            Entry::Kept { text, read } => read.into_inner().unwrap_or_else(|| text.value()),
-        }
-    }
+    entries: IndexMap<String, LazyJson>,
 }
 
 static NULL: Value = Value::Null;
@@ -93,19 +56,19 @@ impl Metadata {
 
     /// The value at `key` (parsed now if it was kept as text).
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.entry(key).map(Entry::value)
+        self.entry(key).map(|e| &**e)
     }
 
     /// The value at `key` without keeping what it parses: a kept text not
     /// read yet is parsed for this call only (a look at a reply's usage
     /// leaves the reply as compact as it was).
     pub fn peek(&self, key: &str) -> Option<Cow<'_, Value>> {
-        self.entry(key).map(Entry::peek)
+        self.entry(key).map(LazyJson::peek)
     }
 
     /// The entry at `key`. Most metadata holds a few keys: comparing them
     /// costs less than hashing the key.
-    fn entry(&self, key: &str) -> Option<&Entry> {
+    fn entry(&self, key: &str) -> Option<&LazyJson> {
         if self.entries.len() <= Self::SCANNED_LEN {
             self.entries
                 .iter()
@@ -119,24 +82,15 @@ impl Metadata {
     const SCANNED_LEN: usize = 8;
 
     /// The value at `key`, to change in place.
+    /// The value at `key`, to change in place (a kept text is read, and
+    /// no longer stands for the value).
     pub fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
-        let entry = self.entries.get_mut(key)?;
-        if let Entry::Kept { .. } = entry {
-            let taken = std::mem::replace(entry, Entry::Value(Value::Null));
-            *entry = Entry::Value(taken.into_value());
-        }
-        match entry {
-            Entry::Value(v) => Some(v),
-            Entry::Kept { .. } => None,
-        }
+        self.entries.get_mut(key).map(|e| &mut **e)
     }
 
     /// The text the value at `key` is kept as, if it is (read or not).
     pub fn kept_text(&self, key: &str) -> Option<&ParsedJson> {
-        match self.entry(key)? {
-            Entry::Kept { text, .. } => Some(text),
-            Entry::Value(_) => None,
-        }
+        self.entry(key)?.text()
     }
 
     /// Whether `key` has a value.
@@ -148,8 +102,8 @@ impl Metadata {
     /// previous value.
     pub fn insert(&mut self, key: String, value: Value) -> Option<Value> {
         self.entries
-            .insert(key, Entry::Value(value))
-            .map(Entry::into_value)
+            .insert(key, LazyJson::from(value))
+            .map(LazyJson::into_value)
     }
 
     /// Sets `key` to the value `text` reads as, keeping the text until the
@@ -157,19 +111,16 @@ impl Metadata {
     /// is read now). The previous value.
     pub fn insert_parsed(&mut self, key: String, text: ParsedJson) -> Option<Value> {
         let entry = if text.is_keepable() {
-            Entry::Kept {
-                text,
-                read: OnceLock::new(),
-            }
+            LazyJson::from_text(text)
         } else {
-            Entry::Value(text.value())
+            LazyJson::from(text.value())
         };
-        self.entries.insert(key, entry).map(Entry::into_value)
+        self.entries.insert(key, entry).map(LazyJson::into_value)
     }
 
     /// Removes `key`, keeping the order of the others; its value.
     pub fn shift_remove(&mut self, key: &str) -> Option<Value> {
-        self.entries.shift_remove(key).map(Entry::into_value)
+        self.entries.shift_remove(key).map(LazyJson::into_value)
     }
 
     /// Removes `key`, keeping the order of the others (as
@@ -195,12 +146,12 @@ impl Metadata {
 
     /// The values in order (kept texts are parsed as they are reached).
     pub fn values(&self) -> impl ExactSizeIterator<Item = &Value> {
-        self.entries.values().map(Entry::value)
+        self.entries.values().map(|e| &**e)
     }
 
     /// Keeps the entries `keep` accepts.
     pub fn retain(&mut self, mut keep: impl FnMut(&String, &Value) -> bool) {
-        self.entries.retain(|k, e| keep(k, e.value()));
+        self.entries.retain(|k, e| keep(k, e));
     }
 
     /// The entries as a `serde_json::Map`, copied (kept texts are parsed
@@ -231,14 +182,13 @@ impl Metadata {
             if skip.contains(&k.as_str()) {
                 continue;
             }
-            match e {
-                Entry::Kept { text, .. } if !text.spans_lines() => {
-                    match serde_json::from_str::<&RawValue>(text.as_str()) {
-                        Ok(raw) => m.serialize_entry(k, raw)?,
-                        Err(_) => m.serialize_entry(k, e.value())?,
-                    }
-                }
-                _ => m.serialize_entry(k, e.value())?,
+            let raw = e
+                .text()
+                .filter(|t| !t.spans_lines())
+                .and_then(|t| serde_json::from_str::<&RawValue>(t.as_str()).ok());
+            match raw {
+                Some(raw) => m.serialize_entry(k, raw)?,
+                None => m.serialize_entry(k, &*e.peek())?,
             }
         }
         Ok(())
@@ -246,13 +196,13 @@ impl Metadata {
 }
 
 /// The entries of a [`Metadata`], in order.
-pub struct Iter<'a>(indexmap::map::Iter<'a, String, Entry>);
+pub struct Iter<'a>(indexmap::map::Iter<'a, String, LazyJson>);
 
 impl<'a> Iterator for Iter<'a> {
     type Item = (&'a String, &'a Value);
 
     fn next(&mut self) -> Option<Self::Item> {
-        self.0.next().map(|(k, e)| (k, e.value()))
+        self.0.next().map(|(k, e)| (k, &**e))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -281,7 +231,7 @@ impl IntoIterator for Metadata {
 }
 
 /// The entries of a [`Metadata`] taken, in order.
-pub struct IntoIter(indexmap::map::IntoIter<String, Entry>);
+pub struct IntoIter(indexmap::map::IntoIter<String, LazyJson>);
 
 impl Iterator for IntoIter {
     type Item = (String, Value);
@@ -311,7 +261,7 @@ impl FromIterator<(String, Value)> for Metadata {
         Self {
             entries: iter
                 .into_iter()
-                .map(|(k, v)| (k, Entry::Value(v)))
+                .map(|(k, v)| (k, LazyJson::from(v)))
                 .collect(),
         }
     }
@@ -349,12 +299,10 @@ impl From<Metadata> for Value {
 impl PartialEq for Metadata {
     fn eq(&self, other: &Self) -> bool {
         self.len() == other.len()
-            && self.entries.iter().all(|(k, e)| {
-                other.entry(k).is_some_and(|o| match (e, o) {
-                    (Entry::Kept { text: a, .. }, Entry::Kept { text: b, .. }) if a == b => true,
-                    _ => e.peek() == o.peek(),
-                })
-            })
+            && self
+                .entries
+                .iter()
+                .all(|(k, e)| other.entry(k).is_some_and(|o| e == o))
     }
 }
 
@@ -371,9 +319,7 @@ impl PartialEq<Map<String, Value>> for Metadata {
 /// As the map of its values; keeps nothing it parsed.
 impl std::fmt::Debug for Metadata {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_map()
-            .entries(self.entries.iter().map(|(k, e)| (k, e.peek())))
-            .finish()
+        f.debug_map().entries(self.entries.iter()).finish()
     }
 }
 
@@ -383,7 +329,7 @@ impl Serialize for Metadata {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(self.len()))?;
         for (k, e) in &self.entries {
-            m.serialize_entry(k, &e.peek())?;
+            m.serialize_entry(k, &*e.peek())?;
         }
         m.end()
     }
@@ -429,7 +375,9 @@ mod tests {
     }
 
     fn unread(m: &Metadata, key: &str) -> bool {
-        matches!(m.entries.get(key), Some(Entry::Kept { read, .. }) if read.get().is_none())
+        m.entries
+            .get(key)
+            .is_some_and(|e| e.text().is_some() && !e.is_read())
     }
 
     fn sample() -> Metadata {

@@ -5,7 +5,8 @@
 //! 2.8 kB for a 300-byte chat completion: an index map per object, a string
 //! per key). Kept as the text, the same reply takes its length, and is
 //! shared with the log that keeps it too. The type is the proof that
-//! reading the text again cannot fail: it is made only by parsing.
+//! reading the text again cannot fail: it is made only by parsing the
+//! text, or by checking it as the parse would.
 
 // Nothing read from outside may panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
@@ -82,15 +83,28 @@ impl ParsedJson {
     /// one-line JSON (a dump, a line of a log file) writes such a text
     /// compactly from its value instead of copying it.
     pub fn spans_lines(&self) -> bool {
-        self.0.iter().any(|b| matches!(b, b'\n' | b'\r'))
+        has_line_break(&self.0)
     }
 
-    /// The value the text reads as, parsed again.
+    /// The value the text reads as, parsed again (it parsed, or was
+    /// checked as the parse would, once already).
     pub fn value(&self) -> Value {
-        // Parsed once already by the same parser: it cannot fail. Were it
-        // ever to, the text is still there, as a string.
-        serde_json::from_slice(&self.0).unwrap_or_else(|_| Value::String(self.as_str().to_owned()))
+        json_text_value(&self.0)
     }
+}
+
+/// JSON text known to parse (serde_json wrote it, or parsed or checked
+/// it), parsed. Were it ever not JSON, the text itself is kept (as a
+/// string) rather than dropped.
+pub(crate) fn json_text_value(bytes: &[u8]) -> Value {
+    serde_json::from_slice(bytes)
+        .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(bytes).into_owned()))
+}
+
+/// Whether JSON text spans lines: a line (of a dump, of a JSON-lines
+/// file) ends at either byte.
+pub(crate) fn has_line_break(text: &[u8]) -> bool {
+    text.iter().any(|&b| b == b'\n' || b == b'\r')
 }
 
 /// A JSON value walked the way `Value`'s reader walks it (through

@@ -10,7 +10,7 @@ use branch_core::branch::same_model;
 use branch_core::log::{ApiCallHead, KeptJson, Log};
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{
-    ChatModel, ChatRequest, ChatResponse, REASONING_METADATA_KEY, RawReply, ReasoningBlock,
+    ChatModel, ChatRequest, ChatResponse, LazyJson, REASONING_METADATA_KEY, ReasoningBlock,
 };
 use branch_core::{Branch, Metadata, ParsedJson, Participant, Role};
 use branch_messages::{
@@ -214,7 +214,7 @@ pub(crate) fn instruction_message(
 pub(crate) fn response_message(
     branch: &Branch,
     text: &str,
-    raw: RawReply,
+    raw: LazyJson,
     raw_text: Option<ParsedJson>,
     reasoning: &[ReasoningBlock],
 ) -> Message {

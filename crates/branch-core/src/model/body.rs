@@ -77,7 +77,7 @@ impl RequestBody {
 
     /// The body parsed back into a `Value` (for a reader of the log).
     pub fn to_value(&self) -> Value {
-        crate::log::json_text_value(&self.bytes)
+        crate::parsed_json::json_text_value(&self.bytes)
     }
 }
 

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::reasoning::{FinishReason, ReasoningBlock};
-use super::{ModelError, RawReply, WireForm};
+use super::{LazyJson, ModelError, WireForm};
 use crate::object_only::optional_object;
 
 /// One message of a provider request (`{"role", "content", ...}`).
@@ -339,7 +339,7 @@ pub struct ChatResponse {
     pub tool_calls: Vec<ToolCall>,
     /// The raw provider JSON (kept whole, as `metadata.model_response`);
     /// kept as its text until read when the model read the reply from it.
-    pub raw: RawReply,
+    pub raw: LazyJson,
     /// Reported usage.
     pub usage: Option<Usage>,
     /// The model the provider reports having served.

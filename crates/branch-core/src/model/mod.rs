@@ -11,7 +11,6 @@ mod config;
 mod error;
 pub mod limits;
 pub mod pyrepr;
-mod raw_reply;
 mod reasoning;
 pub mod registry;
 pub mod sanitize;
@@ -20,6 +19,7 @@ mod wire;
 
 use std::sync::Arc;
 
+pub use crate::lazy_json::LazyJson;
 pub use body::{RequestBody, TokenCount};
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
@@ -33,7 +33,6 @@ pub use config::{
     now_timestamp, openai_chat_request_schema,
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
-pub use raw_reply::RawReply;
 pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
 pub use wire::WireForm;
 

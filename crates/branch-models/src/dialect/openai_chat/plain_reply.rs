@@ -16,7 +16,7 @@
 use std::borrow::Cow;
 
 use branch_core::ParsedJson;
-use branch_core::model::{ChatResponse, RawReply, ReasoningBlock, Usage, UsageReport};
+use branch_core::model::{ChatResponse, LazyJson, ReasoningBlock, Usage, UsageReport};
 use branch_core::object_only::{Object, optional_object};
 use serde::Deserialize;
 use serde::de::Deserializer;
@@ -117,7 +117,7 @@ pub fn read(text: String) -> Result<ChatResponse, String> {
     Ok(ChatResponse {
         text: reply_text,
         tool_calls: Vec::new(),
-        raw: RawReply::from_text(kept.clone()),
+        raw: LazyJson::from_text(kept.clone()),
         usage,
         served_model,
         finish_reason,

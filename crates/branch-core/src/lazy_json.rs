@@ -1,15 +1,17 @@
-//! `RawReply`: a provider's reply JSON, as a `Value` or as the text it
-//! reads as until it is first read.
+//! `LazyJson`: a JSON value, held as a `Value` or as the text it reads as
+//! until it is first read.
 //!
-//! A model that reads what a reply says straight from its text (the chat
-//! completions dialect does for a plain reply) never builds the reply's
-//! tree: for a reply kept as a message's `model_response` nobody may ever
-//! need it, and building and freeing it costs more than the rest of
-//! reading the reply.
+//! A reply's `Value` tree takes several times the bytes of its text. A
+//! model that reads what a reply says straight from its text (the chat
+//! completions dialect does for a plain reply) never builds that tree, and
+//! a message's metadata keeps the reply as its text: nobody may ever read
+//! it again. `ChatResponse::raw` and every value of a [`crate::Metadata`]
+//! are one.
 
 // Nothing read from outside may panic.
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+use std::borrow::Cow;
 use std::ops::{Deref, DerefMut};
 use std::sync::OnceLock;
 
@@ -17,18 +19,18 @@ use serde_json::Value;
 
 use crate::parsed_json::ParsedJson;
 
-/// The raw provider JSON of a reply. Reads (and derefs) as its `Value`;
-/// made from text, it parses the text when first read.
+/// A JSON value. Reads (and derefs) as its `Value`; made from text, it
+/// parses the text when first read.
 #[derive(Clone, Default)]
-pub struct RawReply {
+pub struct LazyJson {
     /// The text it reads as, while nothing changed the value.
     text: Option<ParsedJson>,
     /// The value: given, or parsed from `text` on first read.
     value: OnceLock<Value>,
 }
 
-impl RawReply {
-    /// A reply kept as `text`, parsed when first read.
+impl LazyJson {
+    /// The value `text` reads as, kept as the text until first read.
     pub fn from_text(text: ParsedJson) -> Self {
         Self {
             text: Some(text),
@@ -36,22 +38,34 @@ impl RawReply {
         }
     }
 
-    /// The text the reply reads as, unless its value was changed since.
+    /// The text the value reads as, unless the value was changed since
+    /// (read or not).
     pub fn text(&self) -> Option<&ParsedJson> {
         self.text.as_ref()
     }
 
     /// The value, parsed for this call only when it was never read (a
-    /// look that leaves the reply as compact as it is).
-    pub fn peek(&self) -> std::borrow::Cow<'_, Value> {
-        match (self.value.get(), &self.text) {
-            (Some(v), _) => std::borrow::Cow::Borrowed(v),
-            (None, Some(t)) => std::borrow::Cow::Owned(t.value()),
-            (None, None) => std::borrow::Cow::Owned(Value::Null),
+    /// look that leaves the value as compact as it is).
+    pub fn peek(&self) -> Cow<'_, Value> {
+        match self.value.get() {
+            Some(v) => Cow::Borrowed(v),
+            None => Cow::Owned(Self::parse(&self.text)),
         }
     }
 
-    /// The string at `key` of the reply's top object, read from the text
+    /// The value `text` reads as (`null` without a text: the default has
+    /// neither text nor value).
+    fn parse(text: &Option<ParsedJson>) -> Value {
+        text.as_ref().map_or(Value::Null, ParsedJson::value)
+    }
+
+    /// Whether the value was built (given, or read from the text).
+    #[cfg(test)]
+    pub(crate) fn is_read(&self) -> bool {
+        self.value.get().is_some()
+    }
+
+    /// The string at `key` of the value's top object, read from the text
     /// when the value was never built (one pass over it, building
     /// nothing): what telemetry reads off every reply.
     pub fn top_str(&self, key: &str) -> Option<String> {
@@ -69,15 +83,14 @@ impl RawReply {
 
     /// The value, taken.
     pub fn into_value(self) -> Value {
-        match (self.value.into_inner(), self.text) {
-            (Some(v), _) => v,
-            (None, Some(t)) => t.value(),
-            (None, None) => Value::Null,
+        match self.value.into_inner() {
+            Some(v) => v,
+            None => Self::parse(&self.text),
         }
     }
 }
 
-impl From<Value> for RawReply {
+impl From<Value> for LazyJson {
     fn from(v: Value) -> Self {
         Self {
             text: None,
@@ -86,24 +99,20 @@ impl From<Value> for RawReply {
     }
 }
 
-impl Deref for RawReply {
+impl Deref for LazyJson {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        self.value.get_or_init(|| match &self.text {
-            Some(t) => t.value(),
-            // Only `Default` has neither.
-            None => Value::Null,
-        })
+        self.value.get_or_init(|| Self::parse(&self.text))
     }
 }
 
 /// A change makes the value the reply: the text no longer reads as it.
-impl DerefMut for RawReply {
+impl DerefMut for LazyJson {
     fn deref_mut(&mut self) -> &mut Value {
         let v = match self.value.take() {
             Some(v) => v,
-            None => self.text.as_ref().map_or(Value::Null, ParsedJson::value),
+            None => Self::parse(&self.text),
         };
         self.text = None;
         self.value = OnceLock::from(v);
@@ -137,7 +146,7 @@ impl<'de> serde::de::Visitor<'de> for TopStr<'_> {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut found = None;
-        while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        while let Some(k) = map.next_key::<Cow<'de, str>>()? {
             if k == self.key {
                 found = match map.next_value::<Value>()? {
                     Value::String(s) => Some(s),
@@ -151,7 +160,7 @@ impl<'de> serde::de::Visitor<'de> for TopStr<'_> {
     }
 }
 
-impl PartialEq for RawReply {
+impl PartialEq for LazyJson {
     fn eq(&self, other: &Self) -> bool {
         match (&self.text, &other.text) {
             (Some(a), Some(b)) if a == b => true,
@@ -160,27 +169,27 @@ impl PartialEq for RawReply {
     }
 }
 
-impl PartialEq<Value> for RawReply {
+impl PartialEq<Value> for LazyJson {
     fn eq(&self, other: &Value) -> bool {
         *self.peek() == *other
     }
 }
 
-impl PartialEq<RawReply> for Value {
-    fn eq(&self, other: &RawReply) -> bool {
+impl PartialEq<LazyJson> for Value {
+    fn eq(&self, other: &LazyJson) -> bool {
         other == self
     }
 }
 
 /// As its value (compact JSON).
-impl std::fmt::Display for RawReply {
+impl std::fmt::Display for LazyJson {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.peek().fmt(f)
     }
 }
 
 /// As its value.
-impl std::fmt::Debug for RawReply {
+impl std::fmt::Debug for LazyJson {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         self.peek().fmt(f)
     }
@@ -194,31 +203,31 @@ mod tests {
     #[test]
     fn a_reply_kept_as_text_reads_as_its_value() {
         let text = ParsedJson::check(r#"{"a": [1, "x"]}"#.to_owned()).unwrap();
-        let r = RawReply::from_text(text.clone());
+        let r = LazyJson::from_text(text.clone());
         assert_eq!(*r.peek(), json!({"a": [1, "x"]}));
         assert!(r.value.get().is_none(), "a peek keeps nothing");
         assert_eq!(r["a"][1], "x");
         assert_eq!(r.text(), Some(&text));
         let ids = ParsedJson::check(r#"{"id": "a", "n": {"id": "x"}, "id": "b"}"#.to_owned());
-        let ids = RawReply::from_text(ids.unwrap());
+        let ids = LazyJson::from_text(ids.unwrap());
         assert_eq!(ids.top_str("id").as_deref(), Some("b"));
         assert!(ids.value.get().is_none());
         assert_eq!(ids.top_str("n"), None);
         assert_eq!(
-            RawReply::from(json!({"id": "c"})).top_str("id").as_deref(),
+            LazyJson::from(json!({"id": "c"})).top_str("id").as_deref(),
             Some("c")
         );
-        assert_eq!(r, RawReply::from(json!({"a": [1, "x"]})));
+        assert_eq!(r, LazyJson::from(json!({"a": [1, "x"]})));
         assert_eq!(r.clone().into_value(), json!({"a": [1, "x"]}));
     }
 
     #[test]
     fn a_change_makes_the_value_the_reply() {
-        let mut r = RawReply::from_text(ParsedJson::check(r#"{"a": 1}"#.to_owned()).unwrap());
+        let mut r = LazyJson::from_text(ParsedJson::check(r#"{"a": 1}"#.to_owned()).unwrap());
         r["a"] = json!(2);
         assert!(r.text().is_none());
         assert_eq!(r.clone().into_value(), json!({"a": 2}));
-        let mut d = RawReply::default();
+        let mut d = LazyJson::default();
         assert_eq!(*d, Value::Null);
         *d = json!(3);
         assert_eq!(d, json!(3));
