@@ -35,6 +35,7 @@ pub mod parsed_json;
 pub mod participant;
 pub mod pile;
 pub mod progression;
+mod small_map;
 pub mod telemetry;
 
 pub use action::{ActionManager, RegisteredTool, Tool, ToolError};

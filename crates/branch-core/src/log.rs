@@ -35,7 +35,8 @@ pub struct Log {
     /// (materialized from the head and `kept` on first read).
     head: Head,
     kept: Vec<KeptJson>,
-    full: OnceLock<Map<String, Value>>,
+    // Boxed: most logs are never read whole, and every log carries the slot.
+    full: OnceLock<Box<Map<String, Value>>>,
 }
 
 /// A log's content, or the head it is materialized from.
@@ -244,7 +245,7 @@ impl Log {
     pub fn content(&self) -> &Map<String, Value> {
         match &self.head {
             Head::Map(m) if self.kept.is_empty() => m,
-            _ => self.full.get_or_init(|| self.materialize()),
+            _ => self.full.get_or_init(|| Box::new(self.materialize())),
         }
     }
 
@@ -410,7 +411,7 @@ impl Serialize for Log {
         // An export parses kept values without keeping the parsed copy.
         let parsed;
         let content = match (self.full.get(), &self.head) {
-            (Some(full), _) => full,
+            (Some(full), _) => &**full,
             (None, Head::Map(m)) if self.kept.is_empty() => m,
             (None, _) => {
                 parsed = self.materialize();

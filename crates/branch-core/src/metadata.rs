@@ -13,7 +13,6 @@
 
 use std::borrow::Cow;
 
-use indexmap::IndexMap;
 use serde::de::{MapAccess, Visitor};
 use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Deserializer, Serialize};
@@ -22,11 +21,12 @@ use serde_json::{Map, Value};
 
 use crate::lazy_json::LazyJson;
 use crate::parsed_json::ParsedJson;
+use crate::small_map::{self, SmallMap};
 
 /// An element's metadata: string keys to JSON values, in insertion order.
 #[derive(Clone, Default)]
 pub struct Metadata {
-    entries: IndexMap<String, LazyJson>,
+    entries: SmallMap<LazyJson>,
 }
 
 static NULL: Value = Value::Null;
@@ -40,7 +40,7 @@ impl Metadata {
     /// Empty metadata with room for `n` entries.
     pub fn with_capacity(n: usize) -> Self {
         Self {
-            entries: IndexMap::with_capacity(n),
+            entries: SmallMap::with_capacity(n),
         }
     }
 
@@ -66,22 +66,10 @@ impl Metadata {
         self.entry(key).map(LazyJson::peek)
     }
 
-    /// The entry at `key`. Most metadata holds a few keys: comparing them
-    /// costs less than hashing the key.
     fn entry(&self, key: &str) -> Option<&LazyJson> {
-        if self.entries.len() <= Self::SCANNED_LEN {
-            self.entries
-                .iter()
-                .find_map(|(k, e)| (k.as_str() == key).then_some(e))
-        } else {
-            self.entries.get(key)
-        }
+        self.entries.get(key)
     }
 
-    /// Up to this many entries, a key is found by comparing.
-    const SCANNED_LEN: usize = 8;
-
-    /// The value at `key`, to change in place.
     /// The value at `key`, to change in place (a kept text is read, and
     /// no longer stands for the value).
     pub fn get_mut(&mut self, key: &str) -> Option<&mut Value> {
@@ -141,12 +129,12 @@ impl Metadata {
 
     /// The keys in order.
     pub fn keys(&self) -> impl ExactSizeIterator<Item = &String> {
-        self.entries.keys()
+        self.entries.iter().map(|(k, _)| k)
     }
 
     /// The values in order (kept texts are parsed as they are reached).
     pub fn values(&self) -> impl ExactSizeIterator<Item = &Value> {
-        self.entries.values().map(|e| &**e)
+        self.entries.iter().map(|(_, e)| &**e)
     }
 
     /// Keeps the entries `keep` accepts.
@@ -178,7 +166,7 @@ impl Metadata {
         m: &mut M,
         skip: &[&str],
     ) -> Result<(), M::Error> {
-        for (k, e) in &self.entries {
+        for (k, e) in self.entries.iter() {
             if skip.contains(&k.as_str()) {
                 continue;
             }
@@ -196,7 +184,7 @@ impl Metadata {
 }
 
 /// The entries of a [`Metadata`], in order.
-pub struct Iter<'a>(indexmap::map::Iter<'a, String, LazyJson>);
+pub struct Iter<'a>(small_map::Iter<'a, LazyJson>);
 
 impl<'a> Iterator for Iter<'a> {
     type Item = (&'a String, &'a Value);
@@ -231,7 +219,7 @@ impl IntoIterator for Metadata {
 }
 
 /// The entries of a [`Metadata`] taken, in order.
-pub struct IntoIter(indexmap::map::IntoIter<String, LazyJson>);
+pub struct IntoIter(small_map::IntoIter<LazyJson>);
 
 impl Iterator for IntoIter {
     type Item = (String, Value);
@@ -328,7 +316,7 @@ impl std::fmt::Debug for Metadata {
 impl Serialize for Metadata {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let mut m = s.serialize_map(Some(self.len()))?;
-        for (k, e) in &self.entries {
+        for (k, e) in self.entries.iter() {
             m.serialize_entry(k, &*e.peek())?;
         }
         m.end()
@@ -364,6 +352,7 @@ impl<'de> Visitor<'de> for MetadataVisitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use indexmap::IndexMap;
     use serde_json::json;
 
     /// A reply as a server spaces and escapes it.

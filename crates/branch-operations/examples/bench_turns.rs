@@ -14,6 +14,8 @@
 //! `--side ours|raw|none --workload c64|all|seq` runs one side of one
 //! workload once and exits: `cargo xtask bench turns --callgrind` runs those
 //! under callgrind and subtracts the `none` (setup only) run.
+//! `--side ours --workload held` runs only the peak-memory phase (the first
+//! 1,000 × 3 run, which captures no bodies), for a heap profiler.
 //!
 //! Prints one JSON object per line: `bench`, `metric`, `ours`,
 //! `baseline`, `unit`, `ratio` (ours / baseline, so above 1 means costlier
@@ -251,6 +253,14 @@ async fn one_side(
     client: &reqwest::Client,
     url: &str,
 ) -> Result<(), Error> {
+    if (side, a.workload.as_str()) == ("ours", "held") {
+        let held = run_ours(branches(model, a.branches)?, a.concurrency, true).await?;
+        println!(
+            "{}",
+            json!({"side": side, "workload": "held", "bytes_held": held})
+        );
+        return Ok(());
+    }
     let concurrency = match a.workload.as_str() {
         "c64" => a.concurrency,
         "all" => a.branches,

@@ -99,7 +99,7 @@ impl MessageKind {
 #[derive(Debug, Clone, PartialEq)]
 pub enum MessageContent {
     /// The system prompt.
-    System(SystemContent),
+    System(Box<SystemContent>),
     /// A user instruction.
     Instruction(Box<InstructionContent>),
     /// A model reply.
@@ -124,7 +124,7 @@ impl MessageContent {
 
     fn from_value(kind: MessageKind, v: Value) -> Result<Self, String> {
         Ok(match kind {
-            MessageKind::System => MessageContent::System(SystemContent::from_value(v)?),
+            MessageKind::System => MessageContent::System(Box::new(SystemContent::from_value(v)?)),
             MessageKind::Instruction => {
                 MessageContent::Instruction(Box::new(InstructionContent::from_value(v)?))
             }
@@ -198,7 +198,7 @@ impl Message {
 
     /// A system message.
     pub fn system(content: SystemContent) -> Self {
-        Self::new(MessageContent::System(content))
+        Self::new(MessageContent::System(Box::new(content)))
     }
 
     /// An instruction.

@@ -40,8 +40,14 @@ impl RequestBody {
         value.serialize(&mut serde_json::Serializer::new(&mut out))?;
         out.settle();
         let chars = count.chars.get();
+        // The API-call log keeps the body for the conversation's life: it
+        // holds its length, not the room it was written in (a short body
+        // would keep all 512 bytes). Shrinking a block in place costs less
+        // than the `Bytes` header a spare capacity needs.
+        let mut bytes = out.out;
+        bytes.shrink_to_fit();
         Ok(Self {
-            bytes: out.out.into(),
+            bytes: bytes.into(),
             counted: u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX),
             serialized: true,
         })

@@ -140,7 +140,12 @@ pub(crate) fn mapping_stripped(entries: &[(&str, Entry<'_>)]) -> String {
     if written == 0 {
         return String::new();
     }
-    strip(e.finish())
+    // A rendered instruction is kept as history for the conversation's
+    // life: without its spare room (most are far shorter than the 128
+    // bytes they are written in).
+    let mut text = strip(e.finish());
+    text.shrink_to_fit();
+    text
 }
 
 struct Emitter {

@@ -1,0 +1,25 @@
+//! The inline sizes of what a conversation keeps once per message, log or
+//! branch. A pile stores its items inline, and a program holding many
+//! branches holds them inline too: a field that grows one of these grows
+//! every conversation (docs/benchmarks.md, the 1,000 × 3 memory row).
+//! Moving a rarely used part behind a `Box` keeps them where they are.
+
+#![cfg(target_pointer_width = "64")]
+
+use std::mem::size_of;
+
+use branch_core::log::Log;
+use branch_core::message::{Message, MessageContent};
+use branch_core::{Branch, Element, Metadata};
+
+#[test]
+fn what_every_message_and_log_carries_stays_small() {
+    // Empty metadata is three words and allocates nothing.
+    assert_eq!(size_of::<Metadata>(), 24);
+    assert_eq!(size_of::<Element>(), 48);
+    // Every kind of content is one word and a tag.
+    assert_eq!(size_of::<MessageContent>(), 24);
+    assert!(size_of::<Message>() <= 168, "{}", size_of::<Message>());
+    assert!(size_of::<Log>() <= 216, "{}", size_of::<Log>());
+    assert!(size_of::<Branch>() <= 920, "{}", size_of::<Branch>());
+}
