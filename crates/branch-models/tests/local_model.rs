@@ -515,14 +515,17 @@ fn missing_model_names_the_fetch_command() {
     assert!(message.contains("/nonexistent/dir/model.gguf"));
 }
 
-/// The greedy reply of this build's forward pass, recorded before the
-/// speed work of issue 15 (stacked projections, fewer copies, the Q4_1
-/// kernel): a change that moves any logit enough to flip one argmax fails
-/// here. One recording per weight format, the prompt being `bench_local`'s.
-/// The stored format's (the default) is also llama.cpp's greedy reply to
-/// the same request, token for token; the Q8_0 conversion's drifts.
-const RECORDED_GREEDY_Q8_0: &str = "As the last light of the day faded, the creaking of the old wooden beam seemed to whisper a message to the wind. The keeper, a grizzled old sailor named Grimjack, stood at the helm of the crumbling lighthouse,";
-const RECORDED_GREEDY_AS_STORED: &str = "As the last light in the island of Elba faded into the distance, a lone lighthouse keeper stood at the edge of the cliff, his eyes fixed on the empty bottle that had been left to him. The words on the bottle, a";
+/// The greedy reply of this build's forward pass: a change that moves any
+/// logit enough to flip one argmax fails here. One recording per weight
+/// format, the prompt being `bench_local`'s. Recorded again when the
+/// prompt's attention became our own (`local/attend.rs`, fused
+/// multiply-adds, a position's output the same bits whether a prompt or a
+/// decode step evaluates it). Before, the stored format's reply (the
+/// default) was also llama.cpp's greedy reply token for token; it now
+/// leaves it after "As the last light" ("of" where llama.cpp takes "in", a
+/// near tie: llama.cpp's own attention reads its cache in f16).
+const RECORDED_GREEDY_Q8_0: &str = "The sun had set on a stormy night, casting a dappled gloom over the crumbling lighthouse on the coast of the island of Elba. The sound of the lapping waves against the weathered stone creaked the wooden beam,";
+const RECORDED_GREEDY_AS_STORED: &str = "As the last light of the day extinguished, the creaking of the old wooden lighthouse creaked in the gentle breeze, and the sound of the wind carried the message: \"Lighthouse keeper's last words: \"I am lost in the";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_replies_equal_the_recorded_ones_in_both_weight_formats() {

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor, gguf_file};
 use candle_core::{D, DType, Device, Module, Tensor};
 
-use super::attend::attend_one;
+use super::attend::{attend_one, attend_rows};
 use super::block_matmul::BlockMatrix;
 use super::error::LocalModelError;
 use super::kv::LayerCache;
@@ -429,14 +429,12 @@ impl LlamaWeights {
     pub fn forward(&self, state: &mut State, tokens: &[u32]) -> candle_core::Result<Vec<f32>> {
         let cfg = &self.config;
         let (hd, n_kv) = (cfg.head_dim(), cfg.n_head_kv);
-        let n_rep = cfg.n_head / n_kv;
         let len = tokens.len();
         let ids = Tensor::new(tokens, &Device::Cpu)?;
         let mut h = self.embeddings.index_select(&ids, 0)?.unsqueeze(0)?;
         let cos = self.cos.narrow(0, state.pos, len)?;
         let sin = self.sin.narrow(0, state.pos, len)?;
         let total = state.pos + len;
-        let mask = causal_mask(state.pos, len, n_rep)?;
         let scale = 1.0 / (hd as f64).sqrt();
         for (layer, cache) in self.layers.iter().zip(state.caches.iter_mut()) {
             let x = candle_nn::ops::rms_norm(&h, &layer.attn_norm, cfg.rms_eps as f32)?;
@@ -449,29 +447,11 @@ impl LlamaWeights {
             let k = candle_nn::rotary_emb::rope_i(&heads(&k, n_kv)?, &cos, &sin)?;
             let v = heads(&v, n_kv)?;
             let (k, v) = cache.write(state.pos, &k, &v, state.max)?;
+            // As candle scales: the factor computed in f64, applied in f32.
             let y = if len == 1 {
-                // As candle scales: the factor computed in f64, applied in f32.
                 attend_one(&q, &k, &v, scale as f32)?
             } else {
-                // A prompt's attention stays candle's: the default model's
-                // replies sit on knife edges, and summing in another order
-                // (2e-6 apart) changed the first token of a reply.
-                // Grouped-query attention without repeating K/V: the n_rep
-                // query heads sharing a K/V head are stacked along the row
-                // axis.
-                let q = q.reshape((1, n_kv, n_rep * len, hd))?;
-                let mut att = (q.matmul(&k.t()?)? * scale)?;
-                if let Some(mask) = &mask {
-                    att = att.broadcast_add(mask)?;
-                }
-                let att = candle_nn::ops::softmax_last_dim(&att)?;
-                att
-                    // V is a view of the cache's first positions; the matmul
-                    // reads it in place (only its batch stride differs).
-                    .matmul(&v)?
-                    .reshape((1, cfg.n_head, len, hd))?
-                    .transpose(1, 2)?
-                    .reshape((1, len, cfg.n_embd))?
+                attend_rows(&q, &k, &v, scale as f32)?
             };
             h = (h + layer.wo.forward(&y)?)?;
             let x = candle_nn::ops::rms_norm(&h, &layer.ffn_norm, cfg.rms_eps as f32)?;
@@ -507,28 +487,6 @@ impl State {
     pub fn truncate(&mut self, pos: usize) {
         self.pos = self.pos.min(pos);
     }
-}
-
-/// `-inf` above the diagonal for `len` new rows (each repeated `n_rep`
-/// times, one per query head of a group) over `pos + len` columns.
-fn causal_mask(pos: usize, len: usize, n_rep: usize) -> candle_core::Result<Option<Tensor>> {
-    if len == 1 {
-        return Ok(None);
-    }
-    let cols = pos + len;
-    let mut data = Vec::with_capacity(n_rep * len * cols);
-    for _ in 0..n_rep {
-        for row in 0..len {
-            data.extend((0..cols).map(|c| {
-                if c > pos + row {
-                    f32::NEG_INFINITY
-                } else {
-                    0.0
-                }
-            }));
-        }
-    }
-    Tensor::from_vec(data, (n_rep * len, cols), &Device::Cpu).map(Some)
 }
 
 /// The RoPE cosines and sines of `positions` positions.
