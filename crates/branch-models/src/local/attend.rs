@@ -132,6 +132,7 @@ pub(super) fn attend_rows(
     let rows_per_kv = group * len;
     let blocks_per_kv = rows_per_kv.div_ceil(ROWS);
     let out: Vec<AtomicU32> = (0..len * n_head * hd).map(|_| AtomicU32::new(0)).collect();
+    let lanes = Lanes::detect();
     candle_core::utils::barrier_pool().execute_chunked(n_kv * blocks_per_kv, |blocks| {
         for b in blocks {
             let kv = b / blocks_per_kv;
@@ -142,7 +143,7 @@ pub(super) fn attend_rows(
                 values: values.head(kv),
                 hd,
                 scale,
-                lanes: Lanes::Portable,
+                lanes,
             };
             for (slot, i) in block.rows.iter_mut().zip(first..rows_per_kv) {
                 let (r, h) = (i / group, kv * group + i % group);
@@ -152,7 +153,7 @@ pub(super) fn attend_rows(
                     out: &out[(r * n_head + h) * hd..(r * n_head + h + 1) * hd],
                 });
             }
-            dispatch_block(block);
+            dispatch(block);
         }
     });
     let out = out
@@ -191,8 +192,8 @@ const MAX_CHUNKS: usize = MAX_BLOCK_HD / LANES;
 
 type Chunk = [f32; LANES];
 
-impl Block<'_> {
-    /// For each row, what [`Head::run`] computes for it alone, in the same
+impl Kernel for Block<'_> {
+    /// For each row, what a [`Head`] computes for it alone, in the same
     /// order: the positions every row reads are taken for all rows at
     /// once, the few a later row reads beyond them one row at a time.
     #[inline(always)]
@@ -299,6 +300,15 @@ enum Lanes {
 }
 
 impl Lanes {
+    /// AVX2's when the CPU has it.
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(simd) = pulp::x86::V3::try_new() {
+            return Lanes::Avx2(simd);
+        }
+        Lanes::Portable
+    }
+
     /// Each query's lane sums against each of two keys, as [`dot`]
     /// accumulates them.
     #[inline(always)]
@@ -436,31 +446,6 @@ mod avx2 {
     }
 }
 
-/// Runs `block` compiled for AVX2 when the CPU has it, the same
-/// operations otherwise.
-fn dispatch_block(mut block: Block<'_>) {
-    #[cfg(target_arch = "x86_64")]
-    if let Some(simd) = pulp::x86::V3::try_new() {
-        block.lanes = Lanes::Avx2(simd);
-        return simd.vectorize(Avx2Block(block));
-    }
-    block.lanes = Lanes::Portable;
-    block.run();
-}
-
-#[cfg(target_arch = "x86_64")]
-struct Avx2Block<'a>(Block<'a>);
-
-#[cfg(target_arch = "x86_64")]
-impl pulp::NullaryFnOnce for Avx2Block<'_> {
-    type Output = ();
-
-    #[inline(always)]
-    fn call(self) {
-        self.0.run();
-    }
-}
-
 /// The first `positions` rows of every head of a cache tensor, as a slice
 /// of its storage checked once to hold them all.
 struct Cached<'a> {
@@ -529,7 +514,7 @@ struct Head<'a> {
     out: &'a [AtomicU32],
 }
 
-impl Head<'_> {
+impl Kernel for Head<'_> {
     /// Softmax of the scaled scores (as candle's: the maximum subtracted,
     /// each exponential divided by their sum), then the values they weigh.
     #[inline(always)]
@@ -630,24 +615,29 @@ fn finish(mut acc: [f32; LANES], a_tail: &[f32], b_tail: &[f32]) -> f32 {
     sum
 }
 
-/// Runs `head` compiled for AVX2 when the CPU has it; the same code,
+/// Work on one part of the attention, run by [`dispatch`].
+trait Kernel {
+    fn run(self);
+}
+
+/// Runs `kernel` compiled for AVX2 when the CPU has it; the same code,
 /// so the same bits, otherwise.
-fn dispatch(head: Head<'_>) {
+fn dispatch<K: Kernel>(kernel: K) {
     #[cfg(target_arch = "x86_64")]
     if let Some(simd) = pulp::x86::V3::try_new() {
-        return simd.vectorize(Avx2Head(head));
+        return simd.vectorize(Avx2(kernel));
     }
-    head.run();
+    kernel.run();
 }
 
 /// A unit of work for [`pulp::x86::V3::vectorize`]: its `call` and
 /// everything below it are `#[inline(always)]`, so they are compiled into
 /// pulp's AVX2 function (a closure might not be; see `q4_1.rs`).
 #[cfg(target_arch = "x86_64")]
-struct Avx2Head<'a>(Head<'a>);
+struct Avx2<K>(K);
 
 #[cfg(target_arch = "x86_64")]
-impl pulp::NullaryFnOnce for Avx2Head<'_> {
+impl<K: Kernel> pulp::NullaryFnOnce for Avx2<K> {
     type Output = ();
 
     #[inline(always)]

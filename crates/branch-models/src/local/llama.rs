@@ -285,8 +285,8 @@ fn bad(what: &str) -> impl Fn(candle_core::Error) -> LocalModelError + '_ {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum WeightFormat {
     /// Every matrix as the file stores it: the model the file describes,
-    /// giving llama.cpp's greedy reply token for token (tested against a
-    /// recording). Q4_1 matrices (the default model's) run on our
+    /// whose greedy replies follow llama.cpp's but at near ties (tested
+    /// against a recording; see docs/compat.md §19). Q4_1 matrices (the default model's) run on our
     /// vectorized kernel (`q4_1.rs`), which `cargo xtask bench local`
     /// measures at least as fast as the Q8_0 conversion with half the
     /// bytes per token.
