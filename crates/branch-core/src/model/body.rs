@@ -42,8 +42,8 @@ impl RequestBody {
         let chars = count.chars.get();
         // The API-call log keeps the body for the conversation's life: it
         // holds its length, not the room it was written in (a short body
-        // would keep all 512 bytes). Shrinking a block in place costs less
-        // than the `Bytes` header a spare capacity needs.
+        // would keep all 512 bytes). A vector of exact length also becomes
+        // `Bytes` without the shared header a spare capacity needs.
         let mut bytes = out.out;
         bytes.shrink_to_fit();
         Ok(Self {

@@ -286,10 +286,10 @@ fn bad(what: &str) -> impl Fn(candle_core::Error) -> LocalModelError + '_ {
 pub enum WeightFormat {
     /// Every matrix as the file stores it: the model the file describes,
     /// whose greedy replies follow llama.cpp's but at near ties (tested
-    /// against a recording; see docs/compat.md §19). Q4_1 matrices (the default model's) run on our
-    /// vectorized kernel (`q4_1.rs`), which `cargo xtask bench local`
-    /// measures at least as fast as the Q8_0 conversion with half the
-    /// bytes per token.
+    /// against a recording; see docs/compat.md §19). Q4_1 matrices (the
+    /// default model's) run on our vectorized kernel (`q4_1.rs`), which
+    /// `cargo xtask bench local` measures at least as fast as the Q8_0
+    /// conversion with half the bytes per token.
     #[default]
     AsStored,
     /// Q4_0, Q4_1, Q5_0 and Q5_1 become Q8_0 (requantized, so close to the
