@@ -3,12 +3,13 @@
 //!
 //! An element's metadata holds a few keys, often none. An `IndexMap` is
 //! 72 bytes inline, and its first key allocates a hash table beside the
-//! entries and hashes the key. Every message and log carries one, so in a
-//! thousand short conversations those tables were a tenth of the heap. A
-//! vector is 24 bytes and one allocation; up to [`SmallMap::SCANNED_LEN`]
-//! keys, comparing them costs less than hashing one. Past that a key is
-//! hashed (SipHash, as metadata read from a file is hostile: a file of
-//! many keys must not make every insertion a scan of all the others).
+//! entries and hashes the key. Every message, log and branch carries one:
+//! in a thousand three-turn conversations they took about 0.9 MB of a
+//! 17.6 MB heap. A vector is 24 bytes and one allocation; up to
+//! [`SmallMap::SCANNED_LEN`] keys, comparing them costs less than hashing
+//! one. Past that a key is hashed (SipHash, as metadata read from a file
+//! is hostile: a file of many keys must not make every insertion a scan of
+//! all the others).
 
 use indexmap::IndexMap;
 
