@@ -675,51 +675,23 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn equals_candles_attention_within_rounding() {
-        // Heads and sizes of the default model (9 query heads over 3 K/V
-        // heads of 64) and head widths that are not a multiple of the lanes;
-        // the cache is a buffer of more positions, narrowed.
-        for (n_head, n_kv, hd) in [(9, 3, 64), (4, 4, 12), (6, 2, 5)] {
-            for positions in [1, 2, 7, 300] {
-                let capacity = positions + 5;
-                let cache = |seed| {
-                    Tensor::from_vec(
-                        values(n_kv * capacity * hd, seed),
-                        (1, n_kv, capacity, hd),
-                        &Device::Cpu,
-                    )
-                    .unwrap()
-                    .narrow(2, 0, positions)
-                    .unwrap()
-                };
-                let (k, v) = (cache(1), cache(2));
-                let q = Tensor::from_vec(values(n_head * hd, 3), (1, n_head, 1, hd), &Device::Cpu)
-                    .unwrap();
-                let scale = 1.0 / (hd as f64).sqrt();
-                let ours = attend_one(&q, &k, &v, scale as f32).unwrap();
-                let theirs = by_candle(&q, &k, &v, scale);
-                assert_eq!(ours.dims(), theirs.dims());
-                let diff = (ours - theirs)
-                    .unwrap()
-                    .abs()
-                    .unwrap()
-                    .flatten_all()
-                    .unwrap()
-                    .max(D::Minus1)
-                    .unwrap()
-                    .to_scalar::<f32>()
-                    .unwrap();
-                assert!(
-                    diff < 1e-5,
-                    "{n_head}/{n_kv} heads of {hd}, {positions} positions: {diff}"
-                );
-            }
-        }
+    /// The largest difference between two tensors of the same shape.
+    fn max_difference(a: Tensor, b: Tensor) -> f32 {
+        assert_eq!(a.dims(), b.dims());
+        (a - b)
+            .unwrap()
+            .abs()
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .max(D::Minus1)
+            .unwrap()
+            .to_scalar::<f32>()
+            .unwrap()
     }
 
-    /// `past + len` cached positions of `n_kv` heads, narrowed from a
-    /// larger buffer as the cache hands them out.
+    /// `positions` cached positions of `n_kv` heads, narrowed from a larger
+    /// buffer as the cache hands them out.
     fn cache(n_kv: usize, positions: usize, hd: usize, seed: u32) -> Tensor {
         let capacity = positions + 5;
         Tensor::from_vec(
@@ -730,6 +702,27 @@ mod tests {
         .unwrap()
         .narrow(2, 0, positions)
         .unwrap()
+    }
+
+    #[test]
+    fn equals_candles_attention_within_rounding() {
+        // Heads and sizes of the default model (9 query heads over 3 K/V
+        // heads of 64) and head widths that are not a multiple of the lanes;
+        // the cache is a buffer of more positions, narrowed.
+        for (n_head, n_kv, hd) in [(9, 3, 64), (4, 4, 12), (6, 2, 5)] {
+            for positions in [1, 2, 7, 300] {
+                let (k, v) = (cache(n_kv, positions, hd, 1), cache(n_kv, positions, hd, 2));
+                let q = Tensor::from_vec(values(n_head * hd, 3), (1, n_head, 1, hd), &Device::Cpu)
+                    .unwrap();
+                let scale = 1.0 / (hd as f64).sqrt();
+                let ours = attend_one(&q, &k, &v, scale as f32).unwrap();
+                let diff = max_difference(ours, by_candle(&q, &k, &v, scale));
+                assert!(
+                    diff < 1e-5,
+                    "{n_head}/{n_kv} heads of {hd}, {positions} positions: {diff}"
+                );
+            }
+        }
     }
 
     /// Shapes of the default model (9 query heads over 3 K/V heads of 64),
@@ -828,16 +821,7 @@ mod tests {
                 .unwrap()
                 .reshape((1, len, n_head * hd))
                 .unwrap();
-            let diff = (ours - theirs)
-                .unwrap()
-                .abs()
-                .unwrap()
-                .flatten_all()
-                .unwrap()
-                .max(D::Minus1)
-                .unwrap()
-                .to_scalar::<f32>()
-                .unwrap();
+            let diff = max_difference(ours, theirs);
             assert!(diff < 1e-5, "{n_head}/{n_kv} heads of {hd}: {diff}");
         }
     }
