@@ -45,23 +45,13 @@ pub(super) fn attend_one(
     v: &Tensor,
     scale: f32,
 ) -> candle_core::Result<Tensor> {
-    let (_, n_head, rows, hd) = q.dims4()?;
-    let (_, n_kv, positions, k_hd) = k.dims4()?;
-    if rows != 1
-        || hd == 0
-        || k_hd != hd
-        || v.dims() != k.dims()
-        || n_kv == 0
-        || n_head % n_kv != 0
-        || positions == 0
-    {
-        candle_core::bail!(
-            "one-position attention: query {:?}, keys {:?}, values {:?}",
-            q.dims(),
-            k.dims(),
-            v.dims()
-        );
-    }
+    let Shape {
+        n_head,
+        len: _,
+        hd,
+        n_kv,
+        positions,
+    } = Shape::of(q, k, v, "one-position attention", Some(1))?;
     let q = q.flatten_all()?.to_vec1::<f32>()?;
     let (k_storage, k_layout) = k.storage_and_layout();
     let (v_storage, v_layout) = v.storage_and_layout();
@@ -88,6 +78,56 @@ pub(super) fn attend_one(
     Tensor::from_vec(out, (1, 1, n_head * hd), &Device::Cpu)
 }
 
+/// The sizes of an attention call, checked against each other.
+struct Shape {
+    n_head: usize,
+    /// New positions (query rows per head).
+    len: usize,
+    hd: usize,
+    n_kv: usize,
+    /// Cached positions, the new ones included.
+    positions: usize,
+}
+
+impl Shape {
+    /// `q` is `(1, n_head, len, hd)` and `k`, `v` are `(1, n_kv,
+    /// positions, hd)`, with at least one new position, all of them among
+    /// the cached ones, heads that group, and `len` rows when `rows` says.
+    fn of(
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        what: &str,
+        rows: Option<usize>,
+    ) -> candle_core::Result<Self> {
+        let (_, n_head, len, hd) = q.dims4()?;
+        let (_, n_kv, positions, k_hd) = k.dims4()?;
+        if len == 0
+            || rows.is_some_and(|rows| rows != len)
+            || hd == 0
+            || k_hd != hd
+            || v.dims() != k.dims()
+            || n_kv == 0
+            || n_head % n_kv != 0
+            || positions < len
+        {
+            candle_core::bail!(
+                "{what}: query {:?}, keys {:?}, values {:?}",
+                q.dims(),
+                k.dims(),
+                v.dims()
+            );
+        }
+        Ok(Self {
+            n_head,
+            len,
+            hd,
+            n_kv,
+            positions,
+        })
+    }
+}
+
 /// Query rows computed together: each key and value read serves this many.
 const ROWS: usize = 4;
 
@@ -103,23 +143,13 @@ pub(super) fn attend_rows(
     v: &Tensor,
     scale: f32,
 ) -> candle_core::Result<Tensor> {
-    let (_, n_head, len, hd) = q.dims4()?;
-    let (_, n_kv, positions, k_hd) = k.dims4()?;
-    if len == 0
-        || hd == 0
-        || k_hd != hd
-        || v.dims() != k.dims()
-        || n_kv == 0
-        || n_head % n_kv != 0
-        || positions < len
-    {
-        candle_core::bail!(
-            "prompt attention: query {:?}, keys {:?}, values {:?}",
-            q.dims(),
-            k.dims(),
-            v.dims()
-        );
-    }
+    let Shape {
+        n_head,
+        len,
+        hd,
+        n_kv,
+        positions,
+    } = Shape::of(q, k, v, "prompt attention", None)?;
     let past = positions - len;
     let q = q.flatten_all()?.to_vec1::<f32>()?;
     let (k_storage, k_layout) = k.storage_and_layout();
@@ -731,6 +761,27 @@ mod tests {
     const PROMPT_SHAPES: [(usize, usize, usize); 4] =
         [(9, 3, 64), (4, 4, 16), (4, 4, 12), (6, 2, 5)];
 
+    /// The queries of `len` new positions after `past` cached ones, and the
+    /// keys and values of all of them (`n_head` query heads over `n_kv`
+    /// K/V heads of `hd`).
+    fn prompt(
+        (n_head, n_kv, hd): (usize, usize, usize),
+        past: usize,
+        len: usize,
+        seed: u32,
+    ) -> (Tensor, Tensor, Tensor) {
+        let positions = past + len;
+        let q = Tensor::from_vec(
+            values(n_head * len * hd, seed),
+            (1, n_head, len, hd),
+            &Device::Cpu,
+        )
+        .unwrap();
+        let k = cache(n_kv, positions, hd, seed + 1);
+        let v = cache(n_kv, positions, hd, seed + 2);
+        (q, k, v)
+    }
+
     /// What the prompt cache rests on: a position's output does not depend
     /// on which other positions the call evaluates with it, nor on whether
     /// a prompt or a decode step evaluates it (a warm turn evaluates the
@@ -739,14 +790,7 @@ mod tests {
     fn a_prompt_row_is_its_decode_step_bit_for_bit() {
         for (n_head, n_kv, hd) in PROMPT_SHAPES {
             for (past, len) in [(0, 2), (0, 7), (3, 5), (40, 32)] {
-                let positions = past + len;
-                let (k, v) = (cache(n_kv, positions, hd, 1), cache(n_kv, positions, hd, 2));
-                let q = Tensor::from_vec(
-                    values(n_head * len * hd, 3),
-                    (1, n_head, len, hd),
-                    &Device::Cpu,
-                )
-                .unwrap();
+                let (q, k, v) = prompt((n_head, n_kv, hd), past, len, 1);
                 let rows = super::attend_rows(&q, &k, &v, 0.3).unwrap();
                 assert_eq!(rows.dims(), [1, len, n_head * hd]);
                 for r in 0..len {
@@ -783,13 +827,7 @@ mod tests {
         for (n_head, n_kv, hd) in PROMPT_SHAPES {
             let (past, len) = (30, 9);
             let positions = past + len;
-            let (k, v) = (cache(n_kv, positions, hd, 4), cache(n_kv, positions, hd, 5));
-            let q = Tensor::from_vec(
-                values(n_head * len * hd, 6),
-                (1, n_head, len, hd),
-                &Device::Cpu,
-            )
-            .unwrap();
+            let (q, k, v) = prompt((n_head, n_kv, hd), past, len, 4);
             let scale = 1.0 / (hd as f64).sqrt();
             let ours = super::attend_rows(&q, &k, &v, scale as f32).unwrap();
             // candle's path, as `llama.rs` ran it: grouped query rows, a
