@@ -17,7 +17,7 @@ fn what_every_message_and_log_carries_stays_small() {
     // Empty metadata is three words and allocates nothing.
     assert_eq!(size_of::<Metadata>(), 24);
     assert_eq!(size_of::<Element>(), 48);
-    // Every kind of content is one word and a tag.
+    // Three words: a reply's text inline, every other kind boxed.
     assert_eq!(size_of::<MessageContent>(), 24);
     assert!(size_of::<Message>() <= 168, "{}", size_of::<Message>());
     assert!(size_of::<Log>() <= 216, "{}", size_of::<Log>());
