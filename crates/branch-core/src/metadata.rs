@@ -56,18 +56,14 @@ impl Metadata {
 
     /// The value at `key` (parsed now if it was kept as text).
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.entry(key).map(|e| &**e)
+        self.entries.get(key).map(|e| &**e)
     }
 
     /// The value at `key` without keeping what it parses: a kept text not
     /// read yet is parsed for this call only (a look at a reply's usage
     /// leaves the reply as compact as it was).
     pub fn peek(&self, key: &str) -> Option<Cow<'_, Value>> {
-        self.entry(key).map(LazyJson::peek)
-    }
-
-    fn entry(&self, key: &str) -> Option<&LazyJson> {
-        self.entries.get(key)
+        self.entries.get(key).map(LazyJson::peek)
     }
 
     /// The value at `key`, to change in place (a kept text is read, and
@@ -78,12 +74,12 @@ impl Metadata {
 
     /// The text the value at `key` is kept as, if it is (read or not).
     pub fn kept_text(&self, key: &str) -> Option<&ParsedJson> {
-        self.entry(key)?.text()
+        self.entries.get(key)?.text()
     }
 
     /// Whether `key` has a value.
     pub fn contains_key(&self, key: &str) -> bool {
-        self.entry(key).is_some()
+        self.entries.get(key).is_some()
     }
 
     /// Sets `key` to `value`, keeping the key's place if it had one; the
@@ -290,7 +286,7 @@ impl PartialEq for Metadata {
             && self
                 .entries
                 .iter()
-                .all(|(k, e)| other.entry(k).is_some_and(|o| e == o))
+                .all(|(k, e)| other.entries.get(k).is_some_and(|o| e == o))
     }
 }
 

@@ -45,40 +45,116 @@ pub(super) fn attend_one(
     v: &Tensor,
     scale: f32,
 ) -> candle_core::Result<Tensor> {
-    let Shape {
-        n_head,
-        len: _,
-        hd,
-        n_kv,
-        positions,
-    } = Shape::of(q, k, v, "one-position attention", Some(1))?;
+    let what = "one-position attention";
+    attention(q, k, v, what, Some(1), |s, q, keys, values, out| {
+        let (hd, group) = (s.hd, s.n_head / s.n_kv);
+        candle_core::utils::barrier_pool().execute_chunked(s.n_head, |heads| {
+            for h in heads {
+                let kv = h / group;
+                dispatch(Head {
+                    q: &q[h * hd..(h + 1) * hd],
+                    keys: keys.head(kv),
+                    values: values.head(kv),
+                    scale,
+                    out: &out[h * hd..(h + 1) * hd],
+                });
+            }
+        });
+    })
+}
+
+/// Query rows computed together: each key and value read serves this many.
+const ROWS: usize = 4;
+
+/// The attention of `len` new positions after `past` cached ones: `q` is
+/// `(1, n_head, len, hd)`, `k` and `v` are `(1, n_kv, past + len, hd)`
+/// (views of the cache, each position's row contiguous), and the query of
+/// new position `r` reads the keys and values of positions `0..=past + r`
+/// (causal). Query head `h` reads K/V head `h / (n_head / n_kv)`. Returns
+/// `(1, len, n_head · hd)`, each position's heads side by side.
+pub(super) fn attend_rows(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    scale: f32,
+) -> candle_core::Result<Tensor> {
+    attention(
+        q,
+        k,
+        v,
+        "prompt attention",
+        None,
+        |s, q, keys, values, out| {
+            let Shape {
+                n_head,
+                len,
+                hd,
+                n_kv,
+                positions,
+            } = *s;
+            let past = positions - len;
+            let group = n_head / n_kv;
+            // The rows reading one K/V head, position-major (so a block's rows
+            // see nearly the same positions), cut into blocks of `ROWS`.
+            let rows_per_kv = group * len;
+            let blocks_per_kv = rows_per_kv.div_ceil(ROWS);
+            let lanes = Lanes::detect();
+            candle_core::utils::barrier_pool().execute_chunked(n_kv * blocks_per_kv, |blocks| {
+                for b in blocks {
+                    let kv = b / blocks_per_kv;
+                    let first = (b % blocks_per_kv) * ROWS;
+                    let mut block = Block {
+                        rows: [None; ROWS],
+                        keys: keys.head(kv),
+                        values: values.head(kv),
+                        hd,
+                        scale,
+                        lanes,
+                    };
+                    for (slot, i) in block.rows.iter_mut().zip(first..rows_per_kv) {
+                        let (r, h) = (i / group, kv * group + i % group);
+                        *slot = Some(BlockRow {
+                            q: &q[(h * len + r) * hd..(h * len + r + 1) * hd],
+                            seen: past + r + 1,
+                            out: &out[(r * n_head + h) * hd..(r * n_head + h + 1) * hd],
+                        });
+                    }
+                    dispatch(block);
+                }
+            });
+        },
+    )
+}
+
+/// What both entry points share: the sizes checked, the queries read out,
+/// the cached keys and values as slices, and `(1, len, n_head · hd)` made
+/// of what `compute` writes (each output value once, from any thread).
+fn attention(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    what: &str,
+    rows: Option<usize>,
+    compute: impl FnOnce(&Shape, &[f32], &Cached<'_>, &Cached<'_>, &[AtomicU32]),
+) -> candle_core::Result<Tensor> {
+    let s = Shape::of(q, k, v, what, rows)?;
     let q = q.flatten_all()?.to_vec1::<f32>()?;
     let (k_storage, k_layout) = k.storage_and_layout();
     let (v_storage, v_layout) = v.storage_and_layout();
-    let keys = Cached::new(&k_storage, k_layout, n_kv, positions, hd)?;
-    let values = Cached::new(&v_storage, v_layout, n_kv, positions, hd)?;
-    let group = n_head / n_kv;
-    let out: Vec<AtomicU32> = (0..n_head * hd).map(|_| AtomicU32::new(0)).collect();
-    candle_core::utils::barrier_pool().execute_chunked(n_head, |heads| {
-        for h in heads {
-            let kv = h / group;
-            dispatch(Head {
-                q: &q[h * hd..(h + 1) * hd],
-                keys: keys.head(kv),
-                values: values.head(kv),
-                scale,
-                out: &out[h * hd..(h + 1) * hd],
-            });
-        }
-    });
+    let keys = Cached::new(&k_storage, k_layout, s.n_kv, s.positions, s.hd)?;
+    let values = Cached::new(&v_storage, v_layout, s.n_kv, s.positions, s.hd)?;
+    let width = s.n_head * s.hd;
+    let out: Vec<AtomicU32> = (0..s.len * width).map(|_| AtomicU32::new(0)).collect();
+    compute(&s, &q, &keys, &values, &out);
     let out = out
         .into_iter()
         .map(|v| f32::from_bits(v.into_inner()))
         .collect();
-    Tensor::from_vec(out, (1, 1, n_head * hd), &Device::Cpu)
+    Tensor::from_vec(out, (1, s.len, width), &Device::Cpu)
 }
 
 /// The sizes of an attention call, checked against each other.
+#[derive(Clone, Copy)]
 struct Shape {
     n_head: usize,
     /// New positions (query rows per head).
@@ -126,71 +202,6 @@ impl Shape {
             positions,
         })
     }
-}
-
-/// Query rows computed together: each key and value read serves this many.
-const ROWS: usize = 4;
-
-/// The attention of `len` new positions after `past` cached ones: `q` is
-/// `(1, n_head, len, hd)`, `k` and `v` are `(1, n_kv, past + len, hd)`
-/// (views of the cache, each position's row contiguous), and the query of
-/// new position `r` reads the keys and values of positions `0..=past + r`
-/// (causal). Query head `h` reads K/V head `h / (n_head / n_kv)`. Returns
-/// `(1, len, n_head · hd)`, each position's heads side by side.
-pub(super) fn attend_rows(
-    q: &Tensor,
-    k: &Tensor,
-    v: &Tensor,
-    scale: f32,
-) -> candle_core::Result<Tensor> {
-    let Shape {
-        n_head,
-        len,
-        hd,
-        n_kv,
-        positions,
-    } = Shape::of(q, k, v, "prompt attention", None)?;
-    let past = positions - len;
-    let q = q.flatten_all()?.to_vec1::<f32>()?;
-    let (k_storage, k_layout) = k.storage_and_layout();
-    let (v_storage, v_layout) = v.storage_and_layout();
-    let keys = Cached::new(&k_storage, k_layout, n_kv, positions, hd)?;
-    let values = Cached::new(&v_storage, v_layout, n_kv, positions, hd)?;
-    let group = n_head / n_kv;
-    // The rows reading one K/V head, position-major (so a block's rows see
-    // nearly the same positions), cut into blocks of `ROWS`.
-    let rows_per_kv = group * len;
-    let blocks_per_kv = rows_per_kv.div_ceil(ROWS);
-    let out: Vec<AtomicU32> = (0..len * n_head * hd).map(|_| AtomicU32::new(0)).collect();
-    let lanes = Lanes::detect();
-    candle_core::utils::barrier_pool().execute_chunked(n_kv * blocks_per_kv, |blocks| {
-        for b in blocks {
-            let kv = b / blocks_per_kv;
-            let first = (b % blocks_per_kv) * ROWS;
-            let mut block = Block {
-                rows: [None; ROWS],
-                keys: keys.head(kv),
-                values: values.head(kv),
-                hd,
-                scale,
-                lanes,
-            };
-            for (slot, i) in block.rows.iter_mut().zip(first..rows_per_kv) {
-                let (r, h) = (i / group, kv * group + i % group);
-                *slot = Some(BlockRow {
-                    q: &q[(h * len + r) * hd..(h * len + r + 1) * hd],
-                    seen: past + r + 1,
-                    out: &out[(r * n_head + h) * hd..(r * n_head + h + 1) * hd],
-                });
-            }
-            dispatch(block);
-        }
-    });
-    let out = out
-        .into_iter()
-        .map(|v| f32::from_bits(v.into_inner()))
-        .collect();
-    Tensor::from_vec(out, (1, len, n_head * hd), &Device::Cpu)
 }
 
 /// One query row of a [`Block`]: its query, how many positions it reads,
