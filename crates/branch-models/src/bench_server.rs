@@ -213,14 +213,12 @@ fn probe(port: u16) -> bool {
     s.read_exact(&mut buf).is_ok() && buf.starts_with(b"HTTP/1.1 200")
 }
 
-/// The client process's resource use at one moment: CPU time of all its
-/// threads (user + system) and its peak resident size so far.
+/// The client process's CPU time at one moment, every thread's, user +
+/// system (for its memory, see [`Resident`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Usage {
     /// User + system CPU time, seconds.
     pub cpu_s: f64,
-    /// Peak resident set size so far, bytes (`ru_maxrss`).
-    pub max_rss_bytes: u64,
 }
 
 impl Usage {
@@ -234,14 +232,9 @@ impl Usage {
                 };
                 Self {
                     cpu_s: secs(u.user_time()) + secs(u.system_time()),
-                    // Linux reports kilobytes.
-                    max_rss_bytes: u64::try_from(u.max_rss()).unwrap_or(0) * 1024,
                 }
             }
-            Err(_) => Self {
-                cpu_s: f64::NAN,
-                max_rss_bytes: 0,
-            },
+            Err(_) => Self { cpu_s: f64::NAN },
         }
     }
 
@@ -249,6 +242,52 @@ impl Usage {
     pub fn cpu_since(&self, earlier: &Usage) -> f64 {
         self.cpu_s - earlier.cpu_s
     }
+}
+
+/// The process's resident size now and its peak since the last
+/// [`reset_peak_resident`], bytes (`VmRSS` and `VmHWM` of
+/// `/proc/self/status`; Linux only).
+///
+/// Not `getrusage`'s `ru_maxrss`: that one survives `exec`, so a bench
+/// started by a process larger than itself (a Python driver, say) starts
+/// with its parent's peak, and the growth it reports is too small.
+/// `VmHWM` belongs to this process's own address space.
+#[derive(Debug, Clone, Copy)]
+pub struct Resident {
+    /// Resident set size now.
+    pub now_bytes: u64,
+    /// Peak resident set size since the last reset.
+    pub peak_bytes: u64,
+}
+
+/// [`Resident`] now, or why it could not be read.
+pub fn resident() -> Result<Resident, String> {
+    let status = std::fs::read_to_string("/proc/self/status")
+        .map_err(|e| format!("/proc/self/status: {e}"))?;
+    let field = |name: &str| -> Result<u64, String> {
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .ok_or_else(|| format!("/proc/self/status has no {name}"))?;
+        let kb = line
+            .trim()
+            .strip_suffix("kB")
+            .map(str::trim)
+            .and_then(|n| n.parse::<u64>().ok())
+            .ok_or_else(|| format!("/proc/self/status: unreadable {name}{line}"))?;
+        kb.checked_mul(1024)
+            .ok_or_else(|| format!("/proc/self/status: {name} out of range"))
+    };
+    Ok(Resident {
+        now_bytes: field("VmRSS:")?,
+        peak_bytes: field("VmHWM:")?,
+    })
+}
+
+/// Resets the peak resident size to the current one (writes `5` to
+/// `/proc/self/clear_refs`, Linux 4.0 and later).
+pub fn reset_peak_resident() -> Result<(), String> {
+    std::fs::write("/proc/self/clear_refs", "5").map_err(|e| format!("/proc/self/clear_refs: {e}"))
 }
 
 /// Raises the soft limit of open files to the hard limit: the all-at-once

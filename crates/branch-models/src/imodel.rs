@@ -520,16 +520,22 @@ impl IModel {
         Ok(())
     }
 
-    /// For Ollama: once per model, list the local models (`GET /api/tags`)
-    /// and pull the configured one if it is missing (`POST /api/pull`), as
-    /// the reference does before calls. Failures are logged and left to the
-    /// call itself to report (the server may be another OpenAI-compatible
-    /// one).
+    /// Whether calls go to Ollama, whose model may need pulling first
+    /// ([`IModel::ensure_ollama_model`]). That rare wait is boxed where it
+    /// is awaited, so that every other provider's call state does not carry
+    /// it.
+    fn serves_ollama(&self) -> bool {
+        let config = &self.inner.config;
+        config.provider_spec().is_some_and(|s| s.name == "ollama")
+    }
+
+    /// For Ollama (callers check [`IModel::serves_ollama`] first): once per
+    /// model, list the local models (`GET /api/tags`) and pull the
+    /// configured one if it is missing (`POST /api/pull`), as the reference
+    /// does before calls. Failures are logged and left to the call itself
+    /// to report (the server may be another OpenAI-compatible one).
     async fn ensure_ollama_model(&self) {
         let config = &self.inner.config;
-        if config.provider_spec().is_none_or(|s| s.name != "ollama") {
-            return;
-        }
         let (Some(base), Some(model)) = (config.base_url(), config.model_name()) else {
             return;
         };
@@ -600,7 +606,7 @@ impl IModel {
 
     async fn chat_inner(
         &self,
-        request: ChatRequest,
+        request: &ChatRequest,
         body: Option<&RequestBody>,
     ) -> Result<ChatResponse, ModelError> {
         if let Some(b) = &self.inner.breaker {
@@ -614,7 +620,7 @@ impl IModel {
         let deadline = self.inner.limits.deadline;
         let mut attempts = 0;
         let result =
-            match tokio::time::timeout(deadline, self.chat_attempts(&request, body, &mut attempts))
+            match tokio::time::timeout(deadline, self.chat_attempts(request, body, &mut attempts))
                 .await
             {
                 Ok(r) => r,
@@ -652,7 +658,9 @@ impl IModel {
     ) -> Result<ChatResponse, ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(request, body, false)?;
-        self.ensure_ollama_model().await;
+        if self.serves_ollama() {
+            Box::pin(self.ensure_ollama_model()).await;
+        }
         let _permit = self
             .inner
             .limiter
@@ -744,7 +752,9 @@ impl IModel {
     ) -> Result<(reqwest::Response, crate::limiter::Permit), ModelError> {
         let span = tracing::Span::current();
         let p = self.prepare(&request, None, true)?;
-        self.ensure_ollama_model().await;
+        if self.serves_ollama() {
+            Box::pin(self.ensure_ollama_model()).await;
+        }
         let permit = self
             .inner
             .limiter
@@ -802,7 +812,7 @@ impl IModel {
     /// One complete call (see [`ChatModel::chat`]).
     pub async fn invoke(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
         let span = self.span(&request, false);
-        traced::call(span, self.chat_inner(request, None)).await
+        traced::call(span, self.chat_inner(&request, None)).await
     }
 
     /// One complete call sending `body`, the body
@@ -814,7 +824,7 @@ impl IModel {
         body: &RequestBody,
     ) -> Result<ChatResponse, ModelError> {
         let span = self.span(&request, false);
-        traced::call(span, self.chat_inner(request, Some(body))).await
+        traced::call(span, self.chat_inner(&request, Some(body))).await
     }
 
     /// A streaming call (see [`ChatModel::stream`]); its span stays open

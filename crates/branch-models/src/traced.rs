@@ -12,34 +12,41 @@ use std::task::{Context, Poll};
 use branch_core::model::{ChatChunk, ChatResponse, ChatStream, ModelError, StreamAccumulator};
 use branch_core::telemetry;
 use futures_core::Stream;
+use futures_util::FutureExt;
 use tracing::Instrument;
 
 /// Runs one complete call inside `span` and records its outcome there.
-pub(crate) async fn call(
-    span: tracing::Span,
-    call: impl Future<Output = Result<ChatResponse, ModelError>>,
-) -> Result<ChatResponse, ModelError> {
-    let result = call.instrument(span.clone()).await;
-    match &result {
-        Ok(r) => telemetry::record_response(&span, r),
-        Err(e) => telemetry::record_error(&span, telemetry::model_error_type(e.kind)),
-    }
-    result
+///
+/// A combinator rather than an `async fn`: an `async fn` keeps its `call`
+/// argument beside the instrumented future made from it, so every call's
+/// state would carry the provider's whole call future twice (see
+/// `docs/benchmarks.md`, "A turn's futures").
+pub(crate) fn call<F>(span: tracing::Span, call: F) -> impl Future<Output = F::Output>
+where
+    F: Future<Output = Result<ChatResponse, ModelError>>,
+{
+    let recorder = span.clone();
+    call.instrument(span).inspect(move |result| match result {
+        Ok(r) => telemetry::record_response(&recorder, r),
+        Err(e) => telemetry::record_error(&recorder, telemetry::model_error_type(e.kind)),
+    })
 }
 
 /// Opens a streaming call inside `span`: the stream it opens is polled
 /// inside the span ([`stream`]); a failure to open it is recorded there.
-pub(crate) async fn open_stream(
-    span: tracing::Span,
-    open: impl Future<Output = Result<ChatStream, ModelError>>,
-) -> Result<ChatStream, ModelError> {
-    match open.instrument(span.clone()).await {
-        Ok(s) => Ok(stream(s, span)),
-        Err(e) => {
-            telemetry::record_error(&span, telemetry::model_error_type(e.kind));
-            Err(e)
-        }
-    }
+/// A combinator, as [`call`] is, and for the same reason.
+pub(crate) fn open_stream<F>(span: tracing::Span, open: F) -> impl Future<Output = F::Output>
+where
+    F: Future<Output = Result<ChatStream, ModelError>>,
+{
+    open.instrument(span.clone())
+        .map(move |opened| match opened {
+            Ok(s) => Ok(stream(s, span)),
+            Err(e) => {
+                telemetry::record_error(&span, telemetry::model_error_type(e.kind));
+                Err(e)
+            }
+        })
 }
 
 /// `stream` polled inside `span`, which stays open until the stream ends or

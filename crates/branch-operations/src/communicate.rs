@@ -172,10 +172,27 @@ pub(crate) struct Middle<'a> {
     pub caller: Option<&'a dyn crate::middle::CallModel>,
 }
 
+impl Middle<'_> {
+    /// `communicate`'s middle: no tools, the requested format (if any)
+    /// parsed leniently.
+    fn of_communicate(rendered_format: Option<ResponseFormat>) -> Self {
+        Middle {
+            tool_schemas: Vec::new(),
+            rendered_format,
+            unmatched: Unmatched::Ignore,
+            token_note: false,
+            repair_model: None,
+            native_tools: None,
+            react_context: None,
+            caller: None,
+        }
+    }
+}
+
 pub(crate) async fn communicate_inner(
     branch: &mut Branch,
     opts: &CommunicateOptions,
-    middle: Middle<'_>,
+    mut middle: Middle<'_>,
 ) -> Result<Communicated> {
     // Clearing is deferred to the commit (a failed turn must leave the
     // history as it was); meanwhile the request is compiled from the
@@ -183,26 +200,7 @@ pub(crate) async fn communicate_inner(
     let cleared: Option<Vec<uuid::Uuid>> = opts
         .clear_messages
         .then(|| vec![branch.system().map_or(uuid::Uuid::nil(), Message::id)]);
-    let mut turn_input = opts.turn.clone();
-    if let Some(c) = &cleared {
-        turn_input.progression = Some(c.clone());
-    }
-    if let Some(tools) = &middle.native_tools {
-        turn_input.fields.insert("tools".into(), tools.clone());
-    }
-    if let (true, Some(format)) = (opts.native_format, &middle.rendered_format) {
-        turn_input
-            .fields
-            .entry("response_format")
-            .or_insert_with(|| native_response_format(format));
-    }
-    let chat = ChatOptions {
-        turn: turn_input,
-        response_format: middle.rendered_format.clone(),
-        tool_schemas: middle.tool_schemas,
-        model: opts.chat_model.clone(),
-        include_token_usage_to_model: opts.include_token_usage_to_model || middle.token_note,
-    };
+    let chat = chat_options(opts, &mut middle, cleared.as_deref());
     let send_opts = SendOptions {
         react_context: middle.react_context,
         native_tools: middle.native_tools.is_some(),
@@ -233,14 +231,16 @@ pub(crate) async fn communicate_inner(
                 None => branch.parse_model().clone(),
             },
         );
-        let repaired = parse_with_repairs(
+        // Boxed: only a structured turn takes this path, and inline its
+        // state would set the size of every turn's future.
+        let repaired = Box::pin(parse_with_repairs(
             branch,
             &text,
             &popts,
             retries,
             &messages,
             cleared.as_deref(),
-        )
+        ))
         .await?;
         if let Some(repair) = &repaired.repair_response {
             let meta = &mut messages[1].element.metadata;
@@ -271,22 +271,46 @@ pub(crate) async fn communicate_inner(
     })
 }
 
-pub(crate) async fn communicate(branch: &mut Branch, opts: CommunicateOptions) -> Result<Reply> {
+/// The turn's chat options: the request's own, with the native tools and
+/// response format the middle adds. Built outside `communicate_inner`'s
+/// state, which would otherwise keep the turn input and the options made
+/// from it side by side.
+fn chat_options(
+    opts: &CommunicateOptions,
+    middle: &mut Middle<'_>,
+    cleared: Option<&[uuid::Uuid]>,
+) -> ChatOptions {
+    let mut turn = opts.turn.clone();
+    if let Some(c) = cleared {
+        turn.progression = Some(c.to_vec());
+    }
+    if let Some(tools) = &middle.native_tools {
+        turn.fields.insert("tools".into(), tools.clone());
+    }
+    if let (true, Some(format)) = (opts.native_format, &middle.rendered_format) {
+        turn.fields
+            .entry("response_format")
+            .or_insert_with(|| native_response_format(format));
+    }
+    ChatOptions {
+        turn,
+        response_format: middle.rendered_format.clone(),
+        tool_schemas: std::mem::take(&mut middle.tool_schemas),
+        model: opts.chat_model.clone(),
+        include_token_usage_to_model: opts.include_token_usage_to_model || middle.token_note,
+    }
+}
+
+pub(crate) async fn communicate(
+    branch: &mut Branch,
+    opts: Box<CommunicateOptions>,
+) -> Result<Reply> {
     let span = crate::telemetry::verb_span("communicate", branch);
     let format = opts
         .response_format
         .as_ref()
         .map(|f| retitled(f, "Request"));
-    let middle = Middle {
-        tool_schemas: Vec::new(),
-        rendered_format: format.clone(),
-        unmatched: Unmatched::Ignore,
-        token_note: false,
-        repair_model: None,
-        native_tools: None,
-        react_context: None,
-        caller: None,
-    };
+    let middle = Middle::of_communicate(format.clone());
     let c = span.run(communicate_inner(branch, &opts, middle)).await?;
     let committed = commit_turn(branch, c.clear_first, c.messages);
     let reply = match (c.parsed, c.fields, format) {
@@ -312,7 +336,7 @@ pub(crate) async fn communicate(branch: &mut Branch, opts: CommunicateOptions) -
 
 pub(crate) async fn communicate_as<T: DeserializeOwned + schemars::JsonSchema>(
     branch: &mut Branch,
-    mut opts: CommunicateOptions,
+    mut opts: Box<CommunicateOptions>,
 ) -> Result<Parsed<T>> {
     let format = opts
         .response_format
@@ -336,4 +360,22 @@ pub(crate) async fn communicate_as<T: DeserializeOwned + schemars::JsonSchema>(
         Reply::Nothing => (Parsed::Nothing, String::new()),
     };
     decode(parsed, &text, on_failure, &format)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The state of one turn, boxed once per turn by its span (see
+    /// `tests/future_sizes.rs` for why the size matters). 4,360 bytes
+    /// before the parse path was boxed and the turn's options were built
+    /// outside it.
+    #[test]
+    fn a_turn_state_stays_small() {
+        let mut branch = Branch::builder().system("s").build().expect("branch");
+        let opts = CommunicateOptions::new("q");
+        let middle = Middle::of_communicate(None);
+        let turn = std::mem::size_of_val(&communicate_inner(&mut branch, &opts, middle));
+        assert!(turn <= 2304, "communicate_inner: {turn} bytes");
+    }
 }

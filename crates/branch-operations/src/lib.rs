@@ -227,19 +227,30 @@ impl BranchOperations for Branch {
         chat::chat_and_record(self, opts)
     }
 
-    async fn communicate(&mut self, opts: CommunicateOptions) -> Result<Reply> {
-        let obs = signals::RunObs::start(self, "communicate");
-        let r = communicate::communicate(self, opts).await;
-        obs.finish(self, r, reply_json)
-    }
-
-    async fn communicate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+    fn communicate(
         &mut self,
         opts: CommunicateOptions,
-    ) -> Result<Parsed<T>> {
-        let obs = signals::RunObs::start(self, "communicate");
-        let r = communicate::communicate_as(self, opts).await;
-        obs.finish(self, r, |_| serde_json::Value::Null)
+    ) -> impl Future<Output = Result<Reply>> + Send {
+        // Boxed once: every `async fn` layer would otherwise keep its own
+        // copy of the options (several hundred bytes) in its state.
+        let opts = Box::new(opts);
+        async move {
+            let obs = signals::RunObs::start(self, "communicate");
+            let r = communicate::communicate(self, opts).await;
+            obs.finish(self, r, reply_json)
+        }
+    }
+
+    fn communicate_as<T: DeserializeOwned + schemars::JsonSchema + Send>(
+        &mut self,
+        opts: CommunicateOptions,
+    ) -> impl Future<Output = Result<Parsed<T>>> + Send {
+        let opts = Box::new(opts);
+        async move {
+            let obs = signals::RunObs::start(self, "communicate");
+            let r = communicate::communicate_as(self, opts).await;
+            obs.finish(self, r, |_| serde_json::Value::Null)
+        }
     }
 
     fn parse(

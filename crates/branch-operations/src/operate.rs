@@ -209,12 +209,20 @@ fn native_tool_list(schemas: &[Value]) -> Value {
     )
 }
 
-pub(crate) async fn operate(branch: &mut Branch, opts: OperateOptions) -> Result<Operated> {
-    let span = crate::telemetry::verb_span("operate", branch);
-    span.run(operate_inner(branch, opts)).await
+pub(crate) fn operate(
+    branch: &mut Branch,
+    opts: OperateOptions,
+) -> impl Future<Output = Result<Operated>> + Send + '_ {
+    // Boxed once: the options are over a kilobyte, and every `async fn`
+    // layer would otherwise keep its own copy of them in its state.
+    let opts = Box::new(opts);
+    async move {
+        let span = crate::telemetry::verb_span("operate", branch);
+        span.run(operate_inner(branch, opts)).await
+    }
 }
 
-async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Operated> {
+async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result<Operated> {
     let with_actions = opts.actions && opts.invoke_actions;
     let tool_schemas = if with_actions {
         let sel = opts
@@ -273,7 +281,8 @@ async fn operate_inner(branch: &mut Branch, opts: OperateOptions) -> Result<Oper
         || opts.run.persist_dir.is_some()
         || opts.run.snapshot_dir.is_some();
     if persisting || opts.middle.collects_run(model_is_cli) {
-        let c = run_and_collect(branch, &opts, rendered.clone(), unmatched).await?;
+        // Boxed: only a run-and-collect turn takes this path.
+        let c = Box::pin(run_and_collect(branch, &opts, rendered.clone(), unmatched)).await?;
         return finish(branch, opts, c, rendered, with_actions, native).await;
     }
     let middle = Middle {
@@ -349,7 +358,7 @@ async fn run_and_collect(
 /// Everything after the middle: the parse outcome, tool calls, writeback.
 async fn finish(
     branch: &mut Branch,
-    opts: OperateOptions,
+    opts: Box<OperateOptions>,
     c: Communicated,
     rendered: Option<ResponseFormat>,
     with_actions: bool,

@@ -276,6 +276,35 @@ pub(crate) async fn compile(
     opts: &SendOptions<'_>,
 ) -> Result<ChatRequest> {
     let pass = branch_providers::gather_with(branch, instruction, opts.providers).await;
+    let mut req = compile_now(branch, instruction, pass, opts)?;
+    let messages = &mut req.messages;
+    if opts.token_note {
+        let contents: Vec<&Value> = messages.iter().map(|m| &m.content).collect();
+        // Boxed, as only a turn with the token note takes this path.
+        let total = Box::pin(request_token_estimate(&contents)).await;
+        let window = model.config().model_name().map(context_window);
+        if let Some(last) = messages.last_mut() {
+            // The current turn's message, made for this turn (a kept one,
+            // when the turn rendered empty, is copied first: shared).
+            append_text(
+                &mut Arc::make_mut(last).content,
+                &token_usage_note(total, window),
+            );
+        }
+    }
+    req.fields = fields.clone();
+    Ok(req)
+}
+
+/// The synchronous part of [`compile`]: the request from the history, the
+/// instruction and the providers' blocks. Kept out of `compile`'s state,
+/// which would otherwise hold these locals across its awaits.
+fn compile_now(
+    branch: &mut Branch,
+    instruction: &Message,
+    pass: Option<branch_providers::ContextPass>,
+    opts: &SendOptions<'_>,
+) -> Result<ChatRequest> {
     let blocks: Vec<String> = pass
         .map(|p| p.blocks_text)
         .filter(|t| !t.is_empty())
@@ -312,23 +341,7 @@ pub(crate) async fn compile(
         compile_request_cached(&scratch, content, &copts, &mut cache)
     };
     branch.extensions_mut().insert(cache);
-    let mut req = compiled.map_err(OperationError::compile)?;
-    let messages = &mut req.messages;
-    if opts.token_note {
-        let contents: Vec<&Value> = messages.iter().map(|m| &m.content).collect();
-        let total = request_token_estimate(&contents).await;
-        let window = model.config().model_name().map(context_window);
-        if let Some(last) = messages.last_mut() {
-            // The current turn's message, made for this turn (a kept one,
-            // when the turn rendered empty, is copied first: shared).
-            append_text(
-                &mut Arc::make_mut(last).content,
-                &token_usage_note(total, window),
-            );
-        }
-    }
-    req.fields = fields.clone();
-    Ok(req)
+    compiled.map_err(OperationError::compile)
 }
 
 /// The reference's estimate of a request's tokens (operations.md §1.5):

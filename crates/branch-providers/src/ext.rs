@@ -98,7 +98,9 @@ pub async fn gather_with(
             ..ProviderReport::default()
         }
     } else {
-        let report = run_pass(&entries, budget, branch, instruction).await;
+        // Boxed: a turn without providers never gets here, and inline the
+        // pass would set the size of every turn's future.
+        let report = Box::pin(run_pass(&entries, budget, branch, instruction)).await;
         record_pass(&mut branch.providers().stats, &report);
         report
     };
