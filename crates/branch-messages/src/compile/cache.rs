@@ -39,8 +39,9 @@ use crate::render::{RenderedContent, render_instruction_as};
 /// [`super::compile_request_cached`].
 #[derive(Debug, Default)]
 pub struct RenderCache {
-    // Boxed: an empty slot stays a word.
-    slots: Vec<Option<Box<Slot>>>,
+    // Inline: a slot is a few words, and nearly every position holds one
+    // (boxed, each would be an allocation of its own to make and free).
+    slots: Vec<Option<Slot>>,
     /// The edit stamp of the messages compiled now.
     stamp: u64,
     settled: Option<Settled>,
@@ -204,7 +205,7 @@ impl RenderCache {
         }
         let stamp = self.stamp;
         if let Some(slot) = self.slots.get_mut(at) {
-            *slot = Some(Box::new(Slot { id, stamp, kept }));
+            *slot = Some(Slot { id, stamp, kept });
         }
     }
 
