@@ -19,6 +19,11 @@ pub struct RequestBody {
     serialized: bool,
 }
 
+/// The most a caller's guess of a body's length reserves up front (a
+/// wrong guess cannot reserve much memory the body does not fill; past
+/// it, the buffer grows as it is written).
+const MAX_CAPACITY_GUESS: usize = 16 << 20;
+
 impl RequestBody {
     /// The body of `value` (compact JSON, as `serde_json::to_vec` writes it).
     pub fn of(value: &Value) -> serde_json::Result<Self> {
@@ -32,8 +37,21 @@ impl RequestBody {
         value: &T,
         count: &TokenCount,
     ) -> serde_json::Result<Self> {
+        Self::serialize_counting_sized(value, count, 512)
+    }
+
+    /// [`RequestBody::serialize_counting`] into a buffer of `capacity`
+    /// bytes to start with: a caller that knows about how long the body
+    /// is spares the buffer its doublings, each a copy of all written so
+    /// far (a long conversation's body is hundreds of kilobytes). The body
+    /// keeps its length, not the room, whatever the guess.
+    pub fn serialize_counting_sized<T: Serialize + ?Sized>(
+        value: &T,
+        count: &TokenCount,
+        capacity: usize,
+    ) -> serde_json::Result<Self> {
         let mut out = CountingWriter {
-            out: Vec::with_capacity(512),
+            out: Vec::with_capacity(capacity.min(MAX_CAPACITY_GUESS)),
             count,
             since: None,
         };

@@ -106,6 +106,12 @@ pub struct ChatRequest {
     /// ([`WireForm::json_for`]), so editing or replacing `messages` never
     /// sends a stale one. Not part of the request's equality.
     pub wire: Vec<Option<Arc<WireForm>>>,
+    /// The kept JSON of the request's first messages, one shared list for
+    /// the turns that send the same history (one reference a request, not
+    /// one a message): where `wire[i]` is `None` or missing,
+    /// `settled_wire[i]` is used, on the same terms. See
+    /// [`ChatRequest::wire_form`]. Not part of the request's equality.
+    pub settled_wire: Option<Arc<Vec<Option<Arc<WireForm>>>>>,
 }
 
 impl PartialEq for ChatRequest {
@@ -124,6 +130,16 @@ impl ChatRequest {
             messages: messages.into_iter().map(Into::into).collect(),
             ..Self::default()
         }
+    }
+
+    /// The kept JSON the request carries for `messages[i]`, if any
+    /// (`wire[i]`, else `settled_wire[i]`); check it with
+    /// [`WireForm::json_for`] before use.
+    pub fn wire_form(&self, i: usize) -> Option<&Arc<WireForm>> {
+        self.wire
+            .get(i)
+            .and_then(Option::as_ref)
+            .or_else(|| self.settled_wire.as_ref()?.get(i)?.as_ref())
     }
 
     /// Adds a call keyword.

@@ -33,6 +33,16 @@ impl WireForm {
         }))
     }
 
+    /// The JSON's length in bytes.
+    pub fn len(&self) -> usize {
+        self.json.get().len()
+    }
+
+    /// Whether the JSON is empty (never: it is one JSON object).
+    pub fn is_empty(&self) -> bool {
+        self.json.get().is_empty()
+    }
+
     /// The JSON, when `message` is the very message (the same allocation)
     /// this form was made from.
     pub fn json_for(&self, message: &Arc<ChatMessage>) -> Option<&RawValue> {

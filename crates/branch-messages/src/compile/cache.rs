@@ -45,6 +45,9 @@ pub struct RenderCache {
     /// The edit stamp of the messages compiled now.
     stamp: u64,
     settled: Option<Settled>,
+    /// Whether the compilation under way resumed or settled the history
+    /// (then its messages begin with the settled ones).
+    settled_now: bool,
     /// The last instruction sent, when its rendering as history is the
     /// same (no tool schemas, no response format): the next compilation
     /// finds it there as a past instruction.
@@ -71,7 +74,16 @@ struct Settled {
     /// The context blocks glued after the system text in the first
     /// instruction.
     blocks: Vec<String>,
-    messages: Vec<Compiled>,
+    messages: Vec<Arc<ChatMessage>>,
+    /// Their kept JSON, shared with every request that sends them
+    /// (`ChatRequest::settled_wire`): a turn takes one reference to the
+    /// list, not one to each message's JSON, and changes it in place once
+    /// the previous turn's request is gone. A message's JSON is made when
+    /// it is first sent again (as a kept message's is), so a message sent
+    /// once never has any.
+    wire: Arc<Vec<Option<Arc<WireForm>>>>,
+    /// How many of `wire` have had their JSON made (or could not).
+    formed: usize,
 }
 
 /// An instruction as sent, and the position it was to take.
@@ -121,12 +133,16 @@ fn user_message(rendered: RenderedContent) -> Option<Compiled> {
 
 fn reused(kept: &mut Compiled) -> Compiled {
     if kept.1.is_none() {
-        // A message serde_json cannot write (a non-string map key cannot
-        // occur in a `Value`) goes without: the dialect writes it, and
-        // reports the failure, as for any other message.
-        kept.1 = WireForm::of(&kept.0).ok().flatten().map(Arc::new);
+        kept.1 = wire_form(&kept.0);
     }
     kept.clone()
+}
+
+/// `m`'s kept JSON. A message serde_json cannot write (a non-string map
+/// key cannot occur in a `Value`) goes without: the dialect writes it, and
+/// reports the failure, as for any other message.
+fn wire_form(m: &Arc<ChatMessage>) -> Option<Arc<WireForm>> {
+    WireForm::of(m).ok().flatten().map(Arc::new)
 }
 
 /// What rendering an instruction as history reads.
@@ -186,6 +202,15 @@ impl RenderCache {
         self.slots.iter().all(Option::is_none)
     }
 
+    /// The kept JSON of the settled messages the last compilation began
+    /// with, if it began with them (see `Settled::wire`).
+    pub(crate) fn settled_wire(&self) -> Option<Arc<Vec<Option<Arc<WireForm>>>>> {
+        self.settled
+            .as_ref()
+            .filter(|_| self.settled_now)
+            .map(|s| Arc::clone(&s.wire))
+    }
+
     /// The slot at `at` when it holds message `id`, and whether it was
     /// made or checked under the current edit stamp (then it holds).
     fn slot(&mut self, at: usize, id: Uuid) -> Option<(&mut Slot, bool)> {
@@ -225,6 +250,7 @@ impl Output for RenderCache {
 
     fn begin(&mut self, stamp: u64) {
         self.stamp = stamp;
+        self.settled_now = false;
         #[cfg(test)]
         {
             self.resumed_at = None;
@@ -336,24 +362,44 @@ impl Output for RenderCache {
         {
             self.resumed_at = Some(settled.walked);
         }
-        // Room for the messages after it and the current turn's.
+        self.settled_now = true;
+        // The messages settled since the last turn are sent again now:
+        // their JSON is made (in place, unless a request still holds the
+        // list).
+        if settled.formed < settled.messages.len() {
+            let wire = Arc::make_mut(&mut settled.wire);
+            for (form, m) in wire.iter_mut().zip(&settled.messages).skip(settled.formed) {
+                if form.is_none() {
+                    *form = wire_form(m);
+                }
+            }
+            settled.formed = settled.messages.len();
+        }
+        // Room for the messages after it and the current turn's. Their
+        // JSON goes with the request as the shared list (`settled_wire`).
         let mut messages = Vec::with_capacity(settled.messages.len() + after + 1);
-        messages.extend(settled.messages.iter_mut().map(reused));
+        messages.extend(settled.messages.iter().map(|m| (Arc::clone(m), None)));
         Some((settled.walked, messages))
     }
 
     fn settle(&mut self, walked: usize, messages: &[Compiled], extend: bool, blocks: &[String]) {
+        self.settled_now = true;
+        let shared = messages.iter().map(|(m, _)| Arc::clone(m));
+        let forms = messages.iter().map(|(_, wire)| wire.clone());
         match &mut self.settled {
             Some(settled) if extend => {
                 settled.walked = walked;
-                settled.messages.extend_from_slice(messages);
+                settled.messages.extend(shared);
+                Arc::make_mut(&mut settled.wire).extend(forms);
             }
             _ => {
                 self.settled = Some(Settled {
                     stamp: self.stamp,
                     walked,
                     blocks: blocks.to_vec(),
-                    messages: messages.to_vec(),
+                    messages: shared.collect(),
+                    wire: Arc::new(forms.collect()),
+                    formed: 0,
                 });
             }
         }

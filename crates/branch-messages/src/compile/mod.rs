@@ -116,6 +116,7 @@ pub fn compile_request_cached(
         request.messages.push(m);
         request.wire.push(wire);
     }
+    request.settled_wire = cache.settled_wire();
     Ok(request)
 }
 

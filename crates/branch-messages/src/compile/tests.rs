@@ -479,8 +479,8 @@ fn same_as_cold(
         (Ok(c), Ok(w)) => {
             let c: Vec<ChatMessage> = c.iter().map(RequestMessage::to_chat_message).collect();
             // Each kept JSON is the JSON of the message it goes with.
-            for (m, wire) in w.messages.iter().zip(&w.wire) {
-                if let Some(wire) = wire {
+            for (i, m) in w.messages.iter().enumerate() {
+                if let Some(wire) = w.wire_form(i) {
                     let json = wire.json_for(m).expect("made for this message");
                     assert_eq!(json.get(), m.to_value().to_string(), "{step}");
                 }
@@ -721,11 +721,18 @@ fn past_messages_are_shared_between_turns() {
         .messages;
     let second = compile_request_cached(&mm, &ins("next"), &d, &mut cache).unwrap();
     // The kept messages carry their JSON; the one made for this turn not.
-    let kept: Vec<bool> = second.wire.iter().map(Option::is_some).collect();
+    let kept: Vec<bool> = (0..second.messages.len())
+        .map(|i| second.wire_form(i).is_some())
+        .collect();
     assert_eq!(
         kept,
         [true, true, true, true, true, true, true, true, false]
     );
+    // The settled ones (up to the last past instruction) as one list the
+    // requests share, not one reference each.
+    let settled = second.settled_wire.as_ref().expect("settled history");
+    assert_eq!(settled.len(), 7);
+    assert!(second.wire[..7].iter().all(Option::is_none));
     let second = second.messages;
     assert_eq!(first.len(), 9);
     let shared: Vec<bool> = first
@@ -1079,4 +1086,41 @@ fn random_histories_compile_like_cold_ones() {
     }
     // The settled history is actually resumed, most of the time.
     assert!(resumed > 300, "resumed {resumed} times");
+}
+
+/// The settled history's JSON list grows in place once no request holds
+/// it; a request still held keeps the list it was made with, unchanged.
+#[test]
+fn the_settled_json_list_grows_in_place_and_a_held_request_keeps_its_own() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let d = CompileOptions::default();
+    let turn = |mm: &mut MessageManager, i: usize, cache: &mut RenderCache| {
+        mm.add_message(Message::instruction(ins(&format!("q{i}"))));
+        mm.add_message(Message::assistant(format!("r{i}")));
+        compile_request_cached(mm, &ins("now"), &d, cache).unwrap()
+    };
+    turn(&mut mm, 0, &mut cache);
+    let held = turn(&mut mm, 1, &mut cache);
+    let held_len = held.settled_wire.as_ref().unwrap().len();
+    let next = turn(&mut mm, 2, &mut cache);
+    // `held` kept its list; `next` has a longer copy.
+    assert_eq!(held.settled_wire.as_ref().unwrap().len(), held_len);
+    let list = next.settled_wire.as_ref().unwrap();
+    assert!(list.len() > held_len);
+    assert!(!Arc::ptr_eq(held.settled_wire.as_ref().unwrap(), list));
+    let at = Arc::as_ptr(list);
+    drop((held, next));
+    let third = turn(&mut mm, 3, &mut cache);
+    assert_eq!(Arc::as_ptr(third.settled_wire.as_ref().unwrap()), at);
+    // Each message carries the JSON of the very message it goes with.
+    for (i, m) in third.messages.iter().enumerate() {
+        if let Some(w) = third.wire_form(i) {
+            assert_eq!(
+                w.json_for(m).expect("this message's").get(),
+                m.to_value().to_string()
+            );
+        }
+    }
 }

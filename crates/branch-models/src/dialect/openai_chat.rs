@@ -2,11 +2,9 @@
 //! compatible server (Ollama, vLLM, llama.cpp, OpenRouter, Groq ...).
 //! Our compiled messages are already in its shape.
 
-use std::sync::Arc;
-
 use branch_core::model::{
     ChatChunk, ChatMessage, ChatRequest, ChunkKind, ModelConfig, ReasoningBlock, RequestBody,
-    TokenCount, WireForm,
+    TokenCount,
 };
 use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
 use serde_json::{Map, Value, json};
@@ -107,19 +105,46 @@ impl Shape {
 /// a message the shape sends as it is and whose kept JSON the request
 /// carries (`ChatRequest::wire`) is copied.
 struct Messages<'a> {
-    messages: &'a [Arc<ChatMessage>],
-    wire: &'a [Option<Arc<WireForm>>],
+    request: &'a ChatRequest,
     shape: &'a Shape,
+}
+
+/// Room for a body's fields besides its messages (the model's name, a few
+/// sampling settings, `stream`), beyond which its buffer grows as it is
+/// written. Small on purpose: a short body's buffer stays within the
+/// allocator's per-thread cache (glibc's ends at 1,032 bytes).
+const PAYLOAD_GUESS: usize = 256;
+
+impl Messages<'_> {
+    /// About the length of the messages' JSON: the kept JSON's where there
+    /// is one, else the text and a little for the keys. A guess for the
+    /// body's buffer, never a limit.
+    fn length_guess(&self) -> usize {
+        let messages = &self.request.messages;
+        // The brackets and the commas between.
+        let punctuation = 2usize.saturating_add(messages.len().saturating_sub(1));
+        messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| match self.request.wire_form(i) {
+                Some(w) => w.len(),
+                None => 32usize.saturating_add(match &m.content {
+                    Value::String(t) => t.len(),
+                    _ => 256,
+                }),
+            })
+            .fold(punctuation, usize::saturating_add)
+    }
 }
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut out = s.serialize_seq(Some(self.messages.len()))?;
-        for (i, m) in self.messages.iter().enumerate() {
+        let messages = &self.request.messages;
+        let mut out = s.serialize_seq(Some(messages.len()))?;
+        for (i, m) in messages.iter().enumerate() {
             let kept = self
-                .wire
-                .get(i)
-                .and_then(Option::as_ref)
+                .request
+                .wire_form(i)
                 .filter(|_| self.shape.sends_as_is(m))
                 .and_then(|w| w.json_for(m));
             match kept {
@@ -227,16 +252,17 @@ impl ChatPayload {
     /// made with.
     pub fn write(&self, request: &ChatRequest) -> serde_json::Result<RequestBody> {
         let count = TokenCount::new();
+        let messages = Messages {
+            request,
+            shape: &self.shape,
+        };
+        let capacity = messages.length_guess().saturating_add(PAYLOAD_GUESS);
         let body = Payload {
             map: &self.map,
             count: &count,
-            messages: Some(Messages {
-                messages: &request.messages,
-                wire: &request.wire,
-                shape: &self.shape,
-            }),
+            messages: Some(messages),
         };
-        RequestBody::serialize_counting(&body, &count)
+        RequestBody::serialize_counting_sized(&body, &count, capacity)
     }
 }
 
@@ -301,8 +327,11 @@ pub(crate) fn chunk_of(raw: &Value, obj: &Map<String, Value>) -> Option<ChatChun
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::dialect::{build_body as any_body, serialize_counting, try_build_body_bytes};
+    use branch_core::model::WireForm;
     use serde_json::json;
 
     fn config(provider: &str, model: &str) -> ModelConfig {
@@ -394,5 +423,51 @@ mod tests {
             written,
             serialize_counting(&any_body(&c, &request, false)).unwrap()
         );
+    }
+
+    /// A history sent from its kept JSON is guessed at its exact length,
+    /// so its body is written without growing its buffer; without kept
+    /// JSON the guess is the texts and a little.
+    #[test]
+    fn the_length_guess_of_kept_messages_is_their_length() {
+        let mut request = ChatRequest::new((0..40).map(|i| match i % 2 {
+            0 => ChatMessage::user(format!("question \"{i}\" é")),
+            _ => ChatMessage::assistant("a reply\n".repeat(i)),
+        }));
+        let texts: usize = request
+            .messages
+            .iter()
+            .map(|m| m.content.as_str().unwrap().len())
+            .sum();
+        let n = request.messages.len();
+        let plain = request.clone();
+        let shape = shape(&config("openai", "gpt-4.1-mini"), false, &mut Map::new());
+        let bare = Messages {
+            request: &request,
+            shape: &shape,
+        };
+        assert_eq!(bare.length_guess(), 1 + texts + 33 * n);
+        // The first half's JSON shared, the rest the request's own.
+        let forms = |from: usize, to: usize| -> Vec<_> {
+            request.messages[from..to]
+                .iter()
+                .map(|m| WireForm::of(m).unwrap().map(Arc::new))
+                .collect()
+        };
+        request.settled_wire = Some(Arc::new(forms(0, n / 2)));
+        request.wire = vec![None; n / 2];
+        request.wire.extend(forms(n / 2, n));
+        let kept = Messages {
+            request: &request,
+            shape: &shape,
+        };
+        let written = serde_json::to_vec(&kept).unwrap();
+        assert_eq!(kept.length_guess(), written.len());
+        // Copied from either list, the text is the one written afresh.
+        let afresh = Messages {
+            request: &plain,
+            shape: &shape,
+        };
+        assert_eq!(written, serde_json::to_vec(&afresh).unwrap());
     }
 }
