@@ -103,7 +103,7 @@ impl Shape {
 /// The messages as [`Shape`] sends them, serialized straight from the
 /// request (the same text as serializing each [`Shape::message_value`]);
 /// a message the shape sends as it is and whose kept JSON the request
-/// carries (`ChatRequest::wire`) is copied.
+/// carries ([`ChatRequest::wire_form`]) is copied.
 struct Messages<'a> {
     request: &'a ChatRequest,
     shape: &'a Shape,
