@@ -56,19 +56,49 @@ impl RequestBody {
             since: None,
         };
         value.serialize(&mut serde_json::Serializer::new(&mut out))?;
+        Ok(Self::finish(out))
+    }
+
+    /// The body `write` writes (see [`BodyWriter`]), with the token
+    /// estimate of the parts it counted, into a buffer of about
+    /// `capacity` bytes to start with (as
+    /// [`RequestBody::serialize_counting_sized`]).
+    pub fn write_counting_sized(
+        count: &TokenCount,
+        capacity: usize,
+        write: impl FnOnce(&mut BodyWriter<'_>) -> serde_json::Result<()>,
+    ) -> serde_json::Result<Self> {
+        let mut w = BodyWriter {
+            out: CountingWriter {
+                out: Vec::with_capacity(capacity.min(MAX_CAPACITY_GUESS)),
+                count,
+                since: None,
+            },
+        };
+        write(&mut w)?;
+        // Punctuation and kept JSON written by hand: a wrong order of
+        // calls would be a bug here, caught by every test that writes one.
+        debug_assert!(
+            serde_json::from_slice::<serde::de::IgnoredAny>(&w.out.out).is_ok(),
+            "a body written in parts is one JSON value"
+        );
+        Ok(Self::finish(w.out))
+    }
+
+    fn finish(mut out: CountingWriter<'_>) -> Self {
         out.settle();
-        let chars = count.chars.get();
+        let chars = out.count.chars.get();
         // The API-call log keeps the body for the conversation's life: it
         // holds its length, not the room it was written in (a short body
         // would keep all 512 bytes). A vector of exact length also becomes
         // `Bytes` without the shared header a spare capacity needs.
         let mut bytes = out.out;
         bytes.shrink_to_fit();
-        Ok(Self {
+        Self {
             bytes: bytes.into(),
             counted: u64::try_from(chars.div_ceil(4)).unwrap_or(u64::MAX),
             serialized: true,
-        })
+        }
     }
 
     /// A body already serialized elsewhere, with the model's token
@@ -147,6 +177,83 @@ impl TokenCount {
     }
 }
 
+/// A body written in parts ([`RequestBody::write_counting_sized`]): values
+/// through serde_json, the punctuation between them, and kept JSON copied
+/// as it is, with the characters it was counted at, so that a long
+/// history is neither written nor counted again.
+pub struct BodyWriter<'a> {
+    out: CountingWriter<'a>,
+}
+
+/// The punctuation of a JSON text written in parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Punct {
+    /// `{`
+    BeginObject,
+    /// `}`
+    EndObject,
+    /// `[`
+    BeginArray,
+    /// `]`
+    EndArray,
+    /// `,`
+    Comma,
+    /// `:`
+    Colon,
+}
+
+impl BodyWriter<'_> {
+    /// `value`'s JSON (compact, as `serde_json::to_vec` writes it).
+    pub fn value<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
+        value.serialize(&mut serde_json::Serializer::new(&mut self.out))
+    }
+
+    /// One punctuation mark.
+    pub fn punct(&mut self, p: Punct) {
+        let mark: &[u8] = match p {
+            Punct::BeginObject => b"{",
+            Punct::EndObject => b"}",
+            Punct::BeginArray => b"[",
+            Punct::EndArray => b"]",
+            Punct::Comma => b",",
+            Punct::Colon => b":",
+        };
+        self.out.write_bytes(mark);
+    }
+
+    /// What `write` writes, counted by the estimate (as a part wrapped by
+    /// [`TokenCount::json`] is).
+    pub fn counted(
+        &mut self,
+        write: impl FnOnce(&mut Self) -> serde_json::Result<()>,
+    ) -> serde_json::Result<()> {
+        let was = self.out.count.on.replace(true);
+        let r = write(self);
+        self.out.count.on.set(was);
+        r
+    }
+
+    /// Kept JSON of settled messages ([`super::SettledJson::json`]),
+    /// copied; counted at `chars` characters when the count is on.
+    pub fn settled(&mut self, json: &[u8], chars: usize) {
+        self.out.settle();
+        if self.out.since.is_some() {
+            // End the counted part here, copy, and start a new one after.
+            self.out.switch();
+            self.out.out.extend_from_slice(json);
+            self.out.count.add(chars);
+            self.out.switch();
+        } else {
+            self.out.out.extend_from_slice(json);
+        }
+    }
+
+    /// The estimate the body is counted into.
+    pub fn count(&self) -> &TokenCount {
+        self.out.count
+    }
+}
+
 struct Counted<'a, T: ?Sized> {
     value: &'a T,
     count: &'a TokenCount,
@@ -196,19 +303,25 @@ impl CountingWriter<'_> {
     }
 }
 
+impl CountingWriter<'_> {
+    #[inline]
+    fn write_bytes(&mut self, buf: &[u8]) {
+        self.settle();
+        self.out.extend_from_slice(buf);
+    }
+}
+
 // Inlined into serde_json's writes of every few bytes, across crates.
 impl io::Write for CountingWriter<'_> {
     #[inline]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        self.settle();
-        self.out.extend_from_slice(buf);
+        self.write_bytes(buf);
         Ok(buf.len())
     }
 
     #[inline]
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.settle();
-        self.out.extend_from_slice(buf);
+        self.write_bytes(buf);
         Ok(())
     }
 
@@ -222,7 +335,7 @@ impl io::Write for CountingWriter<'_> {
 /// counted on every call, and byte by byte this was a tenth of a long
 /// conversation's turn. A character split across two writes is counted
 /// once, by its first byte.
-fn utf8_chars(bytes: &[u8]) -> usize {
+pub(super) fn utf8_chars(bytes: &[u8]) -> usize {
     const LOW: u64 = 0x0101_0101_0101_0101;
     let mut words = bytes.chunks_exact(8);
     let mut continuation = 0usize;
@@ -297,5 +410,51 @@ mod tests {
         assert_eq!(body.counted(), u64::try_from(chars.div_ceil(4)).unwrap());
         assert!(body.is_serialized());
         assert!(!RequestBody::from_json_bytes(b"{}".to_vec(), 0).is_serialized());
+    }
+
+    /// A body written in parts is the same text serde_json writes for the
+    /// same value, and kept JSON counts at the characters given with it,
+    /// the parts around it as written; outside a counted part nothing
+    /// counts.
+    #[test]
+    fn a_body_written_in_parts_counts_kept_json_at_its_given_characters() {
+        let kept = r#"{"a":"h\u00e9"},{"b":"é"}"#.as_bytes();
+        for counted in [false, true] {
+            let count = TokenCount::new();
+            let body = RequestBody::write_counting_sized(&count, 0, |w| {
+                w.punct(Punct::BeginObject);
+                w.value("k")?;
+                w.punct(Punct::Colon);
+                let array = |w: &mut BodyWriter<'_>| {
+                    w.punct(Punct::BeginArray);
+                    w.value(&json!("é"))?;
+                    w.punct(Punct::Comma);
+                    w.settled(kept, 1000);
+                    w.punct(Punct::Comma);
+                    w.value(&json!({"x": "yz"}))?;
+                    w.punct(Punct::EndArray);
+                    Ok(())
+                };
+                if counted {
+                    w.counted(array)?
+                } else {
+                    array(w)?
+                }
+                w.punct(Punct::Comma);
+                w.value("n")?;
+                w.punct(Punct::Colon);
+                w.value(&1)?;
+                w.punct(Punct::EndObject);
+                Ok(())
+            })
+            .unwrap();
+            let expected = json!({"k": ["é", {"a": "hé"}, {"b": "é"}, {"x": "yz"}], "n": 1});
+            assert_eq!(body.to_value(), expected);
+            let text = std::str::from_utf8(body.bytes()).unwrap();
+            assert!(text.starts_with(r#"{"k":["é",{"a":"h\u00e9"},"#), "{text}");
+            // `["é",` 5, the kept JSON 1000, `,{"x":"yz"}]` 12.
+            let chars = if counted { 5 + 1000 + 12 } else { 0 };
+            assert_eq!(count.chars.get(), chars, "counted {counted}");
+        }
     }
 }

@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::reasoning::{FinishReason, ReasoningBlock};
-use super::{LazyJson, ModelError, WireForm};
+use super::{LazyJson, ModelError, SettledJson, WireForm};
 use crate::object_only::optional_object;
 
 /// One message of a provider request (`{"role", "content", ...}`).
@@ -106,12 +106,12 @@ pub struct ChatRequest {
     /// ([`WireForm::json_for`]), so editing or replacing `messages` never
     /// sends a stale one. Not part of the request's equality.
     pub wire: Vec<Option<Arc<WireForm>>>,
-    /// The kept JSON of the request's first messages, one shared list for
-    /// the turns that send the same history (one reference a request, not
-    /// one a message): where `wire[i]` is `None` or missing,
-    /// `settled_wire[i]` is used, on the same terms. See
-    /// [`ChatRequest::wire_form`]. Not part of the request's equality.
-    pub settled_wire: Option<Arc<Vec<Option<Arc<WireForm>>>>>,
+    /// The kept JSON of the conversation's settled history, in one buffer
+    /// shared by the turns that send it: a dialect whose protocol sends
+    /// those messages as they are copies the JSON of as many of the first
+    /// `messages` as are its very messages ([`SettledJson::prefix_of`]) in
+    /// one piece. Not part of the request's equality.
+    pub settled: Option<Arc<SettledJson>>,
 }
 
 impl PartialEq for ChatRequest {
@@ -132,14 +132,20 @@ impl ChatRequest {
         }
     }
 
-    /// The kept JSON the request carries for `messages[i]`, if any
-    /// (`wire[i]`, else `settled_wire[i]`); check it with
-    /// [`WireForm::json_for`] before use.
+    /// The kept JSON the request carries for `messages[i]` on its own,
+    /// if any (`wire[i]`); check it with [`WireForm::json_for`] before
+    /// use.
     pub fn wire_form(&self, i: usize) -> Option<&Arc<WireForm>> {
-        self.wire
-            .get(i)
-            .and_then(Option::as_ref)
-            .or_else(|| self.settled_wire.as_ref()?.get(i)?.as_ref())
+        self.wire.get(i).and_then(Option::as_ref)
+    }
+
+    /// The settled history's kept JSON and how many of the first messages
+    /// it holds the JSON of (the very messages; see
+    /// [`SettledJson::prefix_of`]); `None` when it holds none of them.
+    pub fn settled_prefix(&self) -> Option<(&SettledJson, usize)> {
+        let settled = self.settled.as_deref()?;
+        let n = settled.prefix_of(&self.messages);
+        (n > 0).then_some((settled, n))
     }
 
     /// Adds a call keyword.

@@ -20,7 +20,7 @@ mod wire;
 use std::sync::Arc;
 
 pub use crate::lazy_json::LazyJson;
-pub use body::{RequestBody, TokenCount};
+pub use body::{BodyWriter, Punct, RequestBody, TokenCount};
 pub use call::{
     ChatChunk, ChatMessage, ChatRequest, ChatResponse, ChatStream, ChunkKind, StreamAccumulator,
     TokenDetails, ToolCall, Usage, UsageReport, api_call_execution, api_call_execution_head,
@@ -34,7 +34,7 @@ pub use config::{
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
 pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
-pub use wire::WireForm;
+pub use wire::{SettledJson, WireForm};
 
 /// A chat model a `Branch` can hold, serialize and call.
 #[async_trait::async_trait]

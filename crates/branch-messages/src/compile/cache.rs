@@ -25,7 +25,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use branch_core::message::{ImageDetail, InstructionContent};
-use branch_core::model::{ChatMessage, ReasoningBlock, WireForm};
+use branch_core::model::{ChatMessage, ReasoningBlock, SettledJson, WireForm};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -74,16 +74,13 @@ struct Settled {
     /// The context blocks glued after the system text in the first
     /// instruction.
     blocks: Vec<String>,
-    messages: Vec<Arc<ChatMessage>>,
-    /// Their kept JSON, shared with every request that sends them
-    /// (`ChatRequest::settled_wire`): a turn takes one reference to the
-    /// list, not one to each message's JSON, and changes it in place once
-    /// the previous turn's request is gone. A message's JSON is made when
-    /// it is first sent again (as a kept message's is), so a message sent
-    /// once never has any.
-    wire: Arc<Vec<Option<Arc<WireForm>>>>,
-    /// How many of `wire` have had their JSON made (or could not).
-    formed: usize,
+    /// The messages and their kept JSON, in one buffer shared with every
+    /// request that sends them (`ChatRequest::settled`): a turn takes one
+    /// reference to it, and copies the history's JSON in one piece. Grown
+    /// in place once the previous turn's request is gone. A message's
+    /// JSON is made when it is first sent again (as a kept message's is),
+    /// so a message sent once never has any.
+    json: Arc<SettledJson>,
 }
 
 /// An instruction as sent, and the position it was to take.
@@ -202,13 +199,13 @@ impl RenderCache {
         self.slots.iter().all(Option::is_none)
     }
 
-    /// The kept JSON of the settled messages the last compilation began
-    /// with, if it began with them (see `Settled::wire`).
-    pub(crate) fn settled_wire(&self) -> Option<Arc<Vec<Option<Arc<WireForm>>>>> {
+    /// The settled messages the last compilation began with, if it began
+    /// with them, and their kept JSON (see `Settled::json`).
+    pub(crate) fn settled_json(&self) -> Option<Arc<SettledJson>> {
         self.settled
             .as_ref()
             .filter(|_| self.settled_now)
-            .map(|s| Arc::clone(&s.wire))
+            .map(|s| Arc::clone(&s.json))
     }
 
     /// The slot at `at` when it holds message `id`, and whether it was
@@ -364,42 +361,37 @@ impl Output for RenderCache {
         }
         self.settled_now = true;
         // The messages settled since the last turn are sent again now:
-        // their JSON is made (in place, unless a request still holds the
-        // list).
-        if settled.formed < settled.messages.len() {
-            let wire = Arc::make_mut(&mut settled.wire);
-            for (form, m) in wire.iter_mut().zip(&settled.messages).skip(settled.formed) {
-                if form.is_none() {
-                    *form = wire_form(m);
-                }
-            }
-            settled.formed = settled.messages.len();
+        // their JSON is made (in place, unless a request still holds it).
+        if !settled.json.is_formed() {
+            Arc::make_mut(&mut settled.json).form();
         }
-        // Room for the messages after it and the current turn's. Their
-        // JSON goes with the request as the shared list (`settled_wire`).
-        let mut messages = Vec::with_capacity(settled.messages.len() + after + 1);
-        messages.extend(settled.messages.iter().map(|m| (Arc::clone(m), None)));
+        // Room for the messages after it and the current turn's.
+        let kept = settled.json.messages();
+        let mut messages = Vec::with_capacity(kept.len() + after + 1);
+        messages.extend(kept.iter().map(|m| (Arc::clone(m), None)));
         Some((settled.walked, messages))
     }
 
     fn settle(&mut self, walked: usize, messages: &[Compiled], extend: bool, blocks: &[String]) {
         self.settled_now = true;
-        let shared = messages.iter().map(|(m, _)| Arc::clone(m));
-        let forms = messages.iter().map(|(_, wire)| wire.clone());
+        let push = |json: &mut SettledJson| {
+            for (m, wire) in messages {
+                json.push(Arc::clone(m), wire.clone());
+            }
+        };
         match &mut self.settled {
             Some(settled) if extend => {
                 settled.walked = walked;
-                settled.messages.extend(shared);
-                Arc::make_mut(&mut settled.wire).extend(forms);
+                push(Arc::make_mut(&mut settled.json));
             }
             _ => {
+                let mut json = SettledJson::new();
+                push(&mut json);
                 self.settled = Some(Settled {
                     stamp: self.stamp,
                     walked,
                     blocks: blocks.to_vec(),
-                    messages: shared.collect(),
-                    wire: Arc::new(forms.collect()),
-                    formed: 0,
+                    json: Arc::new(json),
                 });
             }
         }

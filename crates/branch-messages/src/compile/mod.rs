@@ -116,7 +116,7 @@ pub fn compile_request_cached(
         request.messages.push(m);
         request.wire.push(wire);
     }
-    request.settled_wire = cache.settled_wire();
+    request.settled = cache.settled_json();
     Ok(request)
 }
 

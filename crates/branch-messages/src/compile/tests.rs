@@ -478,18 +478,33 @@ fn same_as_cold(
     match (cold, warm) {
         (Ok(c), Ok(w)) => {
             let c: Vec<ChatMessage> = c.iter().map(RequestMessage::to_chat_message).collect();
-            // Each kept JSON is the JSON of the message it goes with.
-            for (i, m) in w.messages.iter().enumerate() {
-                if let Some(wire) = w.wire_form(i) {
-                    let json = wire.json_for(m).expect("made for this message");
-                    assert_eq!(json.get(), m.to_value().to_string(), "{step}");
-                }
-            }
+            assert_kept_json_is_the_messages(&w, step);
             let w: Vec<ChatMessage> = w.messages.iter().map(|m| ChatMessage::clone(m)).collect();
             assert_eq!(w, c, "{step}");
         }
         (Err(c), Err(w)) => assert_eq!(w.to_string(), c.to_string(), "{step}"),
         (c, w) => panic!("{step}: cold {c:?}, cached {w:?}"),
+    }
+}
+
+/// Each kept JSON the request carries is the JSON of the message it goes
+/// with: a message's own, and the settled history's for its prefix.
+fn assert_kept_json_is_the_messages(request: &ChatRequest, step: &str) {
+    for (i, m) in request.messages.iter().enumerate() {
+        if let Some(wire) = request.wire_form(i) {
+            let json = wire.json_for(m).expect("made for this message");
+            assert_eq!(json.get(), m.to_value().to_string(), "{step}");
+        }
+    }
+    if let Some((settled, n)) = request.settled_prefix() {
+        let joined = request.messages[..n]
+            .iter()
+            .map(|m| m.to_value().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let (json, chars) = settled.json(0..n).expect("the prefix's JSON");
+        assert_eq!(std::str::from_utf8(json).unwrap(), joined, "{step}");
+        assert_eq!(chars, joined.chars().count(), "{step}");
     }
 }
 
@@ -720,19 +735,17 @@ fn past_messages_are_shared_between_turns() {
         .unwrap()
         .messages;
     let second = compile_request_cached(&mm, &ins("next"), &d, &mut cache).unwrap();
-    // The kept messages carry their JSON; the one made for this turn not.
-    let kept: Vec<bool> = (0..second.messages.len())
+    // The settled ones (up to the last past instruction) carry their JSON
+    // in one buffer the requests share, not one reference each; the reply
+    // after them its own; the one made for this turn none.
+    let (_, settled) = second.settled_prefix().expect("settled history");
+    assert_eq!(settled, 7);
+    assert!(second.wire[..7].iter().all(Option::is_none));
+    let kept: Vec<bool> = (7..second.messages.len())
         .map(|i| second.wire_form(i).is_some())
         .collect();
-    assert_eq!(
-        kept,
-        [true, true, true, true, true, true, true, true, false]
-    );
-    // The settled ones (up to the last past instruction) as one list the
-    // requests share, not one reference each.
-    let settled = second.settled_wire.as_ref().expect("settled history");
-    assert_eq!(settled.len(), 7);
-    assert!(second.wire[..7].iter().all(Option::is_none));
+    assert_eq!(kept, [true, false]);
+    assert_kept_json_is_the_messages(&second, "second");
     let second = second.messages;
     assert_eq!(first.len(), 9);
     let shared: Vec<bool> = first
@@ -1088,10 +1101,10 @@ fn random_histories_compile_like_cold_ones() {
     assert!(resumed > 300, "resumed {resumed} times");
 }
 
-/// The settled history's JSON list grows in place once no request holds
-/// it; a request still held keeps the list it was made with, unchanged.
+/// The settled history's JSON grows in place once no request holds it; a
+/// request still held keeps the JSON it was made with, unchanged.
 #[test]
-fn the_settled_json_list_grows_in_place_and_a_held_request_keeps_its_own() {
+fn the_settled_json_grows_in_place_and_a_held_request_keeps_its_own() {
     let mut cache = RenderCache::new();
     let mut mm = MessageManager::new();
     mm.set_system(Message::system(SystemContent::new("SYS")));
@@ -1101,26 +1114,23 @@ fn the_settled_json_list_grows_in_place_and_a_held_request_keeps_its_own() {
         mm.add_message(Message::assistant(format!("r{i}")));
         compile_request_cached(mm, &ins("now"), &d, cache).unwrap()
     };
+    let settled = |r: &ChatRequest| Arc::clone(r.settled.as_ref().expect("settled history"));
     turn(&mut mm, 0, &mut cache);
     let held = turn(&mut mm, 1, &mut cache);
-    let held_len = held.settled_wire.as_ref().unwrap().len();
+    let held_len = settled(&held).messages().len();
+    let held_prefix = held.settled_prefix().unwrap().1;
     let next = turn(&mut mm, 2, &mut cache);
-    // `held` kept its list; `next` has a longer copy.
-    assert_eq!(held.settled_wire.as_ref().unwrap().len(), held_len);
-    let list = next.settled_wire.as_ref().unwrap();
-    assert!(list.len() > held_len);
-    assert!(!Arc::ptr_eq(held.settled_wire.as_ref().unwrap(), list));
-    let at = Arc::as_ptr(list);
-    drop((held, next));
+    // `held` kept its JSON; `next` has a longer copy.
+    assert_eq!(settled(&held).messages().len(), held_len);
+    assert_eq!(held.settled_prefix().unwrap().1, held_prefix);
+    assert_kept_json_is_the_messages(&held, "held");
+    let list = settled(&next);
+    assert!(list.messages().len() > held_len);
+    assert!(!Arc::ptr_eq(&settled(&held), &list));
+    let at = Arc::as_ptr(&list);
+    drop((held, next, list));
     let third = turn(&mut mm, 3, &mut cache);
-    assert_eq!(Arc::as_ptr(third.settled_wire.as_ref().unwrap()), at);
-    // Each message carries the JSON of the very message it goes with.
-    for (i, m) in third.messages.iter().enumerate() {
-        if let Some(w) = third.wire_form(i) {
-            assert_eq!(
-                w.json_for(m).expect("this message's").get(),
-                m.to_value().to_string()
-            );
-        }
-    }
+    assert_eq!(Arc::as_ptr(&settled(&third)), at);
+    assert!(third.settled_prefix().unwrap().1 > held_prefix);
+    assert_kept_json_is_the_messages(&third, "third");
 }

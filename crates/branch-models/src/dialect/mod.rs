@@ -12,10 +12,9 @@ pub mod responses;
 
 use branch_core::model::registry::WireProtocol;
 use branch_core::model::{
-    AuthType, ChatRequest, ChatResponse, ModelConfig, ModelError, ModelErrorKind, RequestBody,
-    TokenCount,
+    AuthType, BodyWriter, ChatRequest, ChatResponse, ModelConfig, ModelError, ModelErrorKind,
+    Punct, RequestBody, TokenCount,
 };
-use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value};
 
 pub use anthropic::ANTHROPIC_DEFAULT_MAX_TOKENS;
@@ -205,51 +204,53 @@ const COUNTED_PARTS: &[&str] = &[
 pub fn serialize_counting(body: &Value) -> serde_json::Result<RequestBody> {
     let count = TokenCount::new();
     match body {
-        Value::Object(map) => RequestBody::serialize_counting(
-            &Payload {
-                map,
-                count: &count,
-                messages: None::<()>,
-            },
-            &count,
-        ),
+        Value::Object(map) => RequestBody::write_counting_sized(&count, 512, |w| {
+            write_payload(w, map, None::<fn(&mut BodyWriter<'_>) -> _>)
+        }),
         other => RequestBody::serialize_counting(other, &count),
     }
 }
 
-/// A body's payload map as serde_json writes it, its counted parts
+/// Writes a body's payload map as serde_json writes it, its counted parts
 /// marked for the token estimate (see [`serialize_counting`]); `messages`,
-/// when given, is written in place of the map's `messages` value (a
-/// placeholder holding its key's place).
-pub(crate) struct Payload<'a, M> {
-    pub(crate) map: &'a Map<String, Value>,
-    pub(crate) count: &'a TokenCount,
-    pub(crate) messages: Option<M>,
-}
-
-impl<M: Serialize> Serialize for Payload<'_, M> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut out = s.serialize_map(Some(self.map.len()))?;
-        for (k, v) in self.map {
-            let counted = COUNTED_PARTS.contains(&k.as_str());
-            match (&self.messages, v) {
-                (Some(messages), _) if k == "messages" => {
+/// when given, writes the value of the map's `messages` key (a
+/// placeholder holding its place).
+pub(crate) fn write_payload<F>(
+    w: &mut BodyWriter<'_>,
+    map: &Map<String, Value>,
+    mut messages: Option<F>,
+) -> serde_json::Result<()>
+where
+    F: FnOnce(&mut BodyWriter<'_>) -> serde_json::Result<()>,
+{
+    w.punct(Punct::BeginObject);
+    for (i, (k, v)) in map.iter().enumerate() {
+        if i > 0 {
+            w.punct(Punct::Comma);
+        }
+        w.value(k)?;
+        w.punct(Punct::Colon);
+        let counted = COUNTED_PARTS.contains(&k.as_str());
+        match v {
+            _ if k == "messages" && messages.is_some() => {
+                if let Some(write) = messages.take() {
                     if counted {
-                        out.serialize_entry(k, &self.count.json(messages))?;
+                        w.counted(write)?;
                     } else {
-                        out.serialize_entry(k, messages)?;
+                        write(w)?;
                     }
                 }
-                (_, Value::String(text)) if counted => {
-                    self.count.text(text);
-                    out.serialize_entry(k, v)?;
-                }
-                _ if counted => out.serialize_entry(k, &self.count.json(v))?,
-                _ => out.serialize_entry(k, v)?,
             }
+            Value::String(text) if counted => {
+                w.count().text(text);
+                w.value(v)?;
+            }
+            _ if counted => w.counted(|w| w.value(v))?,
+            _ => w.value(v)?,
         }
-        out.end()
     }
+    w.punct(Punct::EndObject);
+    Ok(())
 }
 
 /// The auth header for `auth_type`, if any.

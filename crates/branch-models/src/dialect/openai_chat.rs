@@ -2,14 +2,16 @@
 //! compatible server (Ollama, vLLM, llama.cpp, OpenRouter, Groq ...).
 //! Our compiled messages are already in its shape.
 
+use std::ops::Range;
+
 use branch_core::model::{
-    ChatChunk, ChatMessage, ChatRequest, ChunkKind, ModelConfig, ReasoningBlock, RequestBody,
-    TokenCount,
+    BodyWriter, ChatChunk, ChatMessage, ChatRequest, ChunkKind, ModelConfig, Punct, ReasoningBlock,
+    RequestBody, SettledJson, TokenCount,
 };
-use serde::ser::{Serialize, SerializeMap, SerializeSeq, Serializer};
+use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 
-use super::{INTERNAL_KEYS, Payload, openai_reasoning_model};
+use super::{INTERNAL_KEYS, openai_reasoning_model, write_payload};
 use crate::sse::{self, Normalized, NotJson};
 
 pub mod plain_reply;
@@ -100,10 +102,12 @@ impl Shape {
     }
 }
 
-/// The messages as [`Shape`] sends them, serialized straight from the
-/// request (the same text as serializing each [`Shape::message_value`]);
-/// a message the shape sends as it is and whose kept JSON the request
-/// carries ([`ChatRequest::wire_form`]) is copied.
+/// The messages as [`Shape`] sends them, written straight from the
+/// request (the same text as serializing each [`Shape::message_value`]):
+/// the settled history's kept JSON is copied in runs
+/// ([`ChatRequest::settled_prefix`]), and a later message the shape sends
+/// as it is and whose kept JSON the request carries
+/// ([`ChatRequest::wire_form`]) is copied on its own.
 struct Messages<'a> {
     request: &'a ChatRequest,
     shape: &'a Shape,
@@ -121,11 +125,22 @@ impl Messages<'_> {
     /// body's buffer, never a limit.
     fn length_guess(&self) -> usize {
         let messages = &self.request.messages;
-        // The brackets and the commas between.
-        let punctuation = 2usize.saturating_add(messages.len().saturating_sub(1));
+        let (settled, from) = self
+            .request
+            .settled_prefix()
+            .and_then(|(s, n)| Some((s.json(0..n)?.0.len(), n)))
+            .unwrap_or((0, 0));
+        // The brackets and the commas not already in the settled JSON.
+        let punctuation = 2usize.saturating_add(
+            messages
+                .len()
+                .saturating_sub(1)
+                .saturating_sub(from.saturating_sub(1)),
+        );
         messages
             .iter()
             .enumerate()
+            .skip(from)
             .map(|(i, m)| match self.request.wire_form(i) {
                 Some(w) => w.len(),
                 None => 32usize.saturating_add(match &m.content {
@@ -133,29 +148,101 @@ impl Messages<'_> {
                     _ => 256,
                 }),
             })
-            .fold(punctuation, usize::saturating_add)
+            .fold(punctuation.saturating_add(settled), usize::saturating_add)
     }
-}
 
-impl Serialize for Messages<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+    fn write(&self, w: &mut BodyWriter<'_>) -> serde_json::Result<()> {
         let messages = &self.request.messages;
-        let mut out = s.serialize_seq(Some(messages.len()))?;
-        for (i, m) in messages.iter().enumerate() {
+        let mut array = Elements::begin(w);
+        let mut from = 0;
+        if let Some((settled, n)) = self.request.settled_prefix() {
+            // Copied in runs; a message this shape sends otherwise (a
+            // renamed system message, a replayed reasoning) between them
+            // is written the long way.
+            let mut start = 0;
+            for &at in settled.marked().iter().take_while(|&&at| at < n) {
+                if messages.get(at).is_some_and(|m| !self.shape.sends_as_is(m)) {
+                    self.copy(&mut array, w, settled, start..at)?;
+                    self.write_each(&mut array, w, at..at + 1)?;
+                    start = at + 1;
+                }
+            }
+            self.copy(&mut array, w, settled, start..n)?;
+            from = n;
+        }
+        for (i, m) in messages.iter().enumerate().skip(from) {
+            array.next(w);
             let kept = self
                 .request
                 .wire_form(i)
                 .filter(|_| self.shape.sends_as_is(m))
                 .and_then(|w| w.json_for(m));
             match kept {
-                Some(json) => out.serialize_element(json)?,
-                None => out.serialize_element(&Message {
+                Some(json) => w.value(json)?,
+                None => w.value(&Message {
                     m,
                     shape: self.shape,
                 })?,
             }
         }
-        out.end()
+        w.punct(Punct::EndArray);
+        Ok(())
+    }
+
+    /// Settled messages `range` (all sent as they are), copied.
+    fn copy(
+        &self,
+        array: &mut Elements,
+        w: &mut BodyWriter<'_>,
+        settled: &SettledJson,
+        range: Range<usize>,
+    ) -> serde_json::Result<()> {
+        match settled.json(range.clone()) {
+            Some(([], _)) => Ok(()),
+            Some((json, chars)) => {
+                array.next(w);
+                w.settled(json, chars);
+                Ok(())
+            }
+            // Not within the settled prefix (it always is): written.
+            None => self.write_each(array, w, range),
+        }
+    }
+
+    /// Messages `range`, written the long way.
+    fn write_each(
+        &self,
+        array: &mut Elements,
+        w: &mut BodyWriter<'_>,
+        range: Range<usize>,
+    ) -> serde_json::Result<()> {
+        for m in self.request.messages.get(range).unwrap_or_default() {
+            array.next(w);
+            w.value(&Message {
+                m,
+                shape: self.shape,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The elements of a JSON array being written: a comma before each but
+/// the first.
+struct Elements {
+    first: bool,
+}
+
+impl Elements {
+    fn begin(w: &mut BodyWriter<'_>) -> Self {
+        w.punct(Punct::BeginArray);
+        Self { first: true }
+    }
+
+    fn next(&mut self, w: &mut BodyWriter<'_>) {
+        if !std::mem::take(&mut self.first) {
+            w.punct(Punct::Comma);
+        }
     }
 }
 
@@ -257,12 +344,13 @@ impl ChatPayload {
             shape: &self.shape,
         };
         let capacity = messages.length_guess().saturating_add(PAYLOAD_GUESS);
-        let body = Payload {
-            map: &self.map,
-            count: &count,
-            messages: Some(messages),
-        };
-        RequestBody::serialize_counting_sized(&body, &count, capacity)
+        RequestBody::write_counting_sized(&count, capacity, |w| {
+            write_payload(
+                w,
+                &self.map,
+                Some(|w: &mut BodyWriter<'_>| messages.write(w)),
+            )
+        })
     }
 }
 
@@ -393,8 +481,18 @@ mod tests {
             .collect();
         let copy = Arc::new(ChatMessage::clone(wired.messages.last().unwrap()));
         *wired.wire.last_mut().unwrap() = WireForm::of(&copy).unwrap().map(Arc::new);
+        // The settled history's JSON: made before the second message
+        // changed (so only the first is still its), and after (the run
+        // ends at the message with a `role` key of its own).
+        let mut stale = wired.clone();
+        stale.settled = Some(Arc::new(settled(&stale.messages)));
         Arc::make_mut(wired.messages.get_mut(1).unwrap()).content = json!("changed");
+        Arc::make_mut(stale.messages.get_mut(1).unwrap()).content = json!("changed");
         Arc::make_mut(request.messages.get_mut(1).unwrap()).content = json!("changed");
+        let mut fresh = request.clone();
+        fresh.settled = Some(Arc::new(settled(&fresh.messages)));
+        assert_eq!(stale.settled_prefix().unwrap().1, 1);
+        assert_eq!(fresh.settled_prefix().unwrap().1, 5);
         for c in [
             config("openai", "gpt-4.1-mini"),
             config("openai", "o3-mini"),
@@ -412,8 +510,11 @@ mod tests {
                     c.model_name()
                 );
                 assert_eq!(written.counted(), expected.counted());
-                let copied = try_build_body_bytes(&c, &wired, stream).unwrap().unwrap();
-                assert_eq!(copied, written, "{:?} with kept JSON", c.model_name());
+                for (kept, label) in [(&wired, "kept"), (&stale, "stale"), (&fresh, "settled")] {
+                    let copied = try_build_body_bytes(&c, kept, stream).unwrap().unwrap();
+                    assert_eq!(copied, written, "{:?} with {label} JSON", c.model_name());
+                    assert_eq!(copied.counted(), written.counted(), "{label}");
+                }
             }
         }
         request.messages.clear();
@@ -447,27 +548,42 @@ mod tests {
             shape: &shape,
         };
         assert_eq!(bare.length_guess(), 1 + texts + 33 * n);
-        // The first half's JSON shared, the rest the request's own.
-        let forms = |from: usize, to: usize| -> Vec<_> {
-            request.messages[from..to]
-                .iter()
-                .map(|m| WireForm::of(m).unwrap().map(Arc::new))
-                .collect()
-        };
-        request.settled_wire = Some(Arc::new(forms(0, n / 2)));
+        // The first half's JSON settled, the rest the request's own.
+        request.settled = Some(Arc::new(settled(&request.messages[..n / 2])));
         request.wire = vec![None; n / 2];
-        request.wire.extend(forms(n / 2, n));
+        request.wire.extend(
+            request.messages[n / 2..]
+                .iter()
+                .map(|m| WireForm::of(m).unwrap().map(Arc::new)),
+        );
         let kept = Messages {
             request: &request,
             shape: &shape,
         };
-        let written = serde_json::to_vec(&kept).unwrap();
+        let written = messages_text(&kept);
         assert_eq!(kept.length_guess(), written.len());
-        // Copied from either list, the text is the one written afresh.
+        // Copied from either, the text is the one written afresh.
         let afresh = Messages {
             request: &plain,
             shape: &shape,
         };
-        assert_eq!(written, serde_json::to_vec(&afresh).unwrap());
+        assert_eq!(written, messages_text(&afresh));
+    }
+
+    /// The settled history's JSON of `messages`, made.
+    fn settled(messages: &[Arc<ChatMessage>]) -> SettledJson {
+        let mut json = SettledJson::new();
+        for m in messages {
+            json.push(Arc::clone(m), None);
+        }
+        json.form();
+        json
+    }
+
+    fn messages_text(messages: &Messages<'_>) -> Vec<u8> {
+        RequestBody::write_counting_sized(&TokenCount::new(), 0, |w| messages.write(w))
+            .unwrap()
+            .bytes()
+            .to_vec()
     }
 }
