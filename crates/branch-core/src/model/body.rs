@@ -204,11 +204,13 @@ pub enum Punct {
 
 impl BodyWriter<'_> {
     /// `value`'s JSON (compact, as `serde_json::to_vec` writes it).
+    #[inline]
     pub fn value<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
         value.serialize(&mut serde_json::Serializer::new(&mut self.out))
     }
 
     /// One punctuation mark.
+    #[inline]
     pub fn punct(&mut self, p: Punct) {
         let mark: &[u8] = match p {
             Punct::BeginObject => b"{",
