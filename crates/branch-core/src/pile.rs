@@ -200,11 +200,28 @@ impl<T: Stored> Pile<T> {
     /// Checks the pile invariant: the progression names every item exactly
     /// once. Holds for every pile built through this API; used by loaders.
     pub(crate) fn validate_order(items: &IndexMap<Uuid, T>, order: &[Uuid]) -> Result<(), String> {
-        let mut seen = std::collections::HashSet::with_capacity(order.len());
+        // Each id found in the pile marks its item: one lookup an id, and a
+        // mark seen twice is a duplicate (no set of ids is built).
+        let mut seen = vec![false; items.len()];
+        let mut missing = None;
         for id in order {
-            if !seen.insert(id) {
-                return Err("there are duplicate elements in the order".into());
+            match items.get_index_of(id).and_then(|i| seen.get_mut(i)) {
+                Some(mark) if *mark => {
+                    return Err("there are duplicate elements in the order".into());
+                }
+                Some(mark) => *mark = true,
+                None => {
+                    // An id twice, both missing, is still a duplicate.
+                    if missing.is_none() {
+                        missing = Some(*id);
+                    }
+                }
             }
+        }
+        if missing.is_some()
+            && order.iter().collect::<std::collections::HashSet<_>>().len() != order.len()
+        {
+            return Err("there are duplicate elements in the order".into());
         }
         if order.len() != items.len() {
             return Err(format!(
@@ -213,7 +230,7 @@ impl<T: Stored> Pile<T> {
                 items.len()
             ));
         }
-        if let Some(missing) = order.iter().find(|id| !items.contains_key(*id)) {
+        if let Some(missing) = missing {
             return Err(format!(
                 "the order does not match the pile: {missing} not found"
             ));
@@ -268,7 +285,10 @@ impl<T: Serialize> Serialize for Pile<T> {
 }
 
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
+#[serde(
+    deny_unknown_fields,
+    bound(deserialize = "T: Stored + Deserialize<'de>")
+)]
 struct PileWire<T> {
     #[serde(default, deserialize_with = "element::de_opt_uuid")]
     id: Option<Uuid>,
@@ -278,8 +298,8 @@ struct PileWire<T> {
     metadata: Metadata,
     #[serde(default, deserialize_with = "de_metadata")]
     node_metadata: Metadata,
-    #[serde(default = "Vec::new")]
-    collections: Vec<T>,
+    #[serde(default = "Items::new")]
+    collections: Items<T>,
     #[serde(default)]
     progression: Option<Value>,
     #[serde(default)]
@@ -291,18 +311,52 @@ struct PileWire<T> {
     item_type: Option<Value>,
 }
 
+/// A pile's `collections`, read straight into its map: a history of many
+/// messages is neither collected into a vector first nor moved again.
+struct Items<T>(IndexMap<Uuid, T>);
+
+impl<T> Items<T> {
+    fn new() -> Self {
+        Self(IndexMap::new())
+    }
+}
+
+/// The most room a `collections` list's announced length reserves up
+/// front. A JSON value announces its true length, but a binary format
+/// reads it from the input, where it could claim any number; past this
+/// the map grows as items arrive.
+const MAX_RESERVED_ITEMS_BYTES: usize = 16 << 20;
+
+impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Items<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Stored + Deserialize<'de>> de::Visitor<'de> for V<T> {
+            type Value = Items<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a list of items")
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Items<T>, A::Error> {
+                let most = MAX_RESERVED_ITEMS_BYTES / std::mem::size_of::<(Uuid, T)>().max(1);
+                let mut items = IndexMap::with_capacity(seq.size_hint().unwrap_or(0).min(most));
+                while let Some(item) = seq.next_element::<T>()? {
+                    let id = item.id();
+                    if items.insert(id, item).is_some() {
+                        return Err(de::Error::custom(format!(
+                            "item {id} appears twice in collections"
+                        )));
+                    }
+                }
+                Ok(Items(items))
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
+}
+
 impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Pile<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = PileWire::<T>::deserialize(d)?;
-        let mut items = IndexMap::with_capacity(w.collections.len());
-        for item in w.collections {
-            let id = item.id();
-            if items.insert(id, item).is_some() {
-                return Err(de::Error::custom(format!(
-                    "item {id} appears twice in collections"
-                )));
-            }
-        }
+        let items = w.collections.0;
         // The order comes from `order` when present, else from `progression`
         // (a Progression object, or a bare list).
         let (order, kept) = match (&w.order, &w.progression) {
@@ -345,5 +399,94 @@ impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Pile<T> {
             progression,
             w.strict_type.unwrap_or(false),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[derive(Debug, Deserialize)]
+    struct Item {
+        id: Uuid,
+    }
+
+    impl Stored for Item {
+        fn id(&self) -> Uuid {
+            self.id
+        }
+    }
+
+    fn pile(items: &[Uuid], order: Option<&[Uuid]>) -> Result<Pile<Item>, String> {
+        let mut v =
+            json!({"collections": items.iter().map(|id| json!({"id": id})).collect::<Vec<_>>()});
+        if let Some(order) = order {
+            v["order"] = json!(order);
+        }
+        Pile::<Item>::deserialize(&v).map_err(|e| e.to_string())
+    }
+
+    /// The items are read straight into the map, each id once; the order
+    /// must name every item exactly once, and each failure says which way
+    /// it does not.
+    #[test]
+    fn collections_and_order_are_checked_as_they_are_read() {
+        let [a, b, c] = [Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4()];
+        let p = pile(&[a, b], Some(&[b, a])).unwrap();
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.iter().map(|i| i.id).collect::<Vec<_>>(), [b, a]);
+        assert_eq!(pile(&[a, b], None).unwrap().len(), 2);
+
+        let twice = pile(&[a, b, a], None).unwrap_err();
+        assert!(
+            twice.contains(&format!("item {a} appears twice")),
+            "{twice}"
+        );
+        let duplicate = "duplicate elements in the order";
+        for order in [&[a, a][..], &[c, a, c], &[a, c, b, c]] {
+            let e = pile(&[a, b], Some(order)).unwrap_err();
+            assert!(e.contains(duplicate), "{order:?}: {e}");
+        }
+        let short = pile(&[a, b], Some(&[a])).unwrap_err();
+        assert!(short.contains("length of the order (1)"), "{short}");
+        let foreign = pile(&[a, b], Some(&[a, c])).unwrap_err();
+        assert!(foreign.contains(&format!("{c} not found")), "{foreign}");
+    }
+
+    /// A list that announces more items than it has (as a binary format
+    /// could) reserves a bounded room, and reads the items it has.
+    #[test]
+    fn an_announced_length_reserves_a_bounded_room() {
+        struct Lying(Vec<Value>);
+        impl<'de> de::SeqAccess<'de> for Lying {
+            type Error = serde_json::Error;
+            fn next_element_seed<S: de::DeserializeSeed<'de>>(
+                &mut self,
+                seed: S,
+            ) -> Result<Option<S::Value>, Self::Error> {
+                self.0.pop().map(|v| seed.deserialize(v)).transpose()
+            }
+            fn size_hint(&self) -> Option<usize> {
+                Some(usize::MAX)
+            }
+        }
+        struct LyingList(Vec<Value>);
+        impl<'de> Deserializer<'de> for LyingList {
+            type Error = serde_json::Error;
+            fn deserialize_any<V: de::Visitor<'de>>(self, v: V) -> Result<V::Value, Self::Error> {
+                v.visit_seq(Lying(self.0))
+            }
+            serde::forward_to_deserialize_any! {
+                bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+                bytes byte_buf option unit unit_struct newtype_struct seq tuple
+                tuple_struct map struct enum identifier ignored_any
+            }
+        }
+        let id = Uuid::new_v4();
+        let items = Items::<Item>::deserialize(LyingList(vec![json!({"id": id})])).unwrap();
+        assert_eq!(items.0.len(), 1);
+        assert!(items.0.capacity() < 1 << 20, "{}", items.0.capacity());
     }
 }

@@ -588,7 +588,8 @@ mod tests {
                 1 => ChatMessage::user(json!([{"type": "text", "text": format!("part {i}")}])),
                 2 => {
                     let mut m = ChatMessage::assistant(Value::Null);
-                    m.extra.insert("tool_calls".into(), json!([{"id": format!("c{i}")}]));
+                    m.extra
+                        .insert("tool_calls".into(), json!([{"id": format!("c{i}")}]));
                     m.reasoning = vec![ReasoningBlock::Thinking {
                         text: format!("why {i}"),
                         signature: None,
@@ -597,7 +598,8 @@ mod tests {
                 }
                 3 => {
                     let mut m = ChatMessage::new("tool", format!("{{\"ok\": {i}}}"));
-                    m.extra.insert("tool_call_id".into(), format!("c{i}").into());
+                    m.extra
+                        .insert("tool_call_id".into(), format!("c{i}").into());
                     m
                 }
                 4 if rng.u8(0..4) == 0 => {
@@ -645,7 +647,10 @@ mod tests {
         }
         // Most histories are copied, many in runs split by a message a
         // shape sends otherwise.
-        assert!(copied_runs > 100 && split_runs > 50, "{copied_runs} {split_runs}");
+        assert!(
+            copied_runs > 100 && split_runs > 50,
+            "{copied_runs} {split_runs}"
+        );
     }
 
     /// The settled history's JSON of `messages`, made.
