@@ -236,8 +236,9 @@ impl BodyWriter<'_> {
     }
 
     /// Kept JSON of settled messages ([`super::SettledJson::json`]),
-    /// copied; counted at `chars` characters when the count is on.
-    pub fn settled(&mut self, json: &[u8], chars: usize) {
+    /// copied; counted at its kept characters when the count is on.
+    pub fn settled(&mut self, run: super::SettledRun<'_>) {
+        let (json, chars) = (run.json, run.chars);
         self.out.settle();
         if self.out.since.is_some() {
             // End the counted part here, copy, and start a new one after.
@@ -431,7 +432,10 @@ mod tests {
                     w.punct(Punct::BeginArray);
                     w.value(&json!("é"))?;
                     w.punct(Punct::Comma);
-                    w.settled(kept, 1000);
+                    w.settled(super::super::SettledRun {
+                        json: kept,
+                        chars: 1000,
+                    });
                     w.punct(Punct::Comma);
                     w.value(&json!({"x": "yz"}))?;
                     w.punct(Punct::EndArray);

@@ -34,7 +34,7 @@ pub use config::{
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
 pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
-pub use wire::{SettledJson, WireForm};
+pub use wire::{SettledJson, SettledRun, WireForm};
 
 /// A chat model a `Branch` can hold, serialize and call.
 #[async_trait::async_trait]

@@ -94,6 +94,43 @@ pub struct SettledJson {
     ended: bool,
 }
 
+/// The JSON of a run of settled messages ([`SettledJson::json`]),
+/// comma-separated as serde_json wrote it, with its characters: what a
+/// body copies ([`super::BodyWriter::settled`]). Only a [`SettledJson`]
+/// makes one, so a body never copies text that is not JSON.
+#[derive(Clone, Copy)]
+pub struct SettledRun<'a> {
+    pub(super) json: &'a [u8],
+    pub(super) chars: usize,
+}
+
+impl<'a> SettledRun<'a> {
+    /// The JSON (UTF-8).
+    pub fn json(&self) -> &'a [u8] {
+        self.json
+    }
+
+    /// Its characters.
+    pub fn chars(&self) -> usize {
+        self.chars
+    }
+
+    /// Whether the run holds no message.
+    pub fn is_empty(&self) -> bool {
+        self.json.is_empty()
+    }
+}
+
+impl std::fmt::Debug for SettledRun<'_> {
+    // The JSON carries the conversation: its length only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SettledRun")
+            .field("json", &self.json.len())
+            .field("chars", &self.chars)
+            .finish()
+    }
+}
+
 #[derive(Debug, Clone, Copy)]
 struct End {
     byte: usize,
@@ -181,11 +218,14 @@ impl SettledJson {
             .count()
     }
 
-    /// The JSON of messages `range` (comma-separated, UTF-8) and its
-    /// characters; `None` past the messages with JSON here.
-    pub fn json(&self, range: std::ops::Range<usize>) -> Option<(&[u8], usize)> {
+    /// The JSON of messages `range` (comma-separated) and its characters;
+    /// `None` past the messages with JSON here.
+    pub fn json(&self, range: std::ops::Range<usize>) -> Option<SettledRun<'_>> {
         if range.is_empty() {
-            return Some((&[], 0));
+            return Some(SettledRun {
+                json: &[],
+                chars: 0,
+            });
         }
         let last = *self.ends.get(range.end.checked_sub(1)?)?;
         let (byte, chars) = match range.start.checked_sub(1) {
@@ -196,8 +236,10 @@ impl SettledJson {
                 (e.byte.checked_add(1)?, e.chars.checked_add(1)?)
             }
         };
-        let text = self.text.get(byte..last.byte)?;
-        Some((text, last.chars.checked_sub(chars)?))
+        Some(SettledRun {
+            json: self.text.get(byte..last.byte)?,
+            chars: last.chars.checked_sub(chars)?,
+        })
     }
 
     /// The positions, in order, of the messages with JSON here that a
@@ -321,9 +363,13 @@ mod tests {
         for a in 0..=4 {
             for b in a..=4 {
                 let expected = texts[a..b].join(",");
-                let (json, chars) = settled.json(a..b).unwrap();
-                assert_eq!(std::str::from_utf8(json).unwrap(), expected, "{a}..{b}");
-                assert_eq!(chars, expected.chars().count(), "{a}..{b}");
+                let run = settled.json(a..b).unwrap();
+                assert_eq!(
+                    std::str::from_utf8(run.json()).unwrap(),
+                    expected,
+                    "{a}..{b}"
+                );
+                assert_eq!(run.chars(), expected.chars().count(), "{a}..{b}");
             }
         }
         assert!(settled.json(0..5).is_none());

@@ -502,9 +502,9 @@ fn assert_kept_json_is_the_messages(request: &ChatRequest, step: &str) {
             .map(|m| m.to_value().to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let (json, chars) = settled.json(0..n).expect("the prefix's JSON");
-        assert_eq!(std::str::from_utf8(json).unwrap(), joined, "{step}");
-        assert_eq!(chars, joined.chars().count(), "{step}");
+        let run = settled.json(0..n).expect("the prefix's JSON");
+        assert_eq!(std::str::from_utf8(run.json()).unwrap(), joined, "{step}");
+        assert_eq!(run.chars(), joined.chars().count(), "{step}");
     }
 }
 

@@ -128,7 +128,7 @@ impl Messages<'_> {
         let (settled, from) = self
             .request
             .settled_prefix()
-            .and_then(|(s, n)| Some((s.json(0..n)?.0.len(), n)))
+            .and_then(|(s, n)| Some((s.json(0..n)?.json().len(), n)))
             .unwrap_or((0, 0));
         // The brackets and the commas not already in the settled JSON.
         let punctuation = 2usize.saturating_add(
@@ -198,10 +198,10 @@ impl Messages<'_> {
         range: Range<usize>,
     ) -> serde_json::Result<()> {
         match settled.json(range.clone()) {
-            Some(([], _)) => Ok(()),
-            Some((json, chars)) => {
+            Some(run) if run.is_empty() => Ok(()),
+            Some(run) => {
                 array.next(w);
-                w.settled(json, chars);
+                w.settled(run);
                 Ok(())
             }
             // Not within the settled prefix (it always is): written.
