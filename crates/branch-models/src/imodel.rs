@@ -369,7 +369,7 @@ impl IModel {
             }
         }
         Ok(Prepared {
-            url: target.url.clone(),
+            url: &target.url,
             headers,
             body_bytes,
             counted,
@@ -842,7 +842,7 @@ impl IModel {
 }
 
 struct Prepared<'a> {
-    url: reqwest::Url,
+    url: &'a reqwest::Url,
     /// The target's own headers unless the call adds some.
     headers: Cow<'a, reqwest::header::HeaderMap>,
     body_bytes: bytes::Bytes,
