@@ -264,7 +264,7 @@ impl Log {
 
     /// Writes the content as compact JSON (what serde_json writes for
     /// [`Log::content`]), copying kept values verbatim.
-    fn write_content(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    fn write_content<W: std::io::Write>(&self, out: &mut W) -> serde_json::Result<()> {
         let head = self.head_map();
         if self.kept.iter().any(|k| !has_place(&head, k.path)) {
             // Not a shape this writer splices: the plain way.
@@ -284,17 +284,17 @@ impl Log {
 
     /// This log as one line of a dump: what `serde_json::to_writer` writes
     /// for it.
-    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    fn write_json<W: std::io::Write>(&self, out: &mut W) -> serde_json::Result<()> {
         let head = self.head_map();
         if self.kept.iter().any(|k| !has_place(&head, k.path)) {
             // Not a shape this writer splices: the plain way.
             return serde_json::to_writer(out, self);
         }
-        out.extend_from_slice(b"{\"id\":");
+        put(out, b"{\"id\":")?;
         serde_json::to_writer(&mut *out, &self.element.id)?;
-        out.extend_from_slice(b",\"created_at\":");
+        put(out, b",\"created_at\":")?;
         serde_json::to_writer(&mut *out, &Finite(self.element.created_at))?;
-        out.extend_from_slice(b",\"metadata\":");
+        put(out, b",\"metadata\":")?;
         serde_json::to_writer(
             &mut *out,
             &MetadataOut {
@@ -302,11 +302,15 @@ impl Log {
                 lion_class: lion_class::LOG,
             },
         )?;
-        out.extend_from_slice(b",\"content\":");
+        put(out, b",\"content\":")?;
         write_map(out, &head, &self.kept, 0)?;
-        out.push(b'}');
-        Ok(())
+        put(out, b"}")
     }
+}
+
+/// Writes `bytes` to `out`, a failure as serde_json reports a writer's.
+fn put<W: std::io::Write>(out: &mut W, bytes: &[u8]) -> serde_json::Result<()> {
+    out.write_all(bytes).map_err(serde_json::Error::io)
 }
 
 /// Whether a custom model's body can be copied into a dump as it is: one
@@ -355,19 +359,19 @@ fn has_place(m: &Map<String, Value>, path: &[&str]) -> bool {
 
 /// Writes `m` compactly, the kept values (every one has its place in `m`)
 /// spliced in at `depth` of their paths.
-fn write_map(
-    out: &mut Vec<u8>,
+fn write_map<W: std::io::Write>(
+    out: &mut W,
     m: &Map<String, Value>,
     kept: &[KeptJson],
     depth: usize,
 ) -> serde_json::Result<()> {
-    out.push(b'{');
+    put(out, b"{")?;
     for (i, (k, v)) in m.iter().enumerate() {
         if i > 0 {
-            out.push(b',');
+            put(out, b",")?;
         }
         serde_json::to_writer(&mut *out, k)?;
-        out.push(b':');
+        put(out, b":")?;
         let here = |p: &&KeptJson| p.path.get(depth) == Some(&k.as_str());
         if let Some(leaf) = kept.iter().filter(here).find(|p| p.path.len() == depth + 1) {
             // Text serde_json wrote is copied as it is: checking it would
@@ -378,7 +382,7 @@ fn write_map(
                 TextForm::Unchecked => is_one_line_of_json(&leaf.text),
             };
             if as_is {
-                out.extend_from_slice(&leaf.text);
+                put(out, &leaf.text)?;
             } else {
                 serde_json::to_writer(&mut *out, &json_text_value(&leaf.text))?;
             }
@@ -392,8 +396,7 @@ fn write_map(
             _ => serde_json::to_writer(&mut *out, v)?,
         }
     }
-    out.push(b'}');
-    Ok(())
+    put(out, b"}")
 }
 
 impl Serialize for Log {
@@ -728,14 +731,20 @@ fn write_logs<W: std::io::Write>(
     }
     let (mut line, mut cell) = (Vec::new(), Vec::new());
     for log in logs.iter() {
-        let err = |e: serde_json::Error| BranchError::Serialize {
-            path: format!("logs.{}", log.id()),
-            reason: e.to_string(),
+        let err = |e: serde_json::Error| {
+            if e.is_io() {
+                io(e.into())
+            } else {
+                BranchError::Serialize {
+                    path: format!("logs.{}", log.id()),
+                    reason: e.to_string(),
+                }
+            }
         };
-        line.clear();
         if csv {
             cell.clear();
             log.write_content(&mut cell).map_err(err)?;
+            line.clear();
             line.extend_from_slice(format!("{},{},\"", log.id(), log.created_at()).as_bytes());
             for &b in &cell {
                 if b == b'"' {
@@ -744,11 +753,13 @@ fn write_logs<W: std::io::Write>(
                 line.push(b);
             }
             line.extend_from_slice(b"\"\n");
+            out.write_all(&line).map_err(&io)?;
         } else {
-            log.write_json(&mut line).map_err(err)?;
-            line.push(b'\n');
+            // Straight to the writer: a long conversation's body is copied
+            // once, not first into a line of its own.
+            log.write_json(&mut *out).map_err(err)?;
+            out.write_all(b"\n").map_err(&io)?;
         }
-        out.write_all(&line).map_err(&io)?;
     }
     Ok(())
 }
