@@ -149,7 +149,13 @@ impl IModelBuilder {
             .redirect(guard::redirect_policy(allow_local))
             .dns_resolver(Arc::new(GuardedResolver { allow_local }));
         if let Some(t) = config.endpoint().timeout.as_duration() {
-            builder = builder.connect_timeout(t).read_timeout(t);
+            builder = builder.connect_timeout(t);
+            // Silence between reads lasts no longer than the call, so a
+            // read timeout no shorter than the overall deadline could never
+            // fire first; unset, it spares every request a timer.
+            if t < self.limits.deadline {
+                builder = builder.read_timeout(t);
+            }
         }
         let client = builder
             .build()
