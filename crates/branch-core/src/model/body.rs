@@ -74,10 +74,12 @@ impl RequestBody {
                 count,
                 since: None,
             },
+            structure: Structure::default(),
         };
         write(&mut w)?;
-        // Punctuation and kept JSON written by hand: a wrong order of
-        // calls would be a bug here, caught by every test that writes one.
+        w.structure
+            .finish()
+            .map_err(<serde_json::Error as serde::ser::Error>::custom)?;
         debug_assert!(
             serde_json::from_slice::<serde::de::IgnoredAny>(&w.out.out).is_ok(),
             "a body written in parts is one JSON value"
@@ -180,9 +182,123 @@ impl TokenCount {
 /// A body written in parts ([`RequestBody::write_counting_sized`]): values
 /// through serde_json, the punctuation between them, and kept JSON copied
 /// as it is, with the characters it was counted at, so that a long
-/// history is neither written nor counted again.
+/// history is neither written nor counted again. The parts are checked to
+/// make one JSON value as they come (a few comparisons a part, not a parse
+/// of the text): a body that would not is an error, never sent or logged.
 pub struct BodyWriter<'a> {
     out: CountingWriter<'a>,
+    structure: Structure,
+}
+
+/// Where a body written in parts stands: the objects and arrays open
+/// (one bit each, set for an array), and what may come next.
+#[derive(Debug, Default)]
+struct Structure {
+    open: u64,
+    depth: u32,
+    next: Next,
+    broken: Option<&'static str>,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Next {
+    /// A value (the body itself, or after `:` or an array's `,`).
+    #[default]
+    Value,
+    /// An object's key, or its end right after `{`.
+    KeyOrEnd,
+    /// An object's key (after its `,`).
+    Key,
+    /// The `:` after a key.
+    Colon,
+    /// A value, or the array's end right after `[`.
+    ValueOrEnd,
+    /// A `,` or the end of what is open; nothing at all at the top.
+    After,
+}
+
+/// How deep a body's own punctuation may nest (values written whole nest
+/// as deep as serde_json lets them).
+const MAX_PARTS_DEPTH: u32 = 64;
+
+impl Structure {
+    fn in_array(&self) -> bool {
+        self.depth > 0 && self.open & (1 << (self.depth - 1)) != 0
+    }
+
+    fn fail(&mut self, why: &'static str) {
+        self.broken.get_or_insert(why);
+    }
+
+    /// A whole value was written; `key` when it began with a `"`.
+    fn value(&mut self, string: bool) {
+        self.next = match self.next {
+            Next::Value | Next::ValueOrEnd => Next::After,
+            Next::Key | Next::KeyOrEnd if string => Next::Colon,
+            _ => {
+                self.fail("a value where none may stand");
+                return;
+            }
+        };
+    }
+
+    /// Kept JSON of one or more array elements.
+    fn elements(&mut self) {
+        if self.in_array() && matches!(self.next, Next::Value | Next::ValueOrEnd) {
+            self.next = Next::After;
+        } else {
+            self.fail("array elements outside an array");
+        }
+    }
+
+    fn punct(&mut self, p: Punct) {
+        match (p, self.next) {
+            (Punct::BeginObject | Punct::BeginArray, Next::Value | Next::ValueOrEnd) => {
+                if self.depth >= MAX_PARTS_DEPTH {
+                    return self.fail("punctuation nested too deep");
+                }
+                if p == Punct::BeginArray {
+                    self.open |= 1 << self.depth;
+                } else {
+                    self.open &= !(1 << self.depth);
+                }
+                self.depth += 1;
+                self.next = if p == Punct::BeginArray {
+                    Next::ValueOrEnd
+                } else {
+                    Next::KeyOrEnd
+                };
+            }
+            (Punct::EndArray, Next::After | Next::ValueOrEnd) if self.in_array() => self.close(),
+            (Punct::EndObject, Next::After | Next::KeyOrEnd)
+                if self.depth > 0 && !self.in_array() =>
+            {
+                self.close()
+            }
+            (Punct::Comma, Next::After) if self.depth > 0 => {
+                self.next = if self.in_array() {
+                    Next::Value
+                } else {
+                    Next::Key
+                };
+            }
+            (Punct::Colon, Next::Colon) => self.next = Next::Value,
+            _ => self.fail("punctuation out of place"),
+        }
+    }
+
+    fn close(&mut self) {
+        self.depth -= 1;
+        self.next = Next::After;
+    }
+
+    fn finish(&self) -> Result<(), &'static str> {
+        match self.broken {
+            Some(why) => Err(why),
+            None if self.depth == 0 && self.next == Next::After => Ok(()),
+            None => Err("the body ends before its value does"),
+        }
+    }
 }
 
 /// The punctuation of a JSON text written in parts.
@@ -203,15 +319,21 @@ pub enum Punct {
 }
 
 impl BodyWriter<'_> {
-    /// `value`'s JSON (compact, as `serde_json::to_vec` writes it).
+    /// `value`'s JSON (compact, as `serde_json::to_vec` writes it): a
+    /// value, or an object's key (a string).
     #[inline]
     pub fn value<T: Serialize + ?Sized>(&mut self, value: &T) -> serde_json::Result<()> {
-        value.serialize(&mut serde_json::Serializer::new(&mut self.out))
+        let start = self.out.out.len();
+        value.serialize(&mut serde_json::Serializer::new(&mut self.out))?;
+        let string = self.out.out.get(start) == Some(&b'"');
+        self.structure.value(string);
+        Ok(())
     }
 
     /// One punctuation mark.
     #[inline]
     pub fn punct(&mut self, p: Punct) {
+        self.structure.punct(p);
         let mark: &[u8] = match p {
             Punct::BeginObject => b"{",
             Punct::EndObject => b"}",
@@ -239,6 +361,10 @@ impl BodyWriter<'_> {
     /// copied; counted at its kept characters when the count is on.
     pub fn settled(&mut self, run: super::SettledRun<'_>) {
         let (json, chars) = (run.json, run.chars);
+        if json.is_empty() {
+            return;
+        }
+        self.structure.elements();
         self.out.settle();
         if self.out.since.is_some() {
             // End the counted part here, copy, and start a new one after.
@@ -462,5 +588,111 @@ mod tests {
             let chars = if counted { 5 + 1000 + 12 } else { 0 };
             assert_eq!(count.chars.get(), chars, "counted {counted}");
         }
+    }
+
+    /// Parts that would not make one JSON value are an error, whatever the
+    /// order of the calls; the empty object and array are values.
+    #[test]
+    fn parts_that_do_not_make_one_json_value_are_refused() {
+        type Parts = fn(&mut BodyWriter<'_>) -> serde_json::Result<()>;
+        let write = |parts: Parts| {
+            RequestBody::write_counting_sized(&TokenCount::new(), 0, parts)
+                .map(|b| String::from_utf8(b.bytes().to_vec()).unwrap())
+                .map_err(|e| e.to_string())
+        };
+        let good: Parts = |w| {
+            w.punct(Punct::BeginObject);
+            w.value("a")?;
+            w.punct(Punct::Colon);
+            w.punct(Punct::BeginArray);
+            w.punct(Punct::EndArray);
+            w.punct(Punct::Comma);
+            w.value("b")?;
+            w.punct(Punct::Colon);
+            w.punct(Punct::BeginArray);
+            w.punct(Punct::BeginObject);
+            w.punct(Punct::EndObject);
+            w.punct(Punct::Comma);
+            w.settled(crate::model::SettledRun {
+                json: b"1,2",
+                chars: 3,
+            });
+            w.punct(Punct::EndArray);
+            w.punct(Punct::EndObject);
+            Ok(())
+        };
+        assert_eq!(write(good).unwrap(), r#"{"a":[],"b":[{},1,2]}"#);
+        let bad: [(Parts, &str); 8] = [
+            (
+                |w| {
+                    w.value(&1)?;
+                    w.value(&2)
+                },
+                "a value where none may stand",
+            ),
+            (
+                |w| {
+                    w.punct(Punct::BeginObject);
+                    w.value(&1)
+                },
+                "a value where none may stand",
+            ),
+            (
+                |w| {
+                    w.punct(Punct::BeginObject);
+                    w.punct(Punct::EndArray);
+                    Ok(())
+                },
+                "punctuation out of place",
+            ),
+            (
+                |w| {
+                    w.punct(Punct::BeginArray);
+                    w.value(&1)?;
+                    w.punct(Punct::Comma);
+                    w.punct(Punct::EndArray);
+                    Ok(())
+                },
+                "punctuation out of place",
+            ),
+            (
+                |w| {
+                    w.punct(Punct::BeginArray);
+                    w.value(&1)
+                },
+                "ends before its value does",
+            ),
+            (
+                |w| {
+                    w.settled(crate::model::SettledRun {
+                        json: b"1",
+                        chars: 1,
+                    });
+                    Ok(())
+                },
+                "array elements outside an array",
+            ),
+            (
+                |w| {
+                    w.punct(Punct::BeginObject);
+                    w.value("k")?;
+                    w.value(&1)
+                },
+                "a value where none may stand",
+            ),
+            (|_| Ok(()), "ends before its value does"),
+        ];
+        for (i, (parts, why)) in bad.into_iter().enumerate() {
+            let e = write(parts).unwrap_err();
+            assert!(e.contains(why), "{i}: {e}");
+        }
+        // Deeper than the parts may nest.
+        let deep: Parts = |w| {
+            for _ in 0..=MAX_PARTS_DEPTH {
+                w.punct(Punct::BeginArray);
+            }
+            Ok(())
+        };
+        assert!(write(deep).unwrap_err().contains("nested too deep"));
     }
 }

@@ -83,10 +83,11 @@ pub struct SettledJson {
     /// For each message in `text`: where its JSON ends, in bytes and in
     /// characters (for the token estimate of any run of them).
     ends: Vec<End>,
-    /// The positions in `text` of the messages a chat-completions dialect
-    /// may send otherwise than as stored: a `system` message (renamed for
-    /// reasoning models) and an assistant message calling tools (its
-    /// reasoning replayed). Everything between is copied as it is.
+    /// The positions (in `messages`, among those with JSON in `text`) of
+    /// the messages a chat-completions dialect may send otherwise than as
+    /// stored: a `system` message (renamed for reasoning models) and an
+    /// assistant message calling tools (its reasoning replayed).
+    /// Everything between is copied as it is.
     marked: Vec<usize>,
     /// A message whose JSON cannot be kept (its extra keys repeat `role` or
     /// `content`) ended the run: the messages after it are written the
