@@ -111,6 +111,9 @@ impl Shape {
 struct Messages<'a> {
     request: &'a ChatRequest,
     shape: &'a Shape,
+    /// The settled JSON and how many first messages it holds, found once
+    /// (a walk over the kept messages) for the guess and the writing.
+    settled: Option<(&'a SettledJson, usize)>,
 }
 
 /// Room for a body's fields besides its messages (the model's name, a few
@@ -119,15 +122,22 @@ struct Messages<'a> {
 /// allocator's per-thread cache (glibc's ends at 1,032 bytes).
 const PAYLOAD_GUESS: usize = 256;
 
-impl Messages<'_> {
+impl<'a> Messages<'a> {
+    fn new(request: &'a ChatRequest, shape: &'a Shape) -> Self {
+        Self {
+            request,
+            shape,
+            settled: request.settled_prefix(),
+        }
+    }
+
     /// About the length of the messages' JSON: the kept JSON's where there
     /// is one, else the text and a little for the keys. A guess for the
     /// body's buffer, never a limit.
     fn length_guess(&self) -> usize {
         let messages = &self.request.messages;
         let (settled, from) = self
-            .request
-            .settled_prefix()
+            .settled
             .and_then(|(s, n)| Some((s.json(0..n)?.json().len(), n)))
             .unwrap_or((0, 0));
         // The brackets and the commas not already in the settled JSON.
@@ -155,7 +165,7 @@ impl Messages<'_> {
         let messages = &self.request.messages;
         let mut array = Elements::begin(w);
         let mut from = 0;
-        if let Some((settled, n)) = self.request.settled_prefix() {
+        if let Some((settled, n)) = self.settled {
             // Copied in runs; a message this shape sends otherwise (a
             // renamed system message, a replayed reasoning) between them
             // is written the long way.
@@ -170,21 +180,7 @@ impl Messages<'_> {
             self.copy(&mut array, w, settled, start..n)?;
             from = n;
         }
-        for (i, m) in messages.iter().enumerate().skip(from) {
-            array.next(w);
-            let kept = self
-                .request
-                .wire_form(i)
-                .filter(|_| self.shape.sends_as_is(m))
-                .and_then(|w| w.json_for(m));
-            match kept {
-                Some(json) => w.value(json)?,
-                None => w.value(&Message {
-                    m,
-                    shape: self.shape,
-                })?,
-            }
-        }
+        self.write_each(&mut array, w, from..messages.len())?;
         w.punct(Punct::EndArray);
         Ok(())
     }
@@ -209,19 +205,30 @@ impl Messages<'_> {
         }
     }
 
-    /// Messages `range`, written the long way.
+    /// Messages `range` one by one: a message's own kept JSON where the
+    /// request carries one made for it and the shape sends it as it is,
+    /// else written the long way.
     fn write_each(
         &self,
         array: &mut Elements,
         w: &mut BodyWriter<'_>,
         range: Range<usize>,
     ) -> serde_json::Result<()> {
-        for m in self.request.messages.get(range).unwrap_or_default() {
+        let start = range.start;
+        for (i, m) in (start..).zip(self.request.messages.get(range).unwrap_or_default()) {
             array.next(w);
-            w.value(&Message {
-                m,
-                shape: self.shape,
-            })?;
+            let kept = self
+                .request
+                .wire_form(i)
+                .filter(|_| self.shape.sends_as_is(m))
+                .and_then(|w| w.json_for(m));
+            match kept {
+                Some(json) => w.value(json)?,
+                None => w.value(&Message {
+                    m,
+                    shape: self.shape,
+                })?,
+            }
         }
         Ok(())
     }
@@ -339,10 +346,7 @@ impl ChatPayload {
     /// made with.
     pub fn write(&self, request: &ChatRequest) -> serde_json::Result<RequestBody> {
         let count = TokenCount::new();
-        let messages = Messages {
-            request,
-            shape: &self.shape,
-        };
+        let messages = Messages::new(request, &self.shape);
         let capacity = messages.length_guess().saturating_add(PAYLOAD_GUESS);
         RequestBody::write_counting_sized(&count, capacity, |w| {
             write_payload(
@@ -543,10 +547,7 @@ mod tests {
         let n = request.messages.len();
         let plain = request.clone();
         let shape = shape(&config("openai", "gpt-4.1-mini"), false, &mut Map::new());
-        let bare = Messages {
-            request: &request,
-            shape: &shape,
-        };
+        let bare = Messages::new(&request, &shape);
         assert_eq!(bare.length_guess(), 1 + texts + 33 * n);
         // The first half's JSON settled, the rest the request's own.
         request.settled = Some(Arc::new(settled(&request.messages[..n / 2])));
@@ -556,17 +557,11 @@ mod tests {
                 .iter()
                 .map(|m| WireForm::of(m).unwrap().map(Arc::new)),
         );
-        let kept = Messages {
-            request: &request,
-            shape: &shape,
-        };
+        let kept = Messages::new(&request, &shape);
         let written = messages_text(&kept);
         assert_eq!(kept.length_guess(), written.len());
         // Copied from either, the text is the one written afresh.
-        let afresh = Messages {
-            request: &plain,
-            shape: &shape,
-        };
+        let afresh = Messages::new(&plain, &shape);
         assert_eq!(written, messages_text(&afresh));
     }
 
