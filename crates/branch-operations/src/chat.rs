@@ -74,10 +74,11 @@ pub(crate) struct ChatTurn {
     pub tool_calls: Vec<branch_core::model::ToolCall>,
 }
 
-/// One call: compile, send, log. Records nothing.
+/// One call: compile, send, log. Records nothing. The turn's input is
+/// taken out of `opts` (see `TurnInput::take_content`).
 pub(crate) async fn chat_turn(
     branch: &mut Branch,
-    opts: &ChatOptions,
+    opts: &mut ChatOptions,
     send_opts: SendOptions<'_>,
 ) -> Result<ChatTurn> {
     connect_models(branch)?;
@@ -85,9 +86,10 @@ pub(crate) async fn chat_turn(
         Some(m) => connected(m)?,
         None => branch.chat_model().clone(),
     };
-    let content = opts
-        .turn
-        .content(opts.tool_schemas.clone(), opts.response_format.as_ref());
+    let content = opts.turn.take_content(
+        std::mem::take(&mut opts.tool_schemas),
+        opts.response_format.as_ref(),
+    );
     let progression = opts.turn.progression.as_deref();
     let send_opts = SendOptions {
         progression: send_opts.progression.or(progression),
@@ -128,10 +130,10 @@ fn as_requested(mut opts: ChatOptions) -> ChatOptions {
 }
 
 pub(crate) async fn chat(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
-    let opts = as_requested(opts);
+    let mut opts = as_requested(opts);
     let span = crate::telemetry::verb_span("chat", branch);
     let t = span
-        .run(chat_turn(branch, &opts, SendOptions::default()))
+        .run(chat_turn(branch, &mut opts, SendOptions::default()))
         .await?;
     Ok(t.text)
 }
@@ -140,19 +142,19 @@ pub(crate) async fn chat_messages(
     branch: &mut Branch,
     opts: ChatOptions,
 ) -> Result<(Message, Message)> {
-    let opts = as_requested(opts);
+    let mut opts = as_requested(opts);
     let span = crate::telemetry::verb_span("chat", branch);
     let t = span
-        .run(chat_turn(branch, &opts, SendOptions::default()))
+        .run(chat_turn(branch, &mut opts, SendOptions::default()))
         .await?;
     Ok((t.instruction, t.response))
 }
 
 pub(crate) async fn chat_and_record(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
-    let opts = as_requested(opts);
+    let mut opts = as_requested(opts);
     let span = crate::telemetry::verb_span("chat", branch);
     let t = span
-        .run(chat_turn(branch, &opts, SendOptions::default()))
+        .run(chat_turn(branch, &mut opts, SendOptions::default()))
         .await?;
     crate::turn::commit(branch, vec![t.instruction, t.response]);
     Ok(t.text)

@@ -189,9 +189,11 @@ impl Middle<'_> {
     }
 }
 
+/// Sends `opts`' turn input, which it takes out of them: what the caller
+/// reads afterwards (the failure policy, the parse settings) stays.
 pub(crate) async fn communicate_inner(
     branch: &mut Branch,
-    opts: &CommunicateOptions,
+    opts: &mut CommunicateOptions,
     mut middle: Middle<'_>,
 ) -> Result<Communicated> {
     // Clearing is deferred to the commit (a failed turn must leave the
@@ -200,14 +202,15 @@ pub(crate) async fn communicate_inner(
     let cleared: Option<Vec<uuid::Uuid>> = opts
         .clear_messages
         .then(|| vec![branch.system().map_or(uuid::Uuid::nil(), Message::id)]);
-    let chat = chat_options(opts, &mut middle, cleared.as_deref());
+    let turn = std::mem::take(&mut opts.turn);
+    let mut chat = chat_options(turn, opts, &mut middle, cleared.as_deref());
     let send_opts = SendOptions {
         react_context: middle.react_context,
         native_tools: middle.native_tools.is_some(),
         caller: middle.caller,
         ..SendOptions::default()
     };
-    let turn = chat_turn(branch, &chat, send_opts).await?;
+    let turn = chat_turn(branch, &mut chat, send_opts).await?;
     let text = turn.text;
     let tool_calls = turn.tool_calls;
     let mut messages = vec![turn.instruction, turn.response];
@@ -276,11 +279,11 @@ pub(crate) async fn communicate_inner(
 /// state, which would otherwise keep the turn input and the options made
 /// from it side by side.
 fn chat_options(
+    mut turn: TurnInput,
     opts: &CommunicateOptions,
     middle: &mut Middle<'_>,
     cleared: Option<&[uuid::Uuid]>,
 ) -> ChatOptions {
-    let mut turn = opts.turn.clone();
     if let Some(c) = cleared {
         turn.progression = Some(c.to_vec());
     }
@@ -303,7 +306,7 @@ fn chat_options(
 
 pub(crate) async fn communicate(
     branch: &mut Branch,
-    opts: Box<CommunicateOptions>,
+    mut opts: Box<CommunicateOptions>,
 ) -> Result<Reply> {
     let span = crate::telemetry::verb_span("communicate", branch);
     let format = opts
@@ -311,7 +314,9 @@ pub(crate) async fn communicate(
         .as_ref()
         .map(|f| retitled(f, "Request"));
     let middle = Middle::of_communicate(format.clone());
-    let c = span.run(communicate_inner(branch, &opts, middle)).await?;
+    let c = span
+        .run(communicate_inner(branch, &mut opts, middle))
+        .await?;
     let committed = commit_turn(branch, c.clear_first, c.messages);
     let reply = match (c.parsed, c.fields, format) {
         (Some(result), _, Some(format)) => {
@@ -373,9 +378,9 @@ mod tests {
     #[test]
     fn a_turn_state_stays_small() {
         let mut branch = Branch::builder().system("s").build().expect("branch");
-        let opts = CommunicateOptions::new("q");
+        let mut opts = CommunicateOptions::new("q");
         let middle = Middle::of_communicate(None);
-        let turn = std::mem::size_of_val(&communicate_inner(&mut branch, &opts, middle));
+        let turn = std::mem::size_of_val(&communicate_inner(&mut branch, &mut opts, middle));
         assert!(turn <= 2304, "communicate_inner: {turn} bytes");
     }
 }

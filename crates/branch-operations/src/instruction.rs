@@ -62,10 +62,10 @@ impl InstructionBuilder {
     /// The message, sent by the branch's user (else `"user"`) unless a
     /// sender was given, to the branch unless a recipient was given. It is
     /// not added to the branch.
-    pub fn build(self, branch: &Branch) -> Message {
+    pub fn build(mut self, branch: &Branch) -> Message {
         let content = self
             .turn
-            .content(self.tool_schemas, self.response_format.as_ref());
+            .take_content(self.tool_schemas, self.response_format.as_ref());
         instruction_message(branch, &self.turn, content)
     }
 }

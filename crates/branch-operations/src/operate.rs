@@ -258,7 +258,7 @@ async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result
     };
     let mut turn = opts.turn.clone();
     turn.no_default_detail = true;
-    let copts = CommunicateOptions {
+    let mut copts = CommunicateOptions {
         turn,
         response_format: None,
         request_fields: None,
@@ -299,7 +299,7 @@ async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result
         react_context: opts.react_context.as_deref(),
         caller: opts.middle.caller(),
     };
-    let c = communicate_inner(branch, &copts, middle).await?;
+    let c = communicate_inner(branch, &mut copts, middle).await?;
     finish(branch, opts, c, rendered, with_actions, native).await
 }
 

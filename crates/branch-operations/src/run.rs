@@ -320,7 +320,7 @@ impl RunState<'_> {
         let content = self
             .opts
             .turn
-            .content(Vec::new(), self.opts.response_format.as_ref());
+            .take_content(Vec::new(), self.opts.response_format.as_ref());
         let send_opts = SendOptions {
             progression: self.opts.turn.progression.as_deref(),
             providers: &self.opts.turn.context_providers,

@@ -161,19 +161,22 @@ macro_rules! turn_setters {
 pub(crate) use turn_setters;
 
 impl TurnInput {
-    /// The instruction content of this turn.
-    pub(crate) fn content(
-        &self,
+    /// The instruction content of this turn, moved out of it: a turn
+    /// sends its input once, so the input is not copied. The turn keeps
+    /// what the send still reads (sender, recipient, progression, fields,
+    /// context providers).
+    pub(crate) fn take_content(
+        &mut self,
         tool_schemas: Vec<Value>,
         format: Option<&ResponseFormat>,
     ) -> InstructionContent {
         InstructionContent {
-            instruction: self.instruction.clone(),
-            guidance: self.guidance.clone(),
-            prompt_context: self.context.clone(),
-            plain_content: self.plain_content.clone(),
+            instruction: self.instruction.take(),
+            guidance: self.guidance.take(),
+            prompt_context: std::mem::take(&mut self.context),
+            plain_content: self.plain_content.take(),
             tool_schemas,
-            images: self.images.clone(),
+            images: std::mem::take(&mut self.images),
             image_detail: self
                 .image_detail
                 .or((!self.no_default_detail).then_some(ImageDetail::Auto)),
