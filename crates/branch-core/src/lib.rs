@@ -15,6 +15,7 @@
 
 pub mod action;
 pub mod branch;
+pub mod checked_read;
 pub mod context;
 pub mod element;
 pub mod error;

@@ -14,6 +14,8 @@
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::checked_read::Checking;
+
 /// JSON text that serde_json parsed into a value; reading it again gives an
 /// equal value.
 #[derive(Clone, PartialEq, Eq)]
@@ -46,6 +48,33 @@ impl ParsedJson {
             Ok(Checked) => {
                 text.shrink_to_fit();
                 Ok(Self(Bytes::from(text)))
+            }
+            Err(_) => Err(text),
+        }
+    }
+
+    /// Reads what `read` reads from `text`, and keeps the text, when the
+    /// whole text reads as a `Value`: in one pass, where reading and then
+    /// [`Self::check`] take two. `read` gets a deserializer whose skipped
+    /// values (fields its type has no place for) are walked as the check
+    /// walks them (see [`crate::checked_read`]); it returns owned results,
+    /// as the text moves into the kept `ParsedJson` afterwards. A text
+    /// either refuses is given back.
+    pub fn read_with<R>(
+        text: String,
+        read: impl for<'a, 'b> FnOnce(
+            Checking<&'b mut serde_json::Deserializer<serde_json::de::StrRead<'a>>>,
+        ) -> serde_json::Result<R>,
+    ) -> Result<(R, Self), String> {
+        let read = {
+            let mut de = serde_json::Deserializer::from_str(&text);
+            read(Checking::new(&mut de)).and_then(|r| de.end().map(|()| r))
+        };
+        match read {
+            Ok(r) => {
+                let mut text = text;
+                text.shrink_to_fit();
+                Ok((r, Self(Bytes::from(text))))
             }
             Err(_) => Err(text),
         }
@@ -110,7 +139,7 @@ pub(crate) fn has_line_break(text: &[u8]) -> bool {
 /// A JSON value walked the way `Value`'s reader walks it (through
 /// `deserialize_any`, which applies the recursion limit and reads numbers
 /// into range), keeping nothing.
-struct Checked;
+pub(crate) struct Checked;
 
 impl<'de> serde::Deserialize<'de> for Checked {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -166,7 +195,7 @@ impl<'de> serde::de::Visitor<'de> for CheckedVisitor {
 
 /// A key, refused when it is serde_json's raw-value marker: `Value`'s
 /// reader takes a map keyed so for a raw value and reads it differently.
-struct CheckedKey;
+pub(crate) struct CheckedKey;
 
 impl<'de> serde::Deserialize<'de> for CheckedKey {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -189,7 +218,7 @@ impl<'de> serde::Deserialize<'de> for CheckedKey {
 }
 
 /// The key serde_json's `Value` reader treats as a raw value's.
-const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+pub(crate) const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
 
 impl std::fmt::Debug for ParsedJson {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -87,44 +87,64 @@ fn decline<'de, D: Deserializer<'de>>(_: D) -> Result<(), D::Error> {
 /// declines, giving the text back: a reply of another shape, or text a
 /// `Value` would not read (the general reading then says why).
 pub fn read(text: String) -> Result<ChatResponse, String> {
-    // Every struct here reads only from an object: a derived struct
-    // also reads from an array, by position.
-    let Ok(Object(plain)) = serde_json::from_str::<Object<PlainReply<'_>>>(&text) else {
-        return Err(text);
-    };
-    let reply_text: String = plain
-        .choices
-        .iter()
-        .filter_map(|Object(c)| c.message.as_ref()?.content.as_deref())
-        .collect();
-    let first = plain.choices.first().map(|Object(c)| c);
-    let message = first.and_then(|c| c.message.as_ref());
-    let reasoning = message
-        .and_then(|m| {
-            [&m.reasoning_content, &m.reasoning]
-                .into_iter()
-                .find_map(|t| t.as_deref().filter(|t| !t.is_empty()))
-        })
-        .map(|text| ReasoningBlock::Thinking {
-            text: text.to_owned(),
-            signature: None,
-        });
-    let finish_reason = first.and_then(|c| c.finish_reason.as_deref().map(str::to_owned));
-    let served_model = plain.model.as_deref().map(str::to_owned);
-    let usage = plain.usage.as_ref().and_then(Usage::from_report);
-    drop(plain);
-    let kept = ParsedJson::check(text)?;
+    // One pass reads the fields and checks the rest of the text as the
+    // general reading's parse would (`ParsedJson::read_with`).
+    let (read, kept) = ParsedJson::read_with(text, |d| {
+        // Every struct here reads only from an object: a derived struct
+        // also reads from an array, by position.
+        let Object(plain) = Object::<PlainReply<'_>>::deserialize(d)?;
+        Ok(Read::of(&plain))
+    })?;
     Ok(ChatResponse {
-        text: reply_text,
+        text: read.text,
         tool_calls: Vec::new(),
         raw: LazyJson::from_text(kept.clone()),
-        usage,
-        served_model,
-        finish_reason,
+        usage: read.usage,
+        served_model: read.served_model,
+        finish_reason: read.finish_reason,
         attempts: 1,
-        reasoning: reasoning.into_iter().collect(),
+        reasoning: read.reasoning.into_iter().collect(),
         raw_text: Some(kept),
     })
+}
+
+/// What a plain reply gives, owned (the text it borrows from is kept
+/// afterwards).
+struct Read {
+    text: String,
+    reasoning: Option<ReasoningBlock>,
+    finish_reason: Option<String>,
+    served_model: Option<String>,
+    usage: Option<Usage>,
+}
+
+impl Read {
+    fn of(plain: &PlainReply<'_>) -> Self {
+        let text: String = plain
+            .choices
+            .iter()
+            .filter_map(|Object(c)| c.message.as_ref()?.content.as_deref())
+            .collect();
+        let first = plain.choices.first().map(|Object(c)| c);
+        let message = first.and_then(|c| c.message.as_ref());
+        let reasoning = message
+            .and_then(|m| {
+                [&m.reasoning_content, &m.reasoning]
+                    .into_iter()
+                    .find_map(|t| t.as_deref().filter(|t| !t.is_empty()))
+            })
+            .map(|text| ReasoningBlock::Thinking {
+                text: text.to_owned(),
+                signature: None,
+            });
+        Self {
+            text,
+            reasoning,
+            finish_reason: first.and_then(|c| c.finish_reason.as_deref().map(str::to_owned)),
+            served_model: plain.model.as_deref().map(str::to_owned),
+            usage: plain.usage.as_ref().and_then(Usage::from_report),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -213,6 +233,13 @@ mod tests {
             r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":2,"prompt_tokens_details":[1]}}"#,
             r#"{"choices":null}"#,
             r#"{}"#,
+            // Text `Value` does not read, in keys no field reads, at every
+            // level (read in the same pass as the fields).
+            r#"{"choices":[{"message":{"content":"x"}}],"id":"\ud800"}"#,
+            r#"{"choices":[{"message":{"content":"x"},"logprobs":{"t":1e400}}]}"#,
+            r#"{"choices":[{"message":{"content":"x","refusal":"\udc00"}}]}"#,
+            r#"{"choices":[{"message":{"content":"x","$serde_json::private::RawValue":"1"}}]}"#,
+            r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens_details":{"audio_tokens":-1e400}}}"#,
         ];
         for text in declined {
             assert!(!same(text), "{text} was taken");
