@@ -273,6 +273,39 @@ async fn chat_maps_reply_usage_and_tool_calls() {
     assert_eq!(r.tool_calls[0].arguments, r#"{"country": "France"}"#);
 }
 
+/// The model sets the `accept` header reqwest would add (so that its
+/// per-call copy of the headers needs no room for it): sent once, as
+/// reqwest sent it, and a configured default still wins.
+#[tokio::test]
+async fn accept_is_sent_once_and_a_configured_one_wins() {
+    let server = MockServer::start().await;
+    server.push(MockReply::text("a"));
+    server.push(MockReply::text("b"));
+    mock_model(&server, "gpt-4.1-mini")
+        .chat(user("q"))
+        .await
+        .unwrap();
+    let mut c = mock_config(&server, "gpt-4.1-mini");
+    c.set_default_header("Accept", "application/json").unwrap();
+    IModel::with_api_key(c, "test")
+        .unwrap()
+        .chat(user("q"))
+        .await
+        .unwrap();
+    let requests = server.requests();
+    let accepts: Vec<Vec<&str>> = requests
+        .iter()
+        .map(|r| {
+            r.headers
+                .iter()
+                .filter(|(n, _)| n == "accept")
+                .map(|(_, v)| v.as_str())
+                .collect()
+        })
+        .collect();
+    assert_eq!(accepts, [vec!["*/*"], vec!["application/json"]]);
+}
+
 // ---------------------------------------------------------------- faults
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 
 use branch_core::model::registry::ProviderKind;
 use branch_core::model::{AuthType, ModelConfig, ModelErrorKind};
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
+use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 
 use crate::dialect;
 use crate::guard;
@@ -70,6 +70,12 @@ impl Target {
                 put_header(&mut headers, name, v).map_err(header_err)?;
             }
         }
+        // The header reqwest adds to a request that has none (its client
+        // default), set here: each attempt's copy of this map is made at
+        // its length, and reqwest's insert would grow it on every call.
+        headers
+            .entry(ACCEPT)
+            .or_insert(HeaderValue::from_static("*/*"));
         Ok(Self { url, headers })
     }
 }
