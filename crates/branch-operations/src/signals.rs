@@ -12,11 +12,11 @@ use serde_json::Value;
 
 use crate::error::{OperationError, Result};
 
-/// One observed run.
+/// One observed run: the observer's slot and the run's start, when an
+/// observer is attached (without one, a run reads no clock).
 pub(crate) struct RunObs {
-    slot: Option<ObserverSlot>,
+    observed: Option<(ObserverSlot, Instant)>,
     verb: &'static str,
-    started: Instant,
 }
 
 impl RunObs {
@@ -31,9 +31,8 @@ impl RunObs {
             });
         }
         Self {
-            slot,
+            observed: slot.map(|s| (s, Instant::now())),
             verb,
-            started: Instant::now(),
         }
     }
 
@@ -44,7 +43,7 @@ impl RunObs {
         result: Result<T>,
         to_json: impl FnOnce(&T) -> Value,
     ) -> Result<T> {
-        let Some(slot) = self.slot else {
+        let Some((slot, started)) = self.observed else {
             return result;
         };
         let branch_id = branch.id();
@@ -52,7 +51,7 @@ impl RunObs {
         match &result {
             Ok(v) => {
                 let mut usage = RunUsage::from_messages(branch.messages().iter());
-                usage.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+                usage.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
                 slot.emit(Signal::RunEnded {
                     branch_id,
                     verb,
