@@ -13,8 +13,9 @@
 //! reader accepts too: one pass instead of a typed read and a check.
 //!
 //! Map keys are checked as the check checks them (serde_json's raw-value
-//! marker is refused). An enum is refused: its variant's content would
-//! reach its reader unwrapped, and no reader here needs one.
+//! marker is refused). An enum and a `RawValue` are refused: an enum's
+//! content would reach its reader unwrapped, and serde_json skips a raw
+//! value's text loosely; no reader here needs either.
 
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -87,7 +88,6 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Checking<D> {
         deserialize_option();
         deserialize_unit();
         deserialize_unit_struct(name: &'static str);
-        deserialize_newtype_struct(name: &'static str);
         deserialize_seq();
         deserialize_tuple(len: usize);
         deserialize_tuple_struct(name: &'static str, len: usize);
@@ -95,6 +95,27 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Checking<D> {
         deserialize_struct(name: &'static str, fields: &'static [&'static str]);
         deserialize_enum(name: &'static str, variants: &'static [&'static str]);
         deserialize_identifier();
+    }
+
+    /// serde_json reads a `RawValue` through a newtype of this name, and
+    /// skips its text as loosely as any skip: refused, as an enum is.
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        if name == RAW_VALUE_TOKEN {
+            return Err(de::Error::custom(
+                "a raw value is not read by a checked read",
+            ));
+        }
+        self.de.deserialize_newtype_struct(
+            name,
+            Wrap {
+                inner: visitor,
+                key: self.key,
+            },
+        )
     }
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
@@ -314,6 +335,15 @@ mod tests {
         assert_eq!(read(t), Err(t.to_owned()));
         // Trailing text is refused, as by a parse.
         assert!(read(r#"{"name": "a"} x"#).is_err());
+        // A raw value is refused: serde_json would skip its text loosely.
+        let raw = |t: &str| {
+            ParsedJson::read_with(t.to_owned(), |d| {
+                Box::<serde_json::value::RawValue>::deserialize(d).map(|r| r.get().len())
+            })
+            .map(|(n, _)| n)
+        };
+        assert!(serde_json::from_str::<Box<serde_json::value::RawValue>>("[1]").is_ok());
+        assert_eq!(raw("[1]"), Err("[1]".to_owned()));
     }
 
     #[test]
