@@ -230,7 +230,8 @@ impl Structure {
         self.broken.get_or_insert(why);
     }
 
-    /// A whole value was written; `key` when it began with a `"`.
+    /// A whole value was written; `string` when it began with a `"` (a
+    /// string may stand as an object's key).
     fn value(&mut self, string: bool) {
         self.next = match self.next {
             Next::Value | Next::ValueOrEnd => Next::After,
