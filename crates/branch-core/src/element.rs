@@ -86,7 +86,16 @@ pub fn now() -> f64 {
 /// Parses an id in any form Python's `UUID()` accepts (hyphenated, simple,
 /// braced, `urn:uuid:`), case-insensitively.
 pub fn parse_uuid(s: &str) -> Option<Uuid> {
-    Uuid::parse_str(s.trim()).ok()
+    // `trim` looks at each end as a Unicode character; an id as written
+    // starts and ends with ASCII that is no space, which needs no trim.
+    let untrimmed = |b: &u8| b.is_ascii() && !matches!(b, b'\t'..=b'\r' | b' ');
+    let bytes = s.as_bytes();
+    let s = if bytes.first().is_some_and(untrimmed) && bytes.last().is_some_and(untrimmed) {
+        s
+    } else {
+        s.trim()
+    };
+    Uuid::parse_str(s).ok()
 }
 
 /// Parses an ISO 8601 date-time (`T` or space separator; naive means UTC)
@@ -131,14 +140,32 @@ pub fn format_minute_utc(epoch: f64) -> String {
 }
 
 /// Serde helper: an optional id; `null` or absent is `None`.
+/// The text is read where it lies when the input allows (every stored
+/// element has an id: a copy of each was a tenth of a restore's
+/// allocations).
 pub(crate) fn de_opt_uuid<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uuid>, D::Error> {
-    let s = <Option<std::borrow::Cow<'de, str>>>::deserialize(d)?;
-    match s {
-        None => Ok(None),
-        Some(s) => parse_uuid(&s)
-            .map(Some)
-            .ok_or_else(|| de::Error::custom(format!("`{s}` is not a valid UUID"))),
+    struct Id;
+    impl<'de> de::Visitor<'de> for Id {
+        type Value = Option<Uuid>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            d.deserialize_str(self)
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
+            parse_uuid(s)
+                .map(Some)
+                .ok_or_else(|| E::custom(format!("`{s}` is not a valid UUID")))
+        }
     }
+    d.deserialize_option(Id)
 }
 
 /// Serde helper: `created_at` as a float, an integer, a numeric string, an
@@ -263,5 +290,33 @@ mod tests {
         assert!(parse_uuid("{6e215c90-0fc7-4af0-8fc0-c5dc415c1108}").is_some());
         assert!(parse_uuid("6e215c900fc74af08fc0c5dc415c1108").is_some());
         assert!(parse_uuid("nope").is_none());
+    }
+
+    /// Spaces around an id are trimmed as `str::trim` trims them, the
+    /// Unicode ones and the vertical tab included.
+    #[test]
+    fn an_id_is_read_with_the_spaces_around_it_trimmed() {
+        let id = "6e215c90-0fc7-4af0-8fc0-c5dc415c1108";
+        for pad in [
+            " ", "\t", "\n", "\u{b}", "\u{c}", "\r", "\u{85}", "\u{a0}", "\u{3000}",
+        ] {
+            for s in [
+                format!("{pad}{id}"),
+                format!("{id}{pad}"),
+                format!("{pad}{id}{pad}"),
+            ] {
+                assert_eq!(
+                    parse_uuid(&s).map(|u| u.to_string()).as_deref(),
+                    Some(id),
+                    "{s:?}"
+                );
+            }
+        }
+        // What is no space stays, and the id does not parse.
+        for pad in ["\u{1c}", "\u{200b}", "x"] {
+            assert!(parse_uuid(&format!("{pad}{id}")).is_none(), "{pad:?}");
+            assert!(parse_uuid(&format!("{id}{pad}")).is_none(), "{pad:?}");
+        }
+        assert!(parse_uuid("").is_none());
     }
 }

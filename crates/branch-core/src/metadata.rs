@@ -44,6 +44,12 @@ impl Metadata {
         }
     }
 
+    /// The entries there is room for without growing.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        self.entries.capacity()
+    }
+
     /// The number of entries.
     pub fn len(&self) -> usize {
         self.entries.len()

@@ -7,12 +7,12 @@ use indexmap::IndexMap;
 use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::Value;
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::element::{self, Element, Finite, MetadataOut, de_metadata, lion_class};
 use crate::metadata::Metadata;
-use crate::progression::{Progression, de_opt_created_at};
+use crate::progression::{OrderRead, OrderVisitor, Progression, de_opt_created_at};
 
 /// Anything a pile can hold: it has an id.
 pub trait Stored {
@@ -301,7 +301,7 @@ struct PileWire<T> {
     #[serde(default = "Items::new")]
     collections: Items<T>,
     #[serde(default)]
-    progression: Option<Value>,
+    progression: Option<ProgressionField>,
     #[serde(default)]
     order: Option<Value>,
     #[serde(default)]
@@ -309,6 +309,75 @@ struct PileWire<T> {
     #[serde(default)]
     #[allow(dead_code)]
     item_type: Option<Value>,
+}
+
+/// A pile's `progression` as read. A Progression object's `order` is read
+/// where it lies and its other fields (a few small values) kept to be read
+/// as a Progression once the order is in: read whole as a `Value` first,
+/// a long history's every id was copied, then the list cloned. Any other
+/// value is an order of its own (the reference's bare list).
+enum ProgressionField {
+    Object {
+        order: Option<OrderRead>,
+        rest: Map<String, Value>,
+    },
+    Bare(OrderRead),
+}
+
+impl<'de> Deserialize<'de> for ProgressionField {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = ProgressionField;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a Progression object or a list of ids")
+            }
+            fn visit_map<A: de::MapAccess<'de>>(
+                self,
+                mut access: A,
+            ) -> Result<ProgressionField, A::Error> {
+                let mut order = None;
+                let mut rest = Map::new();
+                while let Some(k) = access.next_key::<String>()? {
+                    if k == "order" {
+                        order = Some(access.next_value::<OrderRead>()?);
+                    } else {
+                        rest.insert(k, access.next_value::<Value>()?);
+                    }
+                }
+                Ok(ProgressionField::Object { order, rest })
+            }
+            // Anything else is read as an order.
+            fn visit_seq<A: de::SeqAccess<'de>>(self, s: A) -> Result<ProgressionField, A::Error> {
+                OrderVisitor.visit_seq(s).map(ProgressionField::Bare)
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ProgressionField, E> {
+                OrderVisitor.visit_str(s).map(ProgressionField::Bare)
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<ProgressionField, E> {
+                OrderVisitor.visit_unit().map(ProgressionField::Bare)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<ProgressionField, E> {
+                OrderVisitor.visit_none().map(ProgressionField::Bare)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<ProgressionField, D::Error> {
+                d.deserialize_any(self)
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<ProgressionField, E> {
+                OrderVisitor.visit_bool(b).map(ProgressionField::Bare)
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<ProgressionField, E> {
+                OrderVisitor.visit_i64(n).map(ProgressionField::Bare)
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<ProgressionField, E> {
+                OrderVisitor.visit_u64(n).map(ProgressionField::Bare)
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<ProgressionField, E> {
+                OrderVisitor.visit_f64(n).map(ProgressionField::Bare)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A pile's `collections`, read straight into its map: a history of many
@@ -324,8 +393,13 @@ impl<T> Items<T> {
 /// The most room a `collections` list's announced length reserves up
 /// front. A JSON value announces its true length, but a binary format
 /// reads it from the input, where it could claim any number; past this
-/// the map grows as items arrive.
-const MAX_RESERVED_ITEMS_BYTES: usize = 16 << 20;
+/// the map grows as items arrive. A false claim costs address space more
+/// than memory (an allocation this large is mapped, and its pages are
+/// touched only as items are written). Sized for histories of a few
+/// hundred thousand messages: at 16 MiB a history of 100,000 (about 19 MB
+/// of entries) was reserved short and moved whole once, a tenth of its
+/// restore's time.
+const MAX_RESERVED_ITEMS_BYTES: usize = 64 << 20;
 
 impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Items<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -359,33 +433,35 @@ impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Pile<T> {
         let items = w.collections.0;
         // The order comes from `order` when present, else from `progression`
         // (a Progression object, or a bare list).
-        let (order, kept) = match (&w.order, &w.progression) {
-            (Some(o), _) => (
+        // A Progression object is kept when it reads as one; else only its
+        // order counts.
+        let mut progression = match (&w.order, w.progression) {
+            (Some(o), _) => Progression::from_ids(
                 crate::progression::flatten_order(o).map_err(de::Error::custom)?,
-                None,
             ),
-            (None, Some(p @ Value::Object(_))) => match Progression::deserialize(p) {
-                Ok(prog) => (prog.order.clone(), Some(prog)),
-                Err(_) => (
-                    crate::progression::flatten_order(p.get("order").unwrap_or(&Value::Null))
-                        .map_err(de::Error::custom)?,
-                    None,
-                ),
-            },
-            (None, Some(p)) => (
-                crate::progression::flatten_order(p).map_err(de::Error::custom)?,
-                None,
-            ),
-            (None, None) => (Vec::new(), None),
+            (None, Some(ProgressionField::Object { order, rest })) => {
+                let order = match order {
+                    Some(OrderRead(read)) => read.map_err(de::Error::custom)?,
+                    None => Vec::new(),
+                };
+                match Progression::deserialize(Value::Object(rest)) {
+                    Ok(mut kept) => {
+                        kept.order = order;
+                        kept
+                    }
+                    Err(_) => Progression::from_ids(order),
+                }
+            }
+            (None, Some(ProgressionField::Bare(OrderRead(read)))) => {
+                Progression::from_ids(read.map_err(de::Error::custom)?)
+            }
+            (None, None) => Progression::default(),
         };
-        let progression = if order.is_empty() {
-            let mut p = kept.unwrap_or_default();
-            p.order = items.keys().copied().collect();
-            p
+        if progression.order.is_empty() {
+            progression.order = items.keys().copied().collect();
         } else {
-            Pile::validate_order(&items, &order).map_err(de::Error::custom)?;
-            kept.unwrap_or_else(|| Progression::from_ids(order))
-        };
+            Pile::validate_order(&items, &progression.order).map_err(de::Error::custom)?;
+        }
         let mut metadata = w.metadata;
         metadata.extend(w.node_metadata);
         let element = Element {
@@ -426,6 +502,93 @@ mod tests {
             v["order"] = json!(order);
         }
         Pile::<Item>::deserialize(&v).map_err(|e| e.to_string())
+    }
+
+    /// A pile's order comes from `order`, else from `progression`: a
+    /// Progression object (kept when it reads as one, else only its order
+    /// counts), or a bare order of its own. Read alike from text and from
+    /// a parsed value.
+    #[test]
+    fn the_order_is_read_from_a_progression_in_every_written_form() {
+        let [a, b] = [Uuid::new_v4(), Uuid::new_v4()];
+        let pid = Uuid::new_v4();
+        let read = |progression: Value, order: Option<Value>| {
+            let mut v = json!({"collections": [{"id": a}, {"id": b}], "progression": progression});
+            if let Some(o) = order {
+                v["order"] = o;
+            }
+            let from_value = Pile::<Item>::deserialize(&v).map_err(|e| e.to_string());
+            let from_text = serde_json::from_str::<Pile<Item>>(&v.to_string());
+            match (from_value, from_text) {
+                (Ok(p), Ok(q)) => {
+                    let p = (
+                        p.progression().clone(),
+                        p.iter().map(|i| i.id).collect::<Vec<_>>(),
+                    );
+                    assert_eq!(p.1, q.iter().map(|i| i.id).collect::<Vec<_>>(), "{v}");
+                    assert_eq!(p.0.order, q.progression().order, "{v}");
+                    Ok(p)
+                }
+                (Err(e), Err(_)) => Err(e),
+                (p, q) => panic!(
+                    "the readings disagree on {v}: {:?} / {:?}",
+                    p.is_ok(),
+                    q.is_ok()
+                ),
+            }
+        };
+        // A whole Progression is kept: its id, its name and its order.
+        let (p, ids) = read(
+            json!({"id": pid, "created_at": 1.0, "name": "n", "order": [b, a]}),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            (p.element.id, p.name.as_deref(), ids),
+            (pid, Some("n"), vec![b, a])
+        );
+        // One that does not read as a Progression gives only its order.
+        let (p, ids) = read(json!({"id": pid, "zz": 1, "order": [b, a]}), None).unwrap();
+        assert_ne!(p.element.id, pid);
+        assert_eq!(ids, [b, a]);
+        let (p, ids) = read(json!({"id": "not an id", "order": [b, a]}), None).unwrap();
+        assert_ne!(p.element.id, pid);
+        assert_eq!(ids, [b, a]);
+        // Without an order, the items' own.
+        let (p, ids) = read(json!({"id": pid, "name": "n"}), None).unwrap();
+        assert_eq!((p.element.id, ids), (pid, vec![a, b]));
+        // Nested lists and element objects are flattened.
+        let (_, ids) = read(json!({"order": [[b], {"id": a}]}), None).unwrap();
+        assert_eq!(ids, [b, a]);
+        // A bare order.
+        assert_eq!(read(json!([b, a]), None).unwrap().1, [b, a]);
+        assert_eq!(read(json!([[b, {"id": a}]]), None).unwrap().1, [b, a]);
+        // `order` wins, however broken the progression.
+        let (_, ids) = read(json!({"order": ["nope", 5]}), Some(json!([b, a]))).unwrap();
+        assert_eq!(ids, [b, a]);
+        assert_eq!(read(json!(7), Some(json!([b, a]))).unwrap().1, [b, a]);
+        // An order that is not one is refused, with the first reason.
+        for (progression, reason) in [
+            (
+                json!({"order": [b, "nope", 5]}),
+                "`nope` is not a valid UUID",
+            ),
+            (
+                json!({"id": "bad", "order": [b, 5, "nope"]}),
+                "an order item must be an id",
+            ),
+            (json!([a, "nope"]), "`nope` is not a valid UUID"),
+            (
+                json!({"order": true}),
+                "an order item must be an id, not a boolean",
+            ),
+            (json!(3), "an order item must be an id, not a number"),
+        ] {
+            let e = read(progression.clone(), None).unwrap_err();
+            assert!(e.contains(reason), "{progression}: {e}");
+        }
+        // An order that misses an item is refused.
+        assert!(read(json!({"order": [a]}), None).is_err());
     }
 
     /// The items are read straight into the map, each id once; the order
@@ -487,6 +650,8 @@ mod tests {
         let id = Uuid::new_v4();
         let items = Items::<Item>::deserialize(LyingList(vec![json!({"id": id})])).unwrap();
         assert_eq!(items.0.len(), 1);
-        assert!(items.0.capacity() < 1 << 20, "{}", items.0.capacity());
+        // Within the cap (the hash table may round its room up).
+        let reserved = items.0.capacity() * std::mem::size_of::<(Uuid, Item)>();
+        assert!(reserved <= 2 * MAX_RESERVED_ITEMS_BYTES, "{reserved}");
     }
 }

@@ -109,39 +109,145 @@ pub fn flatten_order(v: &Value) -> Result<Vec<Uuid>, String> {
 }
 
 fn de_order<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Uuid>, D::Error> {
-    struct V;
-    impl<'de> de::Visitor<'de> for V {
-        type Value = Vec<Uuid>;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("a list of ids")
-        }
-        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Uuid>, A::Error> {
-            // Fast path for the common shape: a flat list of UUID strings.
-            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
-            while let Some(v) = seq.next_element::<Value>()? {
-                match &v {
-                    Value::String(s) => {
-                        out.push(element::parse_uuid(s).ok_or_else(|| {
-                            de::Error::custom(format!("`{s}` is not a valid UUID"))
-                        })?)
-                    }
-                    other => out.extend(flatten_order(other).map_err(de::Error::custom)?),
-                }
-            }
-            Ok(out)
-        }
-        fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Vec<Uuid>, A::Error> {
-            let v = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-            flatten_order(&v).map_err(de::Error::custom)
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<Vec<Uuid>, E> {
-            flatten_order(&Value::String(s.to_owned())).map_err(E::custom)
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Vec<Uuid>, E> {
-            Ok(Vec::new())
-        }
+    OrderRead::deserialize(d)?.0.map_err(de::Error::custom)
+}
+
+/// An `order` as read, flattened as [`flatten_order`] flattens it, or the
+/// first reason it is not one. The whole value is read either way (each
+/// part as a `Value` reads it), so a caller that ignores a bad order can
+/// read on.
+///
+/// The common shape, a flat list of id strings, is parsed where it lies:
+/// read as a `Value` first, every id was a copy made only to be parsed.
+pub(crate) struct OrderRead(pub(crate) Result<Vec<Uuid>, String>);
+
+/// The most ids an order's announced length reserves up front: a binary
+/// format could announce any length; past this the list grows as ids
+/// arrive.
+const MAX_RESERVED_IDS: usize = 1 << 20;
+
+impl OrderRead {
+    fn flattened(v: &Value) -> Self {
+        OrderRead(flatten_order(v))
     }
-    d.deserialize_any(V)
+}
+
+impl<'de> Deserialize<'de> for OrderRead {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(OrderVisitor)
+    }
+}
+
+pub(crate) struct OrderVisitor;
+
+impl<'de> de::Visitor<'de> for OrderVisitor {
+    type Value = OrderRead;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a list of ids")
+    }
+    fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<OrderRead, A::Error> {
+        let room = seq.size_hint().unwrap_or(0).min(MAX_RESERVED_IDS);
+        let mut out = Ok(Vec::with_capacity(room));
+        while let Some(item) = seq.next_element::<OrderItem>()? {
+            // After the first bad item the rest is read, not kept.
+            let Ok(ids) = &mut out else { continue };
+            match item {
+                OrderItem::Id(id) => ids.push(id),
+                OrderItem::Bad(why) => out = Err(why),
+                OrderItem::Other(v) => match flatten_order(&v) {
+                    Ok(more) => ids.extend(more),
+                    Err(why) => out = Err(why),
+                },
+            }
+        }
+        Ok(OrderRead(out))
+    }
+    // Any other shape is read whole and flattened.
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<OrderRead, A::Error> {
+        let v = Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(OrderRead::flattened(&v))
+    }
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<OrderRead, E> {
+        Ok(OrderRead::flattened(&Value::String(s.to_owned())))
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<OrderRead, E> {
+        Ok(OrderRead(Ok(Vec::new())))
+    }
+    fn visit_none<E: de::Error>(self) -> Result<OrderRead, E> {
+        Ok(OrderRead(Ok(Vec::new())))
+    }
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<OrderRead, D::Error> {
+        d.deserialize_any(self)
+    }
+    fn visit_bool<E: de::Error>(self, b: bool) -> Result<OrderRead, E> {
+        Ok(OrderRead::flattened(&Value::Bool(b)))
+    }
+    fn visit_i64<E: de::Error>(self, n: i64) -> Result<OrderRead, E> {
+        Ok(OrderRead::flattened(&n.into()))
+    }
+    fn visit_u64<E: de::Error>(self, n: u64) -> Result<OrderRead, E> {
+        Ok(OrderRead::flattened(&n.into()))
+    }
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<OrderRead, E> {
+        // Refused as a number, whatever its value.
+        let n = serde_json::Number::from_f64(n).unwrap_or_else(|| 0.into());
+        Ok(OrderRead::flattened(&Value::Number(n)))
+    }
+}
+
+/// One item of a list order: an id string, parsed; a string that is no
+/// id, with the reason; or any other value, to be flattened.
+enum OrderItem {
+    Id(Uuid),
+    Bad(String),
+    Other(Value),
+}
+
+impl<'de> Deserialize<'de> for OrderItem {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> de::Visitor<'de> for V {
+            type Value = OrderItem;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an id or a list of ids")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<OrderItem, E> {
+                Ok(match element::parse_uuid(s) {
+                    Some(id) => OrderItem::Id(id),
+                    None => OrderItem::Bad(format!("`{s}` is not a valid UUID")),
+                })
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<OrderItem, E> {
+                Ok(OrderItem::Other(Value::Null))
+            }
+            fn visit_none<E: de::Error>(self) -> Result<OrderItem, E> {
+                Ok(OrderItem::Other(Value::Null))
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<OrderItem, D::Error> {
+                d.deserialize_any(self)
+            }
+            fn visit_bool<E: de::Error>(self, b: bool) -> Result<OrderItem, E> {
+                Ok(OrderItem::Other(Value::Bool(b)))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<OrderItem, E> {
+                Ok(OrderItem::Other(n.into()))
+            }
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<OrderItem, E> {
+                Ok(OrderItem::Other(n.into()))
+            }
+            fn visit_f64<E: de::Error>(self, n: f64) -> Result<OrderItem, E> {
+                let n = serde_json::Number::from_f64(n).unwrap_or_else(|| 0.into());
+                Ok(OrderItem::Other(Value::Number(n)))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<OrderItem, A::Error> {
+                Value::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(OrderItem::Other)
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<OrderItem, A::Error> {
+                Value::deserialize(de::value::MapAccessDeserializer::new(map)).map(OrderItem::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 #[derive(Deserialize)]

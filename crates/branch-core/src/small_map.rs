@@ -50,6 +50,15 @@ impl<V> SmallMap<V> {
         }
     }
 
+    /// The entries there is room for without growing.
+    #[cfg(test)]
+    pub(crate) fn capacity(&self) -> usize {
+        match &self.0 {
+            Repr::Small(v) => v.capacity(),
+            Repr::Large(m) => m.capacity(),
+        }
+    }
+
     pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }

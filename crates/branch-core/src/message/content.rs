@@ -6,12 +6,40 @@ use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use super::content_fields::ContentFields;
 use crate::element::{self, parse_uuid};
 use crate::participant::json_type;
 
 /// The system prompt text used when a stored System has none.
 pub const DEFAULT_SYSTEM_MESSAGE: &str =
     "You are a helpful AI assistant. Let's think step by step.";
+
+/// The keys each kind's content takes; any other is refused. A wrapper
+/// key a kind unwraps first (`action_request`, `action_response`) is not
+/// listed: it is gone by the time the keys are checked.
+pub(super) const SYSTEM_KEYS: &[&str] = &["system_message", "system_datetime"];
+pub(super) const INSTRUCTION_KEYS: &[&str] = &[
+    "instruction",
+    "guidance",
+    "prompt_context",
+    "context",
+    "handle_context",
+    "plain_content",
+    "tool_schemas",
+    "images",
+    "image_detail",
+    "response_format",
+    "structure",
+];
+pub(super) const ASSISTANT_RESPONSE_KEYS: &[&str] = &["assistant_response"];
+pub(super) const ACTION_REQUEST_KEYS: &[&str] = &["function", "arguments", "action_response_id"];
+pub(super) const ACTION_RESPONSE_KEYS: &[&str] = &[
+    "function",
+    "arguments",
+    "output",
+    "action_request_id",
+    "error",
+];
 
 /// Content of the system message.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,13 +78,12 @@ impl SystemContent {
         self.system_message.as_str()
     }
 
-    pub(crate) fn from_value(v: Value) -> Result<Self, String> {
-        let mut m = content_object(v)?;
-        check_keys(&m, &["system_message", "system_datetime"])?;
+    pub(crate) fn from_fields(mut m: ContentFields) -> Result<Self, String> {
+        m.check_keys(SYSTEM_KEYS)?;
         let system_message = m
-            .shift_remove("system_message")
+            .take("system_message")
             .unwrap_or_else(|| DEFAULT_SYSTEM_MESSAGE.into());
-        let system_datetime = match m.shift_remove("system_datetime") {
+        let system_datetime = match m.take("system_datetime") {
             None | Some(Value::Null) | Some(Value::Bool(false)) => None,
             Some(Value::Bool(true)) => Some(element::format_minute_utc(element::now())),
             Some(Value::String(s)) => Some(s),
@@ -154,47 +181,31 @@ pub(crate) fn truthy(v: &Value) -> bool {
 }
 
 impl InstructionContent {
-    pub(crate) fn from_value(v: Value) -> Result<Self, String> {
-        let mut m = content_object(v)?;
-        check_keys(
-            &m,
-            &[
-                "instruction",
-                "guidance",
-                "prompt_context",
-                "context",
-                "handle_context",
-                "plain_content",
-                "tool_schemas",
-                "images",
-                "image_detail",
-                "response_format",
-                "structure",
-            ],
-        )?;
+    pub(crate) fn from_fields(mut m: ContentFields) -> Result<Self, String> {
+        m.check_keys(INSTRUCTION_KEYS)?;
         let mut c = InstructionContent {
             // Kept unless empty, exactly as written: the reference keeps
             // only truthy values and so loses a written `0`, `false` or
             // `{}` (compat.md).
-            instruction: m.shift_remove("instruction").filter(|v| !is_empty_value(v)),
-            guidance: m.shift_remove("guidance").filter(|v| !is_empty_value(v)),
+            instruction: m.take("instruction").filter(|v| !is_empty_value(v)),
+            guidance: m.take("guidance").filter(|v| !is_empty_value(v)),
             ..Default::default()
         };
-        match m.shift_remove("handle_context") {
+        match m.take("handle_context") {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) if s == "extend" || s == "replace" => {}
             Some(_) => return Err("`handle_context` must be \"extend\" or \"replace\"".into()),
         }
-        let ctx = match m.shift_remove("context") {
+        let ctx = match m.take("context") {
             Some(v) => Some(v),
-            None => m.shift_remove("prompt_context"),
+            None => m.take("prompt_context"),
         };
         c.prompt_context = match ctx {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(a)) => a,
             Some(other) => vec![other],
         };
-        c.plain_content = match m.shift_remove("plain_content") {
+        c.plain_content = match m.take("plain_content") {
             Some(Value::String(s)) if !s.is_empty() => Some(s),
             None | Some(Value::Null) | Some(Value::String(_)) => None,
             Some(other) => {
@@ -204,7 +215,7 @@ impl InstructionContent {
                 ));
             }
         };
-        c.tool_schemas = match m.shift_remove("tool_schemas") {
+        c.tool_schemas = match m.take("tool_schemas") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::Array(a)) => a,
             Some(Value::Object(mut o)) => match o.shift_remove("tools") {
@@ -224,7 +235,7 @@ impl InstructionContent {
             }
         };
         let images_given = m.contains_key("images");
-        c.images = match m.shift_remove("images") {
+        c.images = match m.take("images") {
             None | Some(Value::Null) => Vec::new(),
             Some(Value::String(s)) => vec![s],
             Some(Value::Array(a)) => a
@@ -244,7 +255,7 @@ impl InstructionContent {
                 ));
             }
         };
-        c.image_detail = match m.shift_remove("image_detail") {
+        c.image_detail = match m.take("image_detail") {
             Some(Value::String(s)) if !s.is_empty() => {
                 Some(ImageDetail::parse(&s).ok_or_else(|| {
                     format!("`image_detail` must be low, high or auto, not `{s}`")
@@ -261,7 +272,7 @@ impl InstructionContent {
         if images_given && c.image_detail.is_none() {
             c.image_detail = Some(ImageDetail::Auto);
         }
-        c.response_format = m.shift_remove("response_format").filter(|v| !v.is_null());
+        c.response_format = m.take("response_format").filter(|v| !v.is_null());
         Ok(c)
     }
 }
@@ -312,10 +323,9 @@ pub struct AssistantResponseContent {
 }
 
 impl AssistantResponseContent {
-    pub(crate) fn from_value(v: Value) -> Result<Self, String> {
-        let mut m = content_object(v)?;
-        check_keys(&m, &["assistant_response"])?;
-        let assistant_response = match m.shift_remove("assistant_response") {
+    pub(crate) fn from_fields(mut m: ContentFields) -> Result<Self, String> {
+        m.check_keys(ASSISTANT_RESPONSE_KEYS)?;
+        let assistant_response = match m.take("assistant_response") {
             None | Some(Value::Null) => String::new(),
             Some(Value::String(s)) => s,
             Some(other) => {
@@ -349,18 +359,17 @@ pub struct ActionRequestContent {
 }
 
 impl ActionRequestContent {
-    pub(crate) fn from_value(v: Value) -> Result<Self, String> {
-        let mut m = content_object(v)?;
-        if let Some(Value::Object(inner)) = m.shift_remove("action_request") {
+    pub(crate) fn from_fields(mut m: ContentFields) -> Result<Self, String> {
+        if let Some(Value::Object(inner)) = m.take("action_request") {
             for (k, v) in inner {
-                m.entry(k).or_insert(v);
+                m.insert_if_absent(k, v);
             }
         }
-        check_keys(&m, &["function", "arguments", "action_response_id"])?;
+        m.check_keys(ACTION_REQUEST_KEYS)?;
         Ok(Self {
-            function: function_name(m.shift_remove("function"))?,
-            arguments: arguments_object(m.shift_remove("arguments"))?,
-            action_response_id: opt_id(m.shift_remove("action_response_id"), "action_response_id")?,
+            function: function_name(m.take("function"))?,
+            arguments: arguments_object(m.take("arguments"))?,
+            action_response_id: opt_id(m.take("action_response_id"), "action_response_id")?,
         })
     }
 }
@@ -393,31 +402,21 @@ pub struct ActionResponseContent {
 }
 
 impl ActionResponseContent {
-    pub(crate) fn from_value(v: Value) -> Result<Self, String> {
-        let mut m = content_object(v)?;
-        if let Some(Value::Object(inner)) = m.shift_remove("action_response") {
+    pub(crate) fn from_fields(mut m: ContentFields) -> Result<Self, String> {
+        if let Some(Value::Object(inner)) = m.take("action_response") {
             for (k, v) in inner {
                 if k != "action_request_id" {
                     m.insert(k, v);
                 }
             }
         }
-        check_keys(
-            &m,
-            &[
-                "function",
-                "arguments",
-                "output",
-                "action_request_id",
-                "error",
-            ],
-        )?;
+        m.check_keys(ACTION_RESPONSE_KEYS)?;
         Ok(Self {
-            function: function_name(m.shift_remove("function"))?,
-            arguments: arguments_object(m.shift_remove("arguments"))?,
-            output: m.shift_remove("output").filter(|v| !v.is_null()),
-            action_request_id: opt_id(m.shift_remove("action_request_id"), "action_request_id")?,
-            error: match m.shift_remove("error") {
+            function: function_name(m.take("function"))?,
+            arguments: arguments_object(m.take("arguments"))?,
+            output: m.take("output").filter(|v| !v.is_null()),
+            action_request_id: opt_id(m.take("action_request_id"), "action_request_id")?,
+            error: match m.take("error") {
                 None | Some(Value::Null) => None,
                 Some(Value::String(s)) => Some(s),
                 Some(other) => Some(other.to_string()),
@@ -441,24 +440,6 @@ impl Serialize for ActionResponseContent {
             m.serialize_entry("error", e)?;
         }
         m.end()
-    }
-}
-
-fn content_object(v: Value) -> Result<Map<String, Value>, String> {
-    match v {
-        Value::Null => Ok(Map::new()),
-        Value::Object(m) => Ok(m),
-        other => Err(format!(
-            "`content` must be an object, not {}",
-            json_type(&other)
-        )),
-    }
-}
-
-fn check_keys(m: &Map<String, Value>, allowed: &[&str]) -> Result<(), String> {
-    match m.keys().find(|k| !allowed.contains(&k.as_str())) {
-        Some(k) => Err(format!("unknown content key `{k}`")),
-        None => Ok(()),
     }
 }
 
@@ -511,21 +492,26 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// What a kind reads from `v`, as a message's reading hands it over.
+    fn read<T>(kind: fn(ContentFields) -> Result<T, String>, v: Value) -> Result<T, String> {
+        kind(ContentFields::from_value(v)?)
+    }
+
     #[test]
     fn empty_contents_match_the_reference() {
-        let i = InstructionContent::from_value(json!({})).unwrap();
+        let i = read(InstructionContent::from_fields, json!({})).unwrap();
         assert_eq!(serde_json::to_value(&i).unwrap(), json!({}));
-        let a = AssistantResponseContent::from_value(json!({})).unwrap();
+        let a = read(AssistantResponseContent::from_fields, json!({})).unwrap();
         assert_eq!(
             serde_json::to_value(&a).unwrap(),
             json!({"assistant_response": ""})
         );
-        let r = ActionRequestContent::from_value(json!({})).unwrap();
+        let r = read(ActionRequestContent::from_fields, json!({})).unwrap();
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             json!({"function": "", "arguments": {}})
         );
-        let r = ActionResponseContent::from_value(json!({})).unwrap();
+        let r = read(ActionResponseContent::from_fields, json!({})).unwrap();
         assert_eq!(
             serde_json::to_value(&r).unwrap(),
             json!({"function": "", "arguments": {}})
@@ -534,7 +520,7 @@ mod tests {
 
     #[test]
     fn instruction_input_rules() {
-        let i = InstructionContent::from_value(json!({
+        let i = read(InstructionContent::from_fields, json!({
             "instruction": "", "context": {"k": 1}, "images": "u", "tool_schemas": {"tools": [{"a": 1}]}
         }))
         .unwrap();
@@ -543,22 +529,32 @@ mod tests {
         assert_eq!(i.images, vec!["u".to_string()]);
         assert_eq!(i.image_detail, Some(ImageDetail::Auto));
         assert_eq!(i.tool_schemas, vec![json!({"a": 1})]);
-        assert!(InstructionContent::from_value(json!({"handle_context": "merge"})).is_err());
-        assert!(InstructionContent::from_value(json!({"bogus": 1})).is_err());
+        assert!(
+            read(
+                InstructionContent::from_fields,
+                json!({"handle_context": "merge"})
+            )
+            .is_err()
+        );
+        assert!(read(InstructionContent::from_fields, json!({"bogus": 1})).is_err());
     }
 
     #[test]
     fn legacy_wrappers_and_string_arguments() {
-        let r = ActionRequestContent::from_value(
+        let r = read(
+            ActionRequestContent::from_fields,
             json!({"action_request": {"function": "f", "arguments": "{\"a\": 1}"}}),
         )
         .unwrap();
         assert_eq!(r.function, "f");
         assert_eq!(r.arguments["a"], 1);
         let id = "2a5ff888-f368-4fd5-acc4-a6e15bb4a8a7";
-        let r = ActionResponseContent::from_value(json!({
-            "action_response": {"function": "f", "output": 3}, "action_request_id": id
-        }))
+        let r = read(
+            ActionResponseContent::from_fields,
+            json!({
+                "action_response": {"function": "f", "output": 3}, "action_request_id": id
+            }),
+        )
         .unwrap();
         assert_eq!(r.output, Some(json!(3)));
         assert_eq!(r.action_request_id.unwrap().to_string(), id);

@@ -9,6 +9,8 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod content;
+mod content_fields;
+mod kind_metadata;
 mod manager;
 
 pub(crate) use content::truthy;
@@ -24,8 +26,10 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use self::content_fields::ContentWire;
+use self::kind_metadata::{ClassRead, KindMetadata};
 use crate::element::{self, Element, Finite, MetadataOut, lion_class};
-use crate::metadata::Metadata;
+use crate::parsed_json::Checked;
 use crate::participant::{Participant, Role, de_participant};
 use crate::pile::{MetaPlacement, Stored};
 use crate::progression::de_opt_created_at;
@@ -80,7 +84,12 @@ impl MessageKind {
 
     /// Recognises a full `lion_class` path or a short legacy class name.
     pub fn from_lion_class(s: &str) -> Option<Self> {
-        let short = s.rsplit('.').next().unwrap_or(s);
+        // The name after the last dot; found by bytes, as `rsplit('.')`'s
+        // searcher cost more than the rest of the lookup.
+        let short = match s.bytes().rposition(|b| b == b'.') {
+            Some(dot) => s.get(dot + 1..).unwrap_or(s),
+            None => s,
+        };
         Some(match short {
             "System" => MessageKind::System,
             "Instruction" => MessageKind::Instruction,
@@ -122,20 +131,21 @@ impl MessageContent {
         }
     }
 
-    fn from_value(kind: MessageKind, v: Value) -> Result<Self, String> {
+    fn from_wire(kind: MessageKind, w: ContentWire) -> Result<Self, String> {
+        let f = w.into_fields()?;
         Ok(match kind {
-            MessageKind::System => MessageContent::System(Box::new(SystemContent::from_value(v)?)),
+            MessageKind::System => MessageContent::System(Box::new(SystemContent::from_fields(f)?)),
             MessageKind::Instruction => {
-                MessageContent::Instruction(Box::new(InstructionContent::from_value(v)?))
+                MessageContent::Instruction(Box::new(InstructionContent::from_fields(f)?))
             }
             MessageKind::AssistantResponse => {
-                MessageContent::AssistantResponse(AssistantResponseContent::from_value(v)?)
+                MessageContent::AssistantResponse(AssistantResponseContent::from_fields(f)?)
             }
             MessageKind::ActionRequest => {
-                MessageContent::ActionRequest(Box::new(ActionRequestContent::from_value(v)?))
+                MessageContent::ActionRequest(Box::new(ActionRequestContent::from_fields(f)?))
             }
             MessageKind::ActionResponse => {
-                MessageContent::ActionResponse(Box::new(ActionResponseContent::from_value(v)?))
+                MessageContent::ActionResponse(Box::new(ActionResponseContent::from_fields(f)?))
             }
         })
     }
@@ -364,11 +374,11 @@ struct MessageWire {
     #[serde(default, deserialize_with = "de_opt_created_at")]
     created_at: Option<f64>,
     #[serde(default)]
-    metadata: Option<Metadata>,
+    metadata: Option<KindMetadata>,
     #[serde(default)]
-    node_metadata: Option<Metadata>,
+    node_metadata: Option<KindMetadata>,
     #[serde(default)]
-    content: Value,
+    content: ContentWire,
     #[serde(default)]
     embedding: Option<Vec<f64>>,
     #[serde(default = "unset", deserialize_with = "de_participant")]
@@ -377,9 +387,11 @@ struct MessageWire {
     recipient: Option<Participant>,
     #[serde(default)]
     channel: Option<String>,
+    /// Derived from the kind, so ignored; walked as a `Value` reads it
+    /// (refused where a `Value` would be), without being built.
     #[serde(default)]
     #[allow(dead_code)]
-    role: Option<Value>,
+    role: Option<Checked>,
 }
 
 fn unset() -> Option<Participant> {
@@ -389,23 +401,28 @@ fn unset() -> Option<Participant> {
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let w = MessageWire::deserialize(d)?;
-        let mut metadata = w.metadata.or(w.node_metadata).unwrap_or_default();
-        let class = match metadata.shift_remove("lion_class") {
-            Some(Value::String(s)) => s,
-            Some(_) => return Err(de::Error::custom("`metadata.lion_class` must be a string")),
+        let KindMetadata { class, rest } = w.metadata.or(w.node_metadata).unwrap_or_default();
+        let kind = match class {
+            Some(ClassRead::Kind(kind)) => kind,
+            Some(ClassRead::Unknown(class)) => {
+                return Err(de::Error::custom(format!(
+                    "`{class}` is not a message class"
+                )));
+            }
+            Some(ClassRead::NotAString) => {
+                return Err(de::Error::custom("`metadata.lion_class` must be a string"));
+            }
             None => {
                 return Err(de::Error::custom(
                     "a message needs `metadata.lion_class` to tell its kind",
                 ));
             }
         };
-        let kind = MessageKind::from_lion_class(&class)
-            .ok_or_else(|| de::Error::custom(format!("`{class}` is not a message class")))?;
-        let content = MessageContent::from_value(kind, w.content).map_err(de::Error::custom)?;
+        let content = MessageContent::from_wire(kind, w.content).map_err(de::Error::custom)?;
         let element = Element {
             id: w.id.unwrap_or_else(Uuid::new_v4),
             created_at: w.created_at.unwrap_or_else(element::now),
-            metadata,
+            metadata: rest,
         };
         Ok(Message {
             element,

@@ -1,0 +1,226 @@
+//! A message's metadata as read: its kind taken out of `lion_class` while
+//! the object is read, the other keys kept as the message's metadata.
+//!
+//! Read as a whole `Metadata`, the class's text was copied into the map
+//! (with room for it) only to be removed again and looked up; a message
+//! whose metadata is only its class (nearly every one) then kept an empty
+//! allocation for as long as it lived. Read here, the class is looked up
+//! where it lies, and such a message's metadata allocates nothing.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+
+use super::MessageKind;
+use crate::metadata::Metadata;
+
+/// What `lion_class` held, judged once the whole message is read (its
+/// errors come after the other fields', as they did).
+#[derive(Debug)]
+pub(crate) enum ClassRead {
+    Kind(MessageKind),
+    /// A string that names no message kind, kept for the error.
+    Unknown(String),
+    NotAString,
+}
+
+/// The metadata a message is read with.
+#[derive(Debug, Default)]
+pub(crate) struct KindMetadata {
+    pub(crate) class: Option<ClassRead>,
+    pub(crate) rest: Metadata,
+}
+
+const CLASS_KEY: &str = "lion_class";
+
+impl<'de> Deserialize<'de> for KindMetadata {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_map(MetaVisitor)
+    }
+}
+
+struct MetaVisitor;
+
+impl<'de> Visitor<'de> for MetaVisitor {
+    type Value = KindMetadata;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<KindMetadata, A::Error> {
+        // The hint comes from the input: it sizes at most a small start,
+        // and only once a key other than the class arrives.
+        let room = access.size_hint().unwrap_or(0).min(16);
+        let mut out = KindMetadata::default();
+        while let Some(key) = access.next_key::<MetaKey>()? {
+            match key {
+                // A repeated key keeps its last value, as in a map.
+                MetaKey::Class => out.class = Some(access.next_value::<ClassRead>()?),
+                MetaKey::Other(k) => {
+                    let v: Value = access.next_value()?;
+                    if out.rest.is_empty() {
+                        out.rest = Metadata::with_capacity(room.saturating_sub(1).max(1));
+                    }
+                    out.rest.insert(k, v);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+enum MetaKey {
+    Class,
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for MetaKey {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct K;
+        impl Visitor<'_> for K {
+            type Value = MetaKey;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<MetaKey, E> {
+                Ok(match s {
+                    CLASS_KEY => MetaKey::Class,
+                    other => MetaKey::Other(other.to_owned()),
+                })
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<MetaKey, E> {
+                Ok(match s.as_str() {
+                    CLASS_KEY => MetaKey::Class,
+                    _ => MetaKey::Other(s),
+                })
+            }
+        }
+        d.deserialize_str(K)
+    }
+}
+
+impl<'de> Deserialize<'de> for ClassRead {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct C;
+        impl<'de> Visitor<'de> for C {
+            type Value = ClassRead;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ClassRead, E> {
+                Ok(match MessageKind::from_lion_class(s) {
+                    Some(kind) => ClassRead::Kind(kind),
+                    None => ClassRead::Unknown(s.to_owned()),
+                })
+            }
+            fn visit_string<E: de::Error>(self, s: String) -> Result<ClassRead, E> {
+                Ok(match MessageKind::from_lion_class(&s) {
+                    Some(kind) => ClassRead::Kind(kind),
+                    None => ClassRead::Unknown(s),
+                })
+            }
+            // Anything else is not a class: read whole, as a `Value`
+            // reads it, and refused once the message is read.
+            fn visit_unit<E: de::Error>(self) -> Result<ClassRead, E> {
+                Ok(ClassRead::NotAString)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<ClassRead, E> {
+                Ok(ClassRead::NotAString)
+            }
+            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<ClassRead, D::Error> {
+                d.deserialize_any(self)
+            }
+            fn visit_bool<E: de::Error>(self, _: bool) -> Result<ClassRead, E> {
+                Ok(ClassRead::NotAString)
+            }
+            fn visit_i64<E: de::Error>(self, _: i64) -> Result<ClassRead, E> {
+                Ok(ClassRead::NotAString)
+            }
+            fn visit_u64<E: de::Error>(self, _: u64) -> Result<ClassRead, E> {
+                Ok(ClassRead::NotAString)
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<ClassRead, E> {
+                Ok(ClassRead::NotAString)
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ClassRead, A::Error> {
+                Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
+                Ok(ClassRead::NotAString)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ClassRead, A::Error> {
+                Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                Ok(ClassRead::NotAString)
+            }
+        }
+        d.deserialize_any(C)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn read(text: &str) -> KindMetadata {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn the_class_is_taken_out_and_the_rest_kept_in_order() {
+        let m = read(r#"{"b": 1, "lion_class": "x.Instruction", "a": {"c": [2]}}"#);
+        assert!(matches!(
+            m.class,
+            Some(ClassRead::Kind(MessageKind::Instruction))
+        ));
+        assert_eq!(
+            serde_json::to_value(&m.rest).unwrap(),
+            json!({"b": 1, "a": {"c": [2]}})
+        );
+        assert_eq!(
+            m.rest.keys().map(String::as_str).collect::<Vec<_>>(),
+            ["b", "a"]
+        );
+    }
+
+    #[test]
+    fn metadata_of_only_its_class_holds_nothing() {
+        let m = read(r#"{"lion_class": "lionagi.protocols.messages.system.System"}"#);
+        assert!(matches!(
+            m.class,
+            Some(ClassRead::Kind(MessageKind::System))
+        ));
+        assert!(m.rest.is_empty());
+        assert_eq!(m.rest.capacity(), 0);
+    }
+
+    #[test]
+    fn a_class_that_is_no_kind_or_no_string_is_kept_for_its_error() {
+        let m = read(r#"{"lion_class": "a.Node"}"#);
+        assert!(matches!(m.class, Some(ClassRead::Unknown(ref c)) if c == "a.Node"));
+        for v in [
+            "null",
+            "1",
+            "-1",
+            "1.5",
+            "true",
+            "[\"x.System\"]",
+            "{\"a\": 1}",
+        ] {
+            let m = read(&format!(r#"{{"lion_class": {v}}}"#));
+            assert!(matches!(m.class, Some(ClassRead::NotAString)), "{v}");
+        }
+        assert!(read("{}").class.is_none());
+        // A value a `Value` refuses is refused here too.
+        assert!(serde_json::from_str::<KindMetadata>(r#"{"lion_class": [1e999]}"#).is_err());
+    }
+
+    #[test]
+    fn a_repeated_class_keeps_its_last_value() {
+        let m = read(r#"{"lion_class": "x.System", "lion_class": "x.ActionRequest"}"#);
+        assert!(matches!(
+            m.class,
+            Some(ClassRead::Kind(MessageKind::ActionRequest))
+        ));
+    }
+}
