@@ -6,13 +6,14 @@
 //! message cost a hash table, an entry list and a copy of each key, then
 //! the removal of each key from the table: about a quarter of restoring a
 //! branch. Here a key that some kind's content takes costs no copy, and the
-//! entries are one short vector searched in order.
+//! entries are one short list searched in order (the one key most contents
+//! have is held without an allocation).
 //!
 //! It behaves as the map did where a kind can tell: the keys keep their
 //! first position, a repeated key keeps its last value, and a kind refuses
 //! the first key it does not take, in order. Only the first key that no
 //! kind takes is kept (every later one is refused after it, whichever the
-//! kind), so the entries are at most [`ContentFields::MOST`] however many
+//! kind), so the entries are at most the known keys and one more, however many
 //! keys a hostile file writes, and every search stays short.
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -52,12 +53,54 @@ const KNOWN_KEYS: [&str; 22] = [
 /// The content's keys in their first order, each with its last value.
 #[derive(Debug, Default)]
 pub(crate) struct ContentFields {
-    entries: Vec<(Cow<'static, str>, Value)>,
+    entries: Entries,
+}
+
+type Entry = (Cow<'static, str>, Value);
+
+/// Most contents hold one key: it is held without an allocation.
+#[derive(Debug, Default)]
+enum Entries {
+    #[default]
+    Empty,
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
+impl Entries {
+    fn as_slice(&self) -> &[Entry] {
+        match self {
+            Entries::Empty => &[],
+            Entries::One(e) => std::slice::from_ref(e),
+            Entries::Many(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [Entry] {
+        match self {
+            Entries::Empty => &mut [],
+            Entries::One(e) => std::slice::from_mut(e),
+            Entries::Many(v) => v,
+        }
+    }
+
+    fn push(&mut self, e: Entry) {
+        match self {
+            Entries::Empty => *self = Entries::One(e),
+            Entries::Many(list) => list.push(e),
+            Entries::One(_) => {
+                if let Entries::One(first) = std::mem::take(self) {
+                    *self = Entries::Many(vec![first, e]);
+                }
+            }
+        }
+    }
 }
 
 impl ContentFields {
     /// The most entries: every known key, and the first unknown one.
-    pub(crate) const MOST: usize = KNOWN_KEYS.len() + 1;
+    #[cfg(test)]
+    const MOST: usize = KNOWN_KEYS.len() + 1;
 
     /// The fields of a JSON object, or of `null` (no fields), as a message
     /// reads them from its text.
@@ -72,9 +115,7 @@ impl ContentFields {
 
     #[cfg(test)]
     fn from_map(m: serde_json::Map<String, Value>) -> Self {
-        let mut fields = Self {
-            entries: Vec::with_capacity(m.len().min(Self::MOST)),
-        };
+        let mut fields = Self::default();
         for (k, v) in m {
             fields.insert(k, v);
         }
@@ -82,13 +123,31 @@ impl ContentFields {
     }
 
     fn position(&self, key: &str) -> Option<usize> {
-        self.entries.iter().position(|(k, _)| k == key)
+        self.entries.as_slice().iter().position(|(k, _)| k == key)
     }
 
     /// Removes `key`, keeping the others' order.
+    #[inline]
     pub(crate) fn take(&mut self, key: &str) -> Option<Value> {
+        // A kind asks for each key it takes, most of them absent: once the
+        // content's one key is taken, the rest cost a test each.
+        match self.entries {
+            Entries::Empty => None,
+            _ => self.take_held(key),
+        }
+    }
+
+    fn take_held(&mut self, key: &str) -> Option<Value> {
         let at = self.position(key)?;
-        Some(self.entries.remove(at).1)
+        match std::mem::take(&mut self.entries) {
+            Entries::Empty => None,
+            Entries::One((_, v)) => Some(v),
+            Entries::Many(mut list) => {
+                let taken = (at < list.len()).then(|| list.remove(at).1);
+                self.entries = Entries::Many(list);
+                taken
+            }
+        }
     }
 
     pub(crate) fn contains_key(&self, key: &str) -> bool {
@@ -108,7 +167,7 @@ impl ContentFields {
     fn put(&mut self, key: Key, v: Value, replace: bool) {
         match self.position(key.as_str()) {
             Some(at) => {
-                if let Some(slot) = self.entries.get_mut(at).filter(|_| replace) {
+                if let Some(slot) = self.entries.as_mut_slice().get_mut(at).filter(|_| replace) {
                     slot.1 = v;
                 }
             }
@@ -124,13 +183,17 @@ impl ContentFields {
 
     /// Whether an unknown key is kept: the only keys held as owned text.
     fn holds_unknown(&self) -> bool {
-        self.entries.iter().any(|(k, _)| matches!(k, Cow::Owned(_)))
+        self.entries
+            .as_slice()
+            .iter()
+            .any(|(k, _)| matches!(k, Cow::Owned(_)))
     }
 
     /// Refuses the first key, in order, that `allowed` does not list.
     pub(crate) fn check_keys(&self, allowed: &[&str]) -> Result<(), String> {
         match self
             .entries
+            .as_slice()
             .iter()
             .find(|(k, _)| !allowed.contains(&k.as_ref()))
         {
@@ -230,10 +293,7 @@ impl<'de> Deserialize<'de> for ContentWire {
                 f.write_str("any JSON value")
             }
             fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<ContentWire, A::Error> {
-                let room = access.size_hint().unwrap_or(0).min(ContentFields::MOST);
-                let mut fields = ContentFields {
-                    entries: Vec::with_capacity(room),
-                };
+                let mut fields = ContentFields::default();
                 // Every value is read as a `Value` reads it, whether or not
                 // it is kept: a looser skip would let through a text that
                 // the map would have refused.
@@ -288,7 +348,11 @@ mod tests {
     }
 
     fn keys(f: &ContentFields) -> Vec<&str> {
-        f.entries.iter().map(|(k, _)| k.as_ref()).collect()
+        f.entries
+            .as_slice()
+            .iter()
+            .map(|(k, _)| k.as_ref())
+            .collect()
     }
 
     /// A key a kind takes but this list missed would be held as unknown,
@@ -314,15 +378,16 @@ mod tests {
     fn keys_keep_their_first_place_and_their_last_value() {
         let f = read(r#"{"guidance": 1, "instruction": "a", "guidance": 2}"#).unwrap();
         assert_eq!(keys(&f), ["guidance", "instruction"]);
-        assert_eq!(f.entries[0].1, json!(2));
+        assert_eq!(f.entries.as_slice()[0].1, json!(2));
         // As a `Map` reads the same text.
         let m: Map<String, Value> =
             serde_json::from_str(r#"{"guidance": 1, "instruction": "a", "guidance": 2}"#).unwrap();
         assert_eq!(
             m.into_iter().collect::<Vec<_>>(),
             f.entries
-                .into_iter()
-                .map(|(k, v)| (k.into_owned(), v))
+                .as_slice()
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
                 .collect::<Vec<_>>()
         );
     }
@@ -346,6 +411,29 @@ mod tests {
     }
 
     /// A file may write any number of keys; the entries stay bounded.
+    /// Entries leave and arrive in order whether one or many are held.
+    #[test]
+    fn taking_and_setting_keep_the_order() {
+        let mut f = ContentFields::default();
+        assert_eq!(f.take("instruction"), None);
+        f.insert("instruction".into(), json!(1));
+        assert!(f.contains_key("instruction"));
+        assert_eq!(f.take("guidance"), None);
+        assert_eq!(f.take("instruction"), Some(json!(1)));
+        assert!(keys(&f).is_empty());
+        for (k, v) in [("guidance", 1), ("instruction", 2), ("context", 3)] {
+            f.insert(k.into(), json!(v));
+        }
+        f.insert_if_absent("guidance".into(), json!(9));
+        f.insert("context".into(), json!(4));
+        assert_eq!(keys(&f), ["guidance", "instruction", "context"]);
+        assert_eq!(f.take("instruction"), Some(json!(2)));
+        assert_eq!(keys(&f), ["guidance", "context"]);
+        assert_eq!(f.take("guidance"), Some(json!(1)));
+        assert_eq!(f.take("context"), Some(json!(4)));
+        assert_eq!(f.take("context"), None);
+    }
+
     #[test]
     fn many_keys_keep_at_most_the_known_ones_and_one_more() {
         let mut text = String::from("{");
@@ -357,7 +445,7 @@ mod tests {
         }
         text.push_str("\"last\": 0}");
         let f = read(&text).unwrap();
-        assert_eq!(f.entries.len(), ContentFields::MOST);
+        assert_eq!(f.entries.as_slice().len(), ContentFields::MOST);
         assert_eq!(keys(&f)[0], "k0");
     }
 
@@ -381,7 +469,7 @@ mod tests {
                 format!("`content` must be an object, not {found}"),
             );
         }
-        assert!(read("null").unwrap().entries.is_empty());
+        assert!(read("null").unwrap().entries.as_slice().is_empty());
     }
 
     /// A value the content does not keep is still read as a `Value` reads

@@ -216,6 +216,28 @@ mod tests {
     }
 
     #[test]
+    fn a_class_is_known_by_its_path_or_its_last_name() {
+        use MessageKind::*;
+        for kind in [
+            System,
+            Instruction,
+            AssistantResponse,
+            ActionRequest,
+            ActionResponse,
+        ] {
+            assert_eq!(MessageKind::from_lion_class(kind.lion_class()), Some(kind));
+            assert_eq!(MessageKind::from_lion_class(kind.class_name()), Some(kind));
+            let moved = format!("other.module.{}", kind.class_name());
+            assert_eq!(MessageKind::from_lion_class(&moved), Some(kind));
+            let longer = format!("{}s", kind.lion_class());
+            assert_eq!(MessageKind::from_lion_class(&longer), None);
+        }
+        for other in ["", ".", "Node", "a.Node", "Instruction.", "instruction"] {
+            assert_eq!(MessageKind::from_lion_class(other), None, "{other}");
+        }
+    }
+
+    #[test]
     fn a_repeated_class_keeps_its_last_value() {
         let m = read(r#"{"lion_class": "x.System", "lion_class": "x.ActionRequest"}"#);
         assert!(matches!(

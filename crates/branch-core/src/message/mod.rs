@@ -84,8 +84,20 @@ impl MessageKind {
 
     /// Recognises a full `lion_class` path or a short legacy class name.
     pub fn from_lion_class(s: &str) -> Option<Self> {
-        // The name after the last dot; found by bytes, as `rsplit('.')`'s
-        // searcher cost more than the rest of the lookup.
+        // The paths written (by us and the reference) first: one compare.
+        let written = match s {
+            lion_class::SYSTEM => Some(MessageKind::System),
+            lion_class::INSTRUCTION => Some(MessageKind::Instruction),
+            lion_class::ASSISTANT_RESPONSE => Some(MessageKind::AssistantResponse),
+            lion_class::ACTION_REQUEST => Some(MessageKind::ActionRequest),
+            lion_class::ACTION_RESPONSE => Some(MessageKind::ActionResponse),
+            _ => None,
+        };
+        if written.is_some() {
+            return written;
+        }
+        // Else the name after the last dot; found by bytes, as
+        // `rsplit('.')`'s searcher cost more than the rest of the lookup.
         let short = match s.bytes().rposition(|b| b == b'.') {
             Some(dot) => s.get(dot + 1..).unwrap_or(s),
             None => s,
