@@ -140,9 +140,9 @@ pub fn format_minute_utc(epoch: f64) -> String {
 }
 
 /// Serde helper: an optional id; `null` or absent is `None`.
-/// The text is read where it lies when the input allows (every stored
-/// element has an id: a copy of each was a tenth of a restore's
-/// allocations).
+/// The text is read where it lies when the input allows: every stored
+/// element has an id, and its copy was one of the thirteen allocations a
+/// restored message made.
 pub(crate) fn de_opt_uuid<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Uuid>, D::Error> {
     struct Id;
     impl<'de> de::Visitor<'de> for Id {

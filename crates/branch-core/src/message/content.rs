@@ -40,6 +40,17 @@ pub(super) const ACTION_RESPONSE_KEYS: &[&str] = &[
     "action_request_id",
     "error",
 ];
+/// The wrappers the two action kinds unwrap.
+pub(super) const WRAPPER_KEYS: &[&str] = &["action_request", "action_response"];
+/// Every key some kind's content takes, by kind (a key may be listed twice).
+pub(super) const KEYS_BY_KIND: [&[&str]; 6] = [
+    SYSTEM_KEYS,
+    INSTRUCTION_KEYS,
+    ASSISTANT_RESPONSE_KEYS,
+    ACTION_REQUEST_KEYS,
+    ACTION_RESPONSE_KEYS,
+    WRAPPER_KEYS,
+];
 
 /// Content of the system message.
 #[derive(Debug, Clone, PartialEq)]

@@ -21,34 +21,8 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::fmt;
 
+use super::content::KEYS_BY_KIND;
 use crate::participant::json_type;
-
-/// Every key some kind's content takes, with the wrappers two kinds
-/// unwrap (checked against each kind's list by a test below).
-const KNOWN_KEYS: [&str; 22] = [
-    "system_message",
-    "system_datetime",
-    "instruction",
-    "guidance",
-    "prompt_context",
-    "context",
-    "handle_context",
-    "plain_content",
-    "tool_schemas",
-    "images",
-    "image_detail",
-    "response_format",
-    "structure",
-    "assistant_response",
-    "action_request",
-    "function",
-    "arguments",
-    "action_response_id",
-    "action_response",
-    "output",
-    "action_request_id",
-    "error",
-];
 
 /// The content's keys in their first order, each with its last value.
 #[derive(Debug, Default)]
@@ -98,10 +72,6 @@ impl Entries {
 }
 
 impl ContentFields {
-    /// The most entries: every known key, and the first unknown one.
-    #[cfg(test)]
-    const MOST: usize = KNOWN_KEYS.len() + 1;
-
     /// The fields of a JSON object, or of `null` (no fields), as a message
     /// reads them from its text.
     #[cfg(test)]
@@ -203,8 +173,13 @@ impl ContentFields {
     }
 }
 
+/// The static name of `key` if some kind's content takes it.
 fn known(key: &str) -> Option<&'static str> {
-    KNOWN_KEYS.iter().copied().find(|k| *k == key)
+    KEYS_BY_KIND
+        .iter()
+        .flat_map(|keys| keys.iter())
+        .copied()
+        .find(|k| *k == key)
 }
 
 fn not_an_object(found: &str) -> String {
@@ -355,25 +330,6 @@ mod tests {
             .collect()
     }
 
-    /// A key a kind takes but this list missed would be held as unknown,
-    /// and a second such key dropped.
-    #[test]
-    fn every_key_a_kind_takes_is_known() {
-        use super::super::content::*;
-        for list in [
-            SYSTEM_KEYS,
-            INSTRUCTION_KEYS,
-            ASSISTANT_RESPONSE_KEYS,
-            ACTION_REQUEST_KEYS,
-            ACTION_RESPONSE_KEYS,
-            &["action_request", "action_response"],
-        ] {
-            for k in list {
-                assert!(known(k).is_some(), "{k}");
-            }
-        }
-    }
-
     #[test]
     fn keys_keep_their_first_place_and_their_last_value() {
         let f = read(r#"{"guidance": 1, "instruction": "a", "guidance": 2}"#).unwrap();
@@ -440,12 +396,18 @@ mod tests {
         for i in 0..10_000 {
             text.push_str(&format!("\"k{i}\": {i},"));
         }
-        for k in KNOWN_KEYS {
+        let known: std::collections::BTreeSet<&str> = KEYS_BY_KIND
+            .iter()
+            .flat_map(|keys| keys.iter())
+            .copied()
+            .collect();
+        for k in &known {
             text.push_str(&format!("\"{k}\": null,"));
         }
         text.push_str("\"last\": 0}");
         let f = read(&text).unwrap();
-        assert_eq!(f.entries.as_slice().len(), ContentFields::MOST);
+        // Every key some kind takes, and the first of the others.
+        assert_eq!(f.entries.as_slice().len(), known.len() + 1);
         assert_eq!(keys(&f)[0], "k0");
     }
 
