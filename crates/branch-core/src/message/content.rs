@@ -202,6 +202,11 @@ impl InstructionContent {
             guidance: m.take("guidance").filter(|v| !is_empty_value(v)),
             ..Default::default()
         };
+        // Most instructions hold nothing else: every other field keeps its
+        // default when its key is absent.
+        if m.is_empty() {
+            return Ok(c);
+        }
         match m.take("handle_context") {
             None | Some(Value::Null) => {}
             Some(Value::String(s)) if s == "extend" || s == "replace" => {}

@@ -114,10 +114,16 @@ impl ContentFields {
             Entries::One((_, v)) => Some(v),
             Entries::Many(mut list) => {
                 let taken = (at < list.len()).then(|| list.remove(at).1);
-                self.entries = Entries::Many(list);
+                if !list.is_empty() {
+                    self.entries = Entries::Many(list);
+                }
                 taken
             }
         }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.as_slice().is_empty()
     }
 
     pub(crate) fn contains_key(&self, key: &str) -> bool {
