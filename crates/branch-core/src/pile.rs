@@ -403,8 +403,7 @@ impl<T> Items<T> {
 /// than memory (an allocation this large is mapped, and its pages are
 /// touched only as items are written). Sized for histories of a few
 /// hundred thousand messages: at 16 MiB a history of 100,000 (about 19 MB
-/// of entries) was reserved short and moved whole once, a tenth of its
-/// restore's time.
+/// of entries) was reserved short and moved whole once.
 const MAX_RESERVED_ITEMS_BYTES: usize = 64 << 20;
 
 impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Items<T> {

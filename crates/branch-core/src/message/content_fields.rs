@@ -13,8 +13,8 @@
 //! first position, a repeated key keeps its last value, and a kind refuses
 //! the first key it does not take, in order. Only the first key that no
 //! kind takes is kept (every later one is refused after it, whichever the
-//! kind), so the entries are at most the known keys and one more, however many
-//! keys a hostile file writes, and every search stays short.
+//! kind), so the entries are at most the known keys and one more however
+//! many keys a hostile file writes, and every search stays short.
 
 use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
