@@ -127,6 +127,25 @@ fn participants_and_the_role_read_in_every_written_form() {
     }
 }
 
+/// serde_json's raw-value marker is no key of ours: a `Value`'s reader
+/// would take its string for JSON text.
+#[test]
+fn the_raw_value_marker_is_refused_in_the_content_and_the_role() {
+    let marker = "$serde_json::private::RawValue";
+    let mut content = serde_json::Map::new();
+    content.insert(marker.into(), json!("{\"instruction\": \"a\"}"));
+    refused(
+        message(
+            json!({"lion_class": INSTRUCTION}),
+            Value::Object(content.clone()),
+        ),
+        &format!("unknown content key `{marker}`"),
+    );
+    let mut doc = message(json!({"lion_class": INSTRUCTION}), json!({}));
+    doc["role"] = Value::Object(content);
+    refused(doc, "a key reserved by serde_json");
+}
+
 #[test]
 fn the_kind_is_judged_before_the_content() {
     let no_class = "a message needs `metadata.lion_class` to tell its kind";
@@ -200,6 +219,16 @@ fn content_faults_are_named() {
         ),
         "unknown content key `zz`",
     );
+}
+
+/// serde's derive reads a struct from a list too, by position: a message
+/// is read only from an object.
+#[test]
+fn a_message_is_read_only_from_an_object() {
+    let doc = json!([ID, 1.5, {"lion_class": INSTRUCTION}, null, {"instruction": "x"}]);
+    refused(doc, "expected a JSON object");
+    refused(json!("text"), "expected a JSON object");
+    refused(Value::Null, "expected a JSON object");
 }
 
 #[test]

@@ -412,7 +412,9 @@ fn unset() -> Option<Participant> {
 
 impl<'de> Deserialize<'de> for Message {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = MessageWire::deserialize(d)?;
+        // Only from an object: serde's derive would also read a list, its
+        // items taken as the fields in order.
+        let w: MessageWire = crate::object_only::object_only(d)?;
         let KindMetadata { class, rest } = w.metadata.or(w.node_metadata).unwrap_or_default();
         let kind = match class {
             Some(ClassRead::Kind(kind)) => kind,
