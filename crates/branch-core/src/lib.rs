@@ -37,6 +37,7 @@ pub mod participant;
 pub mod pile;
 pub mod progression;
 mod small_map;
+mod str_or_value;
 pub mod telemetry;
 
 pub use action::{ActionManager, RegisteredTool, Tool, ToolError};

@@ -4,7 +4,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use serde::de::{self, Deserializer};
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 use std::fmt;
 use uuid::Uuid;
 
@@ -150,57 +150,12 @@ impl Serialize for Participant {
 pub(crate) fn de_participant<'de, D: Deserializer<'de>>(
     d: D,
 ) -> Result<Option<Participant>, D::Error> {
-    use serde_json::Value;
-    struct P;
-    impl P {
-        fn of<E: de::Error>(v: &Value) -> Result<Option<Participant>, E> {
-            participant_from_value(v).map_err(E::custom)
-        }
-    }
-    impl<'de> de::Visitor<'de> for P {
-        type Value = Option<Participant>;
-        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a participant: a string, null or an object with an `id`")
-        }
-        fn visit_str<E: de::Error>(self, s: &str) -> Result<Self::Value, E> {
-            Ok(Participant::parse(s))
-        }
-        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
-            Ok(None)
-        }
-        fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-            d.deserialize_any(self)
-        }
-        // The rest are read whole, as any JSON value, and judged as before.
-        fn visit_bool<E: de::Error>(self, b: bool) -> Result<Self::Value, E> {
-            Self::of(&Value::Bool(b))
-        }
-        fn visit_i64<E: de::Error>(self, n: i64) -> Result<Self::Value, E> {
-            Self::of(&Value::from(n))
-        }
-        fn visit_u64<E: de::Error>(self, n: u64) -> Result<Self::Value, E> {
-            Self::of(&Value::from(n))
-        }
-        fn visit_f64<E: de::Error>(self, n: f64) -> Result<Self::Value, E> {
-            // A non-finite number is no JSON value; it is still a number.
-            let n = serde_json::Number::from_f64(n).unwrap_or_else(|| 0.into());
-            Self::of(&Value::Number(n))
-        }
-        fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
-            Self::of(&Value::deserialize(de::value::SeqAccessDeserializer::new(
-                seq,
-            ))?)
-        }
-        fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
-            Self::of(&Value::deserialize(de::value::MapAccessDeserializer::new(
-                map,
-            ))?)
-        }
-    }
-    d.deserialize_any(P)
+    crate::str_or_value::str_or_value(
+        d,
+        |s| Ok(Participant::parse(s)),
+        |v| participant_from_value(&v),
+    )?
+    .map_err(de::Error::custom)
 }
 
 pub(crate) fn participant_from_value(v: &serde_json::Value) -> Result<Option<Participant>, String> {

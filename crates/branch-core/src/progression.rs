@@ -205,48 +205,14 @@ enum OrderItem {
 
 impl<'de> Deserialize<'de> for OrderItem {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> de::Visitor<'de> for V {
-            type Value = OrderItem;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("an id or a list of ids")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<OrderItem, E> {
-                Ok(match element::parse_uuid(s) {
-                    Some(id) => OrderItem::Id(id),
-                    None => OrderItem::Bad(format!("`{s}` is not a valid UUID")),
-                })
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<OrderItem, E> {
-                Ok(OrderItem::Other(Value::Null))
-            }
-            fn visit_none<E: de::Error>(self) -> Result<OrderItem, E> {
-                Ok(OrderItem::Other(Value::Null))
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<OrderItem, D::Error> {
-                d.deserialize_any(self)
-            }
-            fn visit_bool<E: de::Error>(self, b: bool) -> Result<OrderItem, E> {
-                Ok(OrderItem::Other(Value::Bool(b)))
-            }
-            fn visit_i64<E: de::Error>(self, n: i64) -> Result<OrderItem, E> {
-                Ok(OrderItem::Other(n.into()))
-            }
-            fn visit_u64<E: de::Error>(self, n: u64) -> Result<OrderItem, E> {
-                Ok(OrderItem::Other(n.into()))
-            }
-            fn visit_f64<E: de::Error>(self, n: f64) -> Result<OrderItem, E> {
-                let n = serde_json::Number::from_f64(n).unwrap_or_else(|| 0.into());
-                Ok(OrderItem::Other(Value::Number(n)))
-            }
-            fn visit_seq<A: de::SeqAccess<'de>>(self, seq: A) -> Result<OrderItem, A::Error> {
-                Value::deserialize(de::value::SeqAccessDeserializer::new(seq)).map(OrderItem::Other)
-            }
-            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<OrderItem, A::Error> {
-                Value::deserialize(de::value::MapAccessDeserializer::new(map)).map(OrderItem::Other)
-            }
-        }
-        d.deserialize_any(V)
+        crate::str_or_value::str_or_value(
+            d,
+            |s| match element::parse_uuid(s) {
+                Some(id) => OrderItem::Id(id),
+                None => OrderItem::Bad(format!("`{s}` is not a valid UUID")),
+            },
+            OrderItem::Other,
+        )
     }
 }
 

@@ -9,11 +9,12 @@
 
 use std::fmt;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use super::MessageKind;
 use crate::metadata::Metadata;
+use crate::str_or_value::str_or_value;
 
 /// What `lion_class` held, judged once the whole message is read (its
 /// errors come after the other fields', as they did).
@@ -101,59 +102,18 @@ impl<'de> Deserialize<'de> for MetaKey {
     }
 }
 
+/// A string is looked up where it lies; anything else is not a class, read
+/// whole as a `Value` reads it and refused once the message is read.
 impl<'de> Deserialize<'de> for ClassRead {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct C;
-        impl<'de> Visitor<'de> for C {
-            type Value = ClassRead;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("any JSON value")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<ClassRead, E> {
-                Ok(match MessageKind::from_lion_class(s) {
-                    Some(kind) => ClassRead::Kind(kind),
-                    None => ClassRead::Unknown(s.to_owned()),
-                })
-            }
-            fn visit_string<E: de::Error>(self, s: String) -> Result<ClassRead, E> {
-                Ok(match MessageKind::from_lion_class(&s) {
-                    Some(kind) => ClassRead::Kind(kind),
-                    None => ClassRead::Unknown(s),
-                })
-            }
-            // Anything else is not a class: read whole, as a `Value`
-            // reads it, and refused once the message is read.
-            fn visit_unit<E: de::Error>(self) -> Result<ClassRead, E> {
-                Ok(ClassRead::NotAString)
-            }
-            fn visit_none<E: de::Error>(self) -> Result<ClassRead, E> {
-                Ok(ClassRead::NotAString)
-            }
-            fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<ClassRead, D::Error> {
-                d.deserialize_any(self)
-            }
-            fn visit_bool<E: de::Error>(self, _: bool) -> Result<ClassRead, E> {
-                Ok(ClassRead::NotAString)
-            }
-            fn visit_i64<E: de::Error>(self, _: i64) -> Result<ClassRead, E> {
-                Ok(ClassRead::NotAString)
-            }
-            fn visit_u64<E: de::Error>(self, _: u64) -> Result<ClassRead, E> {
-                Ok(ClassRead::NotAString)
-            }
-            fn visit_f64<E: de::Error>(self, _: f64) -> Result<ClassRead, E> {
-                Ok(ClassRead::NotAString)
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<ClassRead, A::Error> {
-                Value::deserialize(de::value::SeqAccessDeserializer::new(seq))?;
-                Ok(ClassRead::NotAString)
-            }
-            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<ClassRead, A::Error> {
-                Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                Ok(ClassRead::NotAString)
-            }
-        }
-        d.deserialize_any(C)
+        str_or_value(
+            d,
+            |s| match MessageKind::from_lion_class(s) {
+                Some(kind) => ClassRead::Kind(kind),
+                None => ClassRead::Unknown(s.to_owned()),
+            },
+            |_| ClassRead::NotAString,
+        )
     }
 }
 
