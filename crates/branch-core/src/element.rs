@@ -12,6 +12,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use uuid::Uuid;
 
+use crate::classed_metadata::{AnyClass, ClassedMetadata};
 use crate::metadata::Metadata;
 
 /// The `lion_class` values written into `metadata`, one per stored kind.
@@ -210,12 +211,11 @@ pub(crate) fn de_created_at<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::E
     d.deserialize_any(V)
 }
 
-/// Serde helper: metadata; `null` is empty. `lion_class` is removed (it is
+/// Serde helper: metadata; `null` is empty. `lion_class` is left out (it is
 /// a class selector on input, recomputed on output).
 pub(crate) fn de_metadata<'de, D: Deserializer<'de>>(d: D) -> Result<Metadata, D::Error> {
-    let mut m = <Option<Metadata>>::deserialize(d)?.unwrap_or_default();
-    m.shift_remove("lion_class");
-    Ok(m)
+    let read = <Option<ClassedMetadata<AnyClass>>>::deserialize(d)?;
+    Ok(read.map(|m| m.rest).unwrap_or_default())
 }
 
 /// Serializes `metadata` with `lion_class` appended after the other keys,

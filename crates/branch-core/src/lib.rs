@@ -16,6 +16,7 @@
 pub mod action;
 pub mod branch;
 pub mod checked_read;
+mod classed_metadata;
 pub mod context;
 pub mod element;
 pub mod error;

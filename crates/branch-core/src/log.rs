@@ -441,7 +441,8 @@ struct LogWire {
 
 impl<'de> Deserialize<'de> for Log {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = LogWire::deserialize(d)?;
+        // Only from an object, as a message (`Message`'s reading).
+        let w: LogWire = crate::object_only::object_only(d)?;
         let content = match w.content {
             Value::Object(m) => m,
             Value::Null => Map::new(),

@@ -434,7 +434,9 @@ impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Items<T> {
 
 impl<'de, T: Stored + Deserialize<'de>> Deserialize<'de> for Pile<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = PileWire::<T>::deserialize(d)?;
+        // Only from an object: serde's derive would also read a list, its
+        // items taken as the fields in order.
+        let w: PileWire<T> = crate::object_only::object_only(d)?;
         let items = w.collections.0;
         // The order comes from `order` when present, else from `progression`
         // (a Progression object, or a bare list).

@@ -237,7 +237,8 @@ pub(crate) fn de_opt_created_at<'de, D: Deserializer<'de>>(d: D) -> Result<Optio
 
 impl<'de> Deserialize<'de> for Progression {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let w = ProgressionWire::deserialize(d)?;
+        // Only from an object, as a message (`Message`'s reading).
+        let w: ProgressionWire = crate::object_only::object_only(d)?;
         Ok(Progression {
             element: Element {
                 id: w.id.unwrap_or_else(Uuid::new_v4),

@@ -16,7 +16,8 @@
 use std::time::Duration;
 
 use branch_core::Branch;
-use serde::{Deserialize, Serialize};
+use branch_core::object_only::{Object, object_only};
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -148,9 +149,17 @@ pub struct PendingApproval {
     /// The concurrency bound.
     pub max_concurrency: Option<usize>,
     /// The calls, in the order proposed.
+    #[serde(deserialize_with = "calls_from_objects")]
     pub calls: Vec<ProposedCall>,
     /// `operate`'s parsed structure, to fill in `action_responses`.
     pub structured: Option<Value>,
+}
+
+fn calls_from_objects<'de, D: Deserializer<'de>>(
+    d: D,
+) -> std::result::Result<Vec<ProposedCall>, D::Error> {
+    let calls = Vec::<Object<ProposedCall>>::deserialize(d)?;
+    Ok(calls.into_iter().map(|Object(c)| c).collect())
 }
 
 impl PendingApproval {
@@ -216,11 +225,12 @@ pub fn pending_approval(branch: &Branch) -> Result<Option<PendingApproval>> {
     let Some(v) = branch.metadata().get(PENDING_KEY) else {
         return Ok(None);
     };
-    let p: PendingApproval =
-        serde_json::from_value(v.clone()).map_err(|e| OperationError::InvalidArgument {
-            what: "pending_approval",
-            message: format!("the stored pending approval does not read: {e}"),
-        })?;
+    // Only from objects, the state and each of its calls: serde's derive
+    // would also read a list, its items taken as the fields in order.
+    let p: PendingApproval = object_only(v).map_err(|e| OperationError::InvalidArgument {
+        what: "pending_approval",
+        message: format!("the stored pending approval does not read: {e}"),
+    })?;
     if p.version != PENDING_VERSION {
         return Err(OperationError::InvalidArgument {
             what: "pending_approval",
@@ -322,4 +332,37 @@ pub async fn resume(
         action_responses: responses,
         structured,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The stored state and each call are read only from objects: serde's
+    /// derive alone reads a list as the fields in order.
+    #[test]
+    fn a_stored_state_or_call_written_as_a_list_is_refused() {
+        let mut call = ProposedCall::new("f".into(), Map::new());
+        call.status = CallStatus::Pending;
+        call.tool_call_id = Some("call_1".into());
+        let state = PendingApproval::new("act", vec![call], ActOptions::default(), None, None);
+        let stored = serde_json::to_value(&state).unwrap();
+        let mut branch = Branch::new().unwrap();
+        let read = |branch: &mut Branch, v: Value| {
+            branch.metadata_mut().insert(PENDING_KEY.into(), v);
+            pending_approval(branch)
+        };
+        assert_eq!(read(&mut branch, stored.clone()).unwrap(), Some(state));
+
+        let as_list = |o: &Value| Value::Array(o.as_object().unwrap().values().cloned().collect());
+        assert!(serde_json::from_value::<PendingApproval>(as_list(&stored)).is_ok());
+        let e = read(&mut branch, as_list(&stored)).unwrap_err();
+        assert!(e.to_string().contains("expected a JSON object"), "{e}");
+
+        let mut listed_call = stored.clone();
+        listed_call["calls"][0] = as_list(&stored["calls"][0]);
+        assert!(serde_json::from_value::<ProposedCall>(listed_call["calls"][0].clone()).is_ok());
+        let e = read(&mut branch, listed_call).unwrap_err();
+        assert!(e.to_string().contains("expected a JSON object"), "{e}");
+    }
 }

@@ -307,7 +307,10 @@ impl Branch {
 
     /// Restores a branch straight from JSON bytes (the fast path for files).
     pub fn from_json_slice(bytes: &[u8]) -> Result<Self> {
-        let wire: BranchWire = crate::load::from_slice(bytes)?;
+        // Only from an object, as `from_dict` takes: serde's derive would
+        // also read a list, its items taken as the fields in order.
+        let crate::object_only::Object(wire) =
+            crate::load::from_slice::<crate::object_only::Object<BranchWire>>(bytes)?;
         wire.into_branch(FromDictOptions::default())
     }
 }

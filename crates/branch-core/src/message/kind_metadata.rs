@@ -1,19 +1,11 @@
 //! A message's metadata as read: its kind taken out of `lion_class` while
-//! the object is read, the other keys kept as the message's metadata.
-//!
-//! Read as a whole `Metadata`, the class's text was copied into the map
-//! (with room for it) only to be removed again and looked up; a message
-//! whose metadata is only its class (nearly every one) then kept an empty
-//! allocation for as long as it lived. Read here, the class is looked up
-//! where it lies, and such a message's metadata allocates nothing.
+//! the object is read ([`ClassedMetadata`]), the other keys kept as the
+//! message's metadata. The class is looked up where it lies.
 
-use std::fmt;
-
-use serde::de::{self, Deserialize, Deserializer, MapAccess, Visitor};
-use serde_json::Value;
+use serde::de::{Deserialize, Deserializer};
 
 use super::MessageKind;
-use crate::metadata::Metadata;
+use crate::classed_metadata::ClassedMetadata;
 use crate::str_or_value::str_or_value;
 
 /// What `lion_class` held, judged once the whole message is read (its
@@ -27,80 +19,7 @@ pub(crate) enum ClassRead {
 }
 
 /// The metadata a message is read with.
-#[derive(Debug, Default)]
-pub(crate) struct KindMetadata {
-    pub(crate) class: Option<ClassRead>,
-    pub(crate) rest: Metadata,
-}
-
-const CLASS_KEY: &str = "lion_class";
-
-impl<'de> Deserialize<'de> for KindMetadata {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_map(MetaVisitor)
-    }
-}
-
-struct MetaVisitor;
-
-impl<'de> Visitor<'de> for MetaVisitor {
-    type Value = KindMetadata;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut access: A) -> Result<KindMetadata, A::Error> {
-        // The hint comes from the input: it sizes at most a small start,
-        // and only once a key other than the class arrives.
-        let room = access.size_hint().unwrap_or(0).min(16);
-        let mut out = KindMetadata::default();
-        while let Some(key) = access.next_key::<MetaKey>()? {
-            match key {
-                // A repeated key keeps its last value, as in a map.
-                MetaKey::Class => out.class = Some(access.next_value::<ClassRead>()?),
-                MetaKey::Other(k) => {
-                    let v: Value = access.next_value()?;
-                    if out.rest.is_empty() {
-                        out.rest = Metadata::with_capacity(room.saturating_sub(1).max(1));
-                    }
-                    out.rest.insert(k, v);
-                }
-            }
-        }
-        Ok(out)
-    }
-}
-
-enum MetaKey {
-    Class,
-    Other(String),
-}
-
-impl<'de> Deserialize<'de> for MetaKey {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct K;
-        impl Visitor<'_> for K {
-            type Value = MetaKey;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<MetaKey, E> {
-                Ok(match s {
-                    CLASS_KEY => MetaKey::Class,
-                    other => MetaKey::Other(other.to_owned()),
-                })
-            }
-            fn visit_string<E: de::Error>(self, s: String) -> Result<MetaKey, E> {
-                Ok(match s.as_str() {
-                    CLASS_KEY => MetaKey::Class,
-                    _ => MetaKey::Other(s),
-                })
-            }
-        }
-        d.deserialize_str(K)
-    }
-}
+pub(crate) type KindMetadata = ClassedMetadata<ClassRead>;
 
 /// A string is looked up where it lies; anything else is not a class, read
 /// whole as a `Value` reads it and refused once the message is read.

@@ -913,7 +913,7 @@ impl StreamAccumulator {
                 .metadata
                 .get(thinking_chunk::BLOCK_INDEX)
                 .and_then(Value::as_u64);
-            if let Ok(block) = ReasoningBlock::deserialize(block) {
+            if let Ok(block) = crate::object_only::object_only::<_, ReasoningBlock>(block) {
                 let assembled = match (&block, self.reasoning.last_mut()) {
                     (
                         ReasoningBlock::ResponsesItem { .. },

@@ -19,10 +19,15 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::object_only::Object;
+
 /// The assistant message's metadata key holding its reasoning blocks.
 pub const REASONING_METADATA_KEY: &str = "reasoning";
 
-/// One block of a model's reasoning, as its protocol sent it.
+/// One block of a model's reasoning, as its protocol sent it. Read stored
+/// or received blocks through [`ReasoningBlock::list_from_value`] or
+/// [`crate::object_only::object_only`]: the derived reading also takes a
+/// list, its first item as the tag.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum ReasoningBlock {
@@ -69,7 +74,8 @@ impl ReasoningBlock {
     /// fault when the stored value is not a list of blocks (a hostile or
     /// corrupt file is refused, never silently emptied).
     pub fn list_from_value(value: &Value) -> Result<Vec<Self>, serde_json::Error> {
-        Vec::<Self>::deserialize(value)
+        let blocks = Vec::<Object<Self>>::deserialize(value)?;
+        Ok(blocks.into_iter().map(|Object(b)| b).collect())
     }
 
     /// The blocks as the JSON list stored under `metadata.reasoning`.
@@ -176,6 +182,10 @@ mod tests {
             json!([{"type": "nonsense", "text": "x"}]),
             json!([{"type": "thinking", "text": 1}]),
             json!([{"type": "thinking", "text": "x", "extra": 1}]),
+            // serde's derive alone reads a list as the tag and then the
+            // fields in order.
+            json!([["thinking", "hm", "sig"]]),
+            json!([["redacted_thinking", "xx"]]),
         ] {
             assert!(ReasoningBlock::list_from_value(&bad).is_err(), "{bad}");
         }
