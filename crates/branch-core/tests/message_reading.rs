@@ -264,3 +264,47 @@ fn ids_and_participants_are_checked() {
         refused(doc, reason);
     }
 }
+
+/// A key a message does not have, or one written twice, fails as it is
+/// read, in serde's words; fields not written take their defaults.
+#[test]
+fn unknown_and_repeated_keys_are_refused_and_missing_ones_defaulted() {
+    let class = || json!({"lion_class": INSTRUCTION});
+    let mut doc = message(class(), json!({}));
+    doc["colour"] = json!("red");
+    refused(
+        doc,
+        "unknown field `colour`, expected one of `id`, `created_at`, `metadata`, \
+         `node_metadata`, `content`, `embedding`, `sender`, `recipient`, `channel`, `role`",
+    );
+    for key in [
+        "id",
+        "created_at",
+        "metadata",
+        "node_metadata",
+        "content",
+        "embedding",
+        "sender",
+        "recipient",
+        "channel",
+        "role",
+    ] {
+        let text = format!(
+            r#"{{"metadata": {{"lion_class": "{INSTRUCTION}"}}, "{key}": null, "{key}": null}}"#
+        );
+        let e = serde_json::from_str::<Message>(&text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&format!("duplicate field `{key}`")),
+            "{text}: {e}"
+        );
+    }
+    let m = read(&json!({"id": ID, "created_at": 1.5, "metadata": class()})).unwrap();
+    assert_eq!(m.kind().class_name(), "Instruction");
+    let out = m.to_value().unwrap();
+    assert_eq!(out["sender"], json!("unset"));
+    assert_eq!(out["recipient"], json!("unset"));
+    assert_eq!(out["channel"], json!(null));
+    assert_eq!(out["embedding"], json!(null));
+}

@@ -12,6 +12,7 @@ mod content;
 mod content_fields;
 mod kind_metadata;
 mod manager;
+mod read;
 
 pub(crate) use content::truthy;
 pub use content::{
@@ -20,19 +21,15 @@ pub use content::{
 };
 pub use manager::{MessageCallback, MessageManager};
 
-use serde::de::{self, Deserializer};
 use serde::ser::SerializeMap;
-use serde::{Deserialize, Serialize, Serializer};
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use self::content_fields::ContentWire;
-use self::kind_metadata::{ClassRead, KindMetadata};
-use crate::element::{self, Element, Finite, MetadataOut, lion_class};
-use crate::parsed_json::Checked;
-use crate::participant::{Participant, Role, de_participant};
+use crate::element::{Element, Finite, MetadataOut, lion_class};
+use crate::participant::{Participant, Role};
 use crate::pile::{MetaPlacement, Stored};
-use crate::progression::de_opt_created_at;
 
 /// The kind of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -375,76 +372,5 @@ impl Serialize for Message {
             meta: MetaPlacement::Head,
         }
         .serialize(s)
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MessageWire {
-    #[serde(default, deserialize_with = "element::de_opt_uuid")]
-    id: Option<Uuid>,
-    #[serde(default, deserialize_with = "de_opt_created_at")]
-    created_at: Option<f64>,
-    #[serde(default)]
-    metadata: Option<KindMetadata>,
-    #[serde(default)]
-    node_metadata: Option<KindMetadata>,
-    #[serde(default)]
-    content: ContentWire,
-    #[serde(default)]
-    embedding: Option<Vec<f64>>,
-    #[serde(default = "unset", deserialize_with = "de_participant")]
-    sender: Option<Participant>,
-    #[serde(default = "unset", deserialize_with = "de_participant")]
-    recipient: Option<Participant>,
-    #[serde(default)]
-    channel: Option<String>,
-    /// Derived from the kind, so ignored; walked as a `Value` reads it
-    /// (refused where a `Value` would be), without being built.
-    #[serde(default)]
-    #[allow(dead_code)]
-    role: Option<Checked>,
-}
-
-fn unset() -> Option<Participant> {
-    Some(Participant::Role(Role::Unset))
-}
-
-impl<'de> Deserialize<'de> for Message {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Only from an object: serde's derive would also read a list, its
-        // items taken as the fields in order.
-        let w: MessageWire = crate::object_only::object_only(d)?;
-        let KindMetadata { class, rest } = w.metadata.or(w.node_metadata).unwrap_or_default();
-        let kind = match class {
-            Some(ClassRead::Kind(kind)) => kind,
-            Some(ClassRead::Unknown(class)) => {
-                return Err(de::Error::custom(format!(
-                    "`{class}` is not a message class"
-                )));
-            }
-            Some(ClassRead::NotAString) => {
-                return Err(de::Error::custom("`metadata.lion_class` must be a string"));
-            }
-            None => {
-                return Err(de::Error::custom(
-                    "a message needs `metadata.lion_class` to tell its kind",
-                ));
-            }
-        };
-        let content = MessageContent::from_wire(kind, w.content).map_err(de::Error::custom)?;
-        let element = Element {
-            id: w.id.unwrap_or_else(Uuid::new_v4),
-            created_at: w.created_at.unwrap_or_else(element::now),
-            metadata: rest,
-        };
-        Ok(Message {
-            element,
-            content,
-            embedding: w.embedding,
-            sender: w.sender,
-            recipient: w.recipient,
-            channel: w.channel,
-        })
     }
 }
