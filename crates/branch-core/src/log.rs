@@ -441,7 +441,8 @@ struct LogWire {
 
 impl<'de> Deserialize<'de> for Log {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Only from an object, as a message (`Message`'s reading).
+        // Only from an object: serde's derive would also read a list, its
+        // items taken as the fields in order.
         let w: LogWire = crate::object_only::object_only(d)?;
         let content = match w.content {
             Value::Object(m) => m,

@@ -237,7 +237,8 @@ pub(crate) fn de_opt_created_at<'de, D: Deserializer<'de>>(d: D) -> Result<Optio
 
 impl<'de> Deserialize<'de> for Progression {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // Only from an object, as a message (`Message`'s reading).
+        // Only from an object: serde's derive would also read a list, its
+        // items taken as the fields in order.
         let w: ProgressionWire = crate::object_only::object_only(d)?;
         Ok(Progression {
             element: Element {

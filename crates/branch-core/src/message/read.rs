@@ -44,7 +44,8 @@ impl<'de> Deserialize<'de> for Message {
 
 struct MessageVisitor;
 
-/// A field read, or `None` while its key has not come.
+/// Fills a field's slot (`None` until its key comes); a key that comes
+/// twice is refused in serde's words.
 fn once<T, E: de::Error>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), E> {
     if slot.is_some() {
         return Err(E::duplicate_field(name));
