@@ -7,7 +7,8 @@
 //! its key arrives, and the message is built once. What is read or refused
 //! is what the derive read or refused, errors and their order included:
 //! an unknown or a repeated key fails as it is read, with the derive's
-//! words, and only an object is a message.
+//! words, and only an object is a message. (A kind's or a content's error
+//! read from text now carries serde_json's position, as a field's did.)
 
 use std::fmt;
 
