@@ -7,8 +7,13 @@
 //! The profiles stay in `target/callgrind/` for
 //! `callgrind_annotate --inclusive=yes FILE`.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+/// Variables set for every run (the responder to start when there is no
+/// nginx).
+type Env = [(OsString, OsString)];
 
 /// Which sides and workloads each benchmark offers to callgrind.
 fn plan(name: &str) -> Option<(&'static [&'static str], &'static [&'static str])> {
@@ -19,7 +24,7 @@ fn plan(name: &str) -> Option<(&'static [&'static str], &'static [&'static str])
     }
 }
 
-pub fn callgrind(name: &str, binary: &Path, args: &[String]) -> Result<(), String> {
+pub fn callgrind(name: &str, binary: &Path, args: &[String], env: &Env) -> Result<(), String> {
     let (sides, workloads) =
         plan(name).ok_or_else(|| format!("`{name}` has no --callgrind mode (turns, model)"))?;
     let out_dir = target_dir().join("callgrind");
@@ -27,10 +32,10 @@ pub fn callgrind(name: &str, binary: &Path, args: &[String]) -> Result<(), Strin
     println!("| benchmark | metric | ours | baseline (same run) | ratio |");
     println!("|---|---|---|---|---|");
     for workload in workloads.iter().copied() {
-        let none = run_one(binary, args, "none", workload, &out_dir)?.0;
+        let none = run_one(binary, args, env, "none", workload, &out_dir)?.0;
         let mut per = Vec::new();
         for side in sides {
-            let (ir, requests) = run_one(binary, args, side, workload, &out_dir)?;
+            let (ir, requests) = run_one(binary, args, env, side, workload, &out_dir)?;
             if requests == 0 {
                 return Err(format!("{side} {workload}: no requests reported"));
             }
@@ -65,6 +70,7 @@ pub fn callgrind(name: &str, binary: &Path, args: &[String]) -> Result<(), Strin
 fn run_one(
     binary: &Path,
     args: &[String],
+    env: &Env,
     side: &str,
     workload: &str,
     out_dir: &Path,
@@ -78,6 +84,7 @@ fn run_one(
         if workload.is_empty() { "all" } else { workload }
     ));
     let mut cmd = Command::new("valgrind");
+    cmd.envs(env.iter().map(|(k, v)| (k, v)));
     cmd.arg("--tool=callgrind")
         .arg(format!("--callgrind-out-file={}", file.display()))
         .arg(binary)

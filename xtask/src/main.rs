@@ -156,13 +156,19 @@ fn bench(args: &[String]) -> Result<(), String> {
                 "branch-models",
             ])
             .args(["--example", "static_responder"]))?;
-        cmd.env(
-            "LIONAGI_BENCH_RESPONDER",
-            callgrind::target_dir().join("release/examples/static_responder"),
-        );
+        // Absolute: the benchmarks work in a scratch directory of their own.
+        let responder = callgrind::target_dir().join("release/examples/static_responder");
+        let responder =
+            std::path::absolute(&responder).map_err(|e| format!("{}: {e}", responder.display()))?;
+        cmd.env("LIONAGI_BENCH_RESPONDER", responder);
     }
     if callgrind {
-        return callgrind::callgrind(name, &binary, &rest);
+        // The runs under callgrind get the same server as a timed run.
+        let env = cmd
+            .get_envs()
+            .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
+            .collect::<Vec<_>>();
+        return callgrind::callgrind(name, &binary, &rest, &env);
     }
     cmd.args(&rest);
     // The program's notes (which server, the load average) go straight to
