@@ -219,6 +219,11 @@ fn probe(port: u16) -> bool {
 pub struct Usage {
     /// User + system CPU time, seconds.
     pub cpu_s: f64,
+    /// The user part of `cpu_s`, seconds.
+    pub user_s: f64,
+    /// Minor page faults so far: pages the kernel mapped on first touch,
+    /// as a heap grows back after memory was returned to it.
+    pub minor_faults: i64,
 }
 
 impl Usage {
@@ -232,15 +237,32 @@ impl Usage {
                 };
                 Self {
                     cpu_s: secs(u.user_time()) + secs(u.system_time()),
+                    user_s: secs(u.user_time()),
+                    minor_faults: u.minor_page_faults(),
                 }
             }
-            Err(_) => Self { cpu_s: f64::NAN },
+            Err(_) => Self {
+                cpu_s: f64::NAN,
+                user_s: f64::NAN,
+                minor_faults: 0,
+            },
         }
     }
 
     /// CPU seconds used since `earlier`.
     pub fn cpu_since(&self, earlier: &Usage) -> f64 {
         self.cpu_s - earlier.cpu_s
+    }
+
+    /// User CPU seconds used since `earlier` (the rest of
+    /// [`Usage::cpu_since`] is the kernel's).
+    pub fn user_since(&self, earlier: &Usage) -> f64 {
+        self.user_s - earlier.user_s
+    }
+
+    /// Minor page faults since `earlier`.
+    pub fn minor_faults_since(&self, earlier: &Usage) -> i64 {
+        self.minor_faults.saturating_sub(earlier.minor_faults)
     }
 }
 
