@@ -4,14 +4,15 @@
 
 /// Whether `s`, written plain, would resolve to a non-string tag.
 pub(crate) fn resolves_to_non_string(s: &str) -> bool {
-    s.is_empty()
-        || is_null(s)
-        || is_bool(s)
-        || is_int(s)
-        || is_float(s)
-        || is_timestamp(s)
-        || s == "<<"
-        || s == "="
+    let Some(&first) = s.as_bytes().first() else {
+        return true;
+    };
+    // Most text (every rendered key, most words) is told apart by its first
+    // byte, before the ten patterns below are tried one by one.
+    if !may_start_non_string(first) {
+        return false;
+    }
+    is_null(s) || is_bool(s) || is_int(s) || is_float(s) || is_timestamp(s) || s == "<<" || s == "="
 }
 
 fn is_null(s: &str) -> bool {
@@ -39,6 +40,31 @@ fn is_bool(s: &str) -> bool {
             | "off"
             | "Off"
             | "OFF"
+    )
+}
+
+/// Whether a string starting with `b` can match any pattern of
+/// [`resolves_to_non_string`]: numbers and timestamps start with a sign, a
+/// dot or a digit; nulls and booleans with `~` or one of their letters;
+/// the merge and value keys with `<` and `=`.
+fn may_start_non_string(b: u8) -> bool {
+    matches!(
+        b,
+        b'+' | b'-' | b'.' | b'0'
+            ..=b'9'
+                | b'~'
+                | b'<'
+                | b'='
+                | b'n'
+                | b'N'
+                | b'y'
+                | b'Y'
+                | b't'
+                | b'T'
+                | b'f'
+                | b'F'
+                | b'o'
+                | b'O'
     )
 }
 
@@ -274,6 +300,74 @@ fn is_timestamp(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::resolves_to_non_string as r;
+    use super::*;
+
+    /// The first-byte shortcut turns away only strings that no pattern
+    /// matches: every other first byte, followed by each tail that makes a
+    /// pattern match after one of the allowed bytes.
+    #[test]
+    fn the_first_byte_shortcut_loses_no_match() {
+        let tails = [
+            "",
+            "1",
+            "0",
+            "_0",
+            "inf",
+            "nan",
+            "NaN",
+            "INF",
+            "ull",
+            "ULL",
+            "es",
+            "ES",
+            "o",
+            "O",
+            "rue",
+            "RUE",
+            "alse",
+            "ALSE",
+            "n",
+            "N",
+            "ff",
+            "FF",
+            "<",
+            "b1",
+            "x1",
+            "1:30",
+            "1.5",
+            "024-01-01",
+            "e+5",
+            ".5",
+        ];
+        let patterns = |s: &str| {
+            is_null(s)
+                || is_bool(s)
+                || is_int(s)
+                || is_float(s)
+                || is_timestamp(s)
+                || s == "<<"
+                || s == "="
+        };
+        for first in 0..=u8::MAX {
+            if may_start_non_string(first) || !first.is_ascii() {
+                continue;
+            }
+            for tail in tails {
+                let s = format!("{}{tail}", char::from(first));
+                assert!(!patterns(&s), "{s:?}");
+                assert!(!r(&s), "{s:?}");
+            }
+        }
+        // And each allowed first byte is needed by some string.
+        for s in [
+            "+1", "-1", ".5", "1", "~", "<<", "=", "no", "No", "yes", "Yes", "true",
+        ] {
+            assert!(r(s), "{s:?}");
+        }
+        for s in ["True", "false", "False", "on", "On", "OFF", "NULL"] {
+            assert!(r(s), "{s:?}");
+        }
+    }
 
     #[test]
     fn quoted_like_pyyaml() {
