@@ -224,6 +224,10 @@ pub struct Usage {
     /// Minor page faults so far: pages the kernel mapped on first touch,
     /// as a heap grows back after memory was returned to it.
     pub minor_faults: i64,
+    /// Context switches so far: the threads' waits (voluntary) and their
+    /// preemptions (involuntary), counted together. Each is a trip through
+    /// the scheduler that the CPU time above pays for.
+    pub context_switches: i64,
 }
 
 impl Usage {
@@ -239,12 +243,16 @@ impl Usage {
                     cpu_s: secs(u.user_time()) + secs(u.system_time()),
                     user_s: secs(u.user_time()),
                     minor_faults: u.minor_page_faults(),
+                    context_switches: u
+                        .voluntary_context_switches()
+                        .saturating_add(u.involuntary_context_switches()),
                 }
             }
             Err(_) => Self {
                 cpu_s: f64::NAN,
                 user_s: f64::NAN,
                 minor_faults: 0,
+                context_switches: 0,
             },
         }
     }
@@ -263,6 +271,12 @@ impl Usage {
     /// Minor page faults since `earlier`.
     pub fn minor_faults_since(&self, earlier: &Usage) -> i64 {
         self.minor_faults.saturating_sub(earlier.minor_faults)
+    }
+
+    /// Context switches since `earlier`.
+    pub fn context_switches_since(&self, earlier: &Usage) -> i64 {
+        self.context_switches
+            .saturating_sub(earlier.context_switches)
     }
 }
 

@@ -218,6 +218,12 @@ async fn run(a: Args) -> Result<(), Error> {
             raw.faults as f64 / turns,
             "faults",
         );
+        line(
+            &format!("{name}_context_switches_per_turn"),
+            ours.switches as f64 / turns,
+            raw.switches as f64 / turns,
+            "switches",
+        );
     }
 
     // One long conversation: per-turn wall and CPU over the first and the
@@ -281,6 +287,7 @@ struct Pass {
     cpu: f64,
     user: f64,
     faults: i64,
+    switches: i64,
 }
 
 /// A pass being measured.
@@ -292,6 +299,7 @@ impl Pass {
         cpu: f64::MAX,
         user: f64::MAX,
         faults: 0,
+        switches: 0,
     };
 
     fn start() -> Started {
@@ -320,6 +328,7 @@ impl Started {
             cpu: now.cpu_since(&self.1),
             user: now.user_since(&self.1),
             faults: now.minor_faults_since(&self.1),
+            switches: now.context_switches_since(&self.1),
         }
     }
 }
