@@ -1,6 +1,7 @@
 //! `IModel`: a connected chat model.
 
 use std::borrow::Cow;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -416,22 +417,23 @@ impl IModel {
     /// One HTTP attempt of a non-streaming call: the reply read, with the
     /// bytes it reads as (`raw_text`).
     async fn attempt(&self, p: &Prepared<'_>) -> Result<ChatResponse, ModelError> {
-        let mut req = p.request();
-        // The endpoint's timeout bounds each attempt; one no shorter than
-        // the call's overall deadline (which runs around every attempt,
-        // from before the first) could never fire first, and a timer is
-        // work on every call.
-        if let Some(t) = self.inner.config.endpoint().timeout.as_duration() {
-            if t < self.inner.limits.deadline {
-                *req.timeout_mut() = Some(t);
+        // The request is built in a block of its own: a moved local keeps
+        // its room in the future until its scope ends, which would hold
+        // the request's 264 bytes across every wait of the attempt.
+        let sent = {
+            let mut req = p.request();
+            // The endpoint's timeout bounds each attempt; one no shorter
+            // than the call's overall deadline (which runs around every
+            // attempt, from before the first) could never fire first, and
+            // a timer is work on every call.
+            if let Some(t) = self.inner.config.endpoint().timeout.as_duration() {
+                if t < self.inner.limits.deadline {
+                    *req.timeout_mut() = Some(t);
+                }
             }
-        }
-        let mut resp = self
-            .inner
-            .client
-            .execute(req)
-            .await
-            .map_err(|e| self.map_transport(&e))?;
+            self.inner.client.execute(req)
+        };
+        let mut resp = sent.await.map_err(|e| self.map_transport(&e))?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
             let retry_after = retry_after(resp.headers());
@@ -677,33 +679,33 @@ impl IModel {
         let mut response = loop {
             *attempts += 1;
             let attempts = *attempts;
-            match self.attempt(&p).await {
+            // The error is taken out of the attempt's result before the
+            // retry's sleep: a `match` on the result itself would keep the
+            // whole result (328 bytes) alive across that wait, and room
+            // for it in every turn's future.
+            let e = match self.attempt(&p).await {
                 Ok(v) => break v,
-                Err(e) => {
-                    let delay = (e.is_retryable() && attempts < policy.max_attempts)
-                        .then(|| policy.delay(attempts, e.retry_after))
-                        .flatten();
-                    match delay {
-                        Some(d) => {
-                            tracing::debug!(attempt = attempts, kind = ?e.kind, status = ?e.status, delay_ms = d.as_millis() as u64, "retrying model call");
-                            tokio::time::sleep(d).await;
-                        }
-                        None => {
-                            telemetry::record_int(
-                                &span,
-                                telemetry::LIONAGI_ATTEMPTS,
-                                attempts.into(),
-                            );
-                            if let Some(s) = e.status {
-                                telemetry::record_int(
-                                    &span,
-                                    telemetry::HTTP_RESPONSE_STATUS_CODE,
-                                    s.into(),
-                                );
-                            }
-                            return Err(e.with_attempts(attempts));
-                        }
+                Err(e) => e,
+            };
+            let delay = (e.is_retryable() && attempts < policy.max_attempts)
+                .then(|| policy.delay(attempts, e.retry_after))
+                .flatten();
+            match delay {
+                Some(d) => {
+                    tracing::debug!(attempt = attempts, kind = ?e.kind, status = ?e.status, delay_ms = d.as_millis() as u64, "retrying model call");
+                    drop(e);
+                    tokio::time::sleep(d).await;
+                }
+                None => {
+                    telemetry::record_int(&span, telemetry::LIONAGI_ATTEMPTS, attempts.into());
+                    if let Some(s) = e.status {
+                        telemetry::record_int(
+                            &span,
+                            telemetry::HTTP_RESPONSE_STATUS_CODE,
+                            s.into(),
+                        );
                     }
+                    return Err(e.with_attempts(attempts));
                 }
             }
         };
@@ -816,29 +818,49 @@ impl IModel {
     }
 
     /// One complete call (see [`ChatModel::chat`]).
-    pub async fn invoke(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        let span = self.span(&request, false);
-        traced::call(span, self.chat_inner(&request, None)).await
+    ///
+    /// This and [`IModel::invoke_with_body`] are blocks rather than `async
+    /// fn`s: an `async fn` moves its arguments into locals of its state,
+    /// which would then hold the request twice for the whole call (152
+    /// bytes more in the future every turn boxes).
+    #[allow(clippy::manual_async_fn)] // An `async fn` holds its arguments twice.
+    pub fn invoke(
+        &self,
+        request: ChatRequest,
+    ) -> impl Future<Output = Result<ChatResponse, ModelError>> + Send + '_ {
+        async move {
+            let span = self.span(&request, false);
+            traced::call(span, self.chat_inner(&request, None)).await
+        }
     }
 
     /// One complete call sending `body`, the body
     /// [`ChatModel::request_body`] built for `request` (see
     /// [`ChatModel::chat_with_body`]).
-    pub async fn invoke_with_body(
-        &self,
+    #[allow(clippy::manual_async_fn)] // An `async fn` holds its arguments twice.
+    pub fn invoke_with_body<'a>(
+        &'a self,
         request: ChatRequest,
-        body: &RequestBody,
-    ) -> Result<ChatResponse, ModelError> {
-        let span = self.span(&request, false);
-        traced::call(span, self.chat_inner(&request, Some(body))).await
+        body: &'a RequestBody,
+    ) -> impl Future<Output = Result<ChatResponse, ModelError>> + Send + 'a {
+        async move {
+            let span = self.span(&request, false);
+            traced::call(span, self.chat_inner(&request, Some(body))).await
+        }
     }
 
     /// A streaming call (see [`ChatModel::stream`]); its span stays open
     /// until the stream ends or is dropped, and records the usage the
     /// stream reported.
-    pub async fn invoke_stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
-        let span = self.span(&request, true);
-        traced::open_stream(span, self.stream_inner(request)).await
+    #[allow(clippy::manual_async_fn)] // An `async fn` holds its arguments twice.
+    pub fn invoke_stream(
+        &self,
+        request: ChatRequest,
+    ) -> impl Future<Output = Result<ChatStream, ModelError>> + Send + '_ {
+        async move {
+            let span = self.span(&request, true);
+            traced::open_stream(span, self.stream_inner(request)).await
+        }
     }
 
     /// The maximum time a call waits for the rate limiter, if bounded.
@@ -1006,20 +1028,35 @@ impl ChatModel for IModel {
         Arc::new(copy)
     }
 
-    async fn chat(&self, request: ChatRequest) -> Result<ChatResponse, ModelError> {
-        self.invoke(request).await
+    // `chat`, `chat_with_body` and `stream` box the call's own future: the
+    // wrapper `async_trait` writes around an `async fn` would keep another
+    // copy of the request beside it.
+    fn chat<'s, 'f>(
+        &'s self,
+        request: ChatRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, ModelError>> + Send + 'f>>
+    where
+        's: 'f,
+        Self: 'f,
+    {
+        Box::pin(self.invoke(request))
     }
 
     fn request_body(&self, request: &ChatRequest) -> Result<RequestBody, ModelError> {
         self.body(request, false)
     }
 
-    async fn chat_with_body(
-        &self,
+    fn chat_with_body<'s, 'b, 'f>(
+        &'s self,
         request: ChatRequest,
-        body: &RequestBody,
-    ) -> Result<ChatResponse, ModelError> {
-        self.invoke_with_body(request, body).await
+        body: &'b RequestBody,
+    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, ModelError>> + Send + 'f>>
+    where
+        's: 'f,
+        'b: 'f,
+        Self: 'f,
+    {
+        Box::pin(self.invoke_with_body(request, body))
     }
 
     /// Every reply is returned as parsed from the bytes it carries.
@@ -1027,8 +1064,15 @@ impl ChatModel for IModel {
         true
     }
 
-    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, ModelError> {
-        self.invoke_stream(request).await
+    fn stream<'s, 'f>(
+        &'s self,
+        request: ChatRequest,
+    ) -> Pin<Box<dyn Future<Output = Result<ChatStream, ModelError>> + Send + 'f>>
+    where
+        's: 'f,
+        Self: 'f,
+    {
+        Box::pin(self.invoke_stream(request))
     }
 }
 

@@ -74,49 +74,66 @@ pub(crate) struct ChatTurn {
     pub tool_calls: Vec<branch_core::model::ToolCall>,
 }
 
-/// One call: compile, send, log. Records nothing. The turn's input is
-/// taken out of `opts` (see `TurnInput::take_content`).
-pub(crate) async fn chat_turn(
-    branch: &mut Branch,
-    opts: &mut ChatOptions,
-    send_opts: SendOptions<'_>,
-) -> Result<ChatTurn> {
-    connect_models(branch)?;
-    let model = match &opts.model {
-        Some(m) => connected(m)?,
-        None => branch.chat_model().clone(),
-    };
-    let content = opts.turn.take_content(
-        std::mem::take(&mut opts.tool_schemas),
-        opts.response_format.as_ref(),
-    );
-    let progression = opts.turn.progression.as_deref();
-    let send_opts = SendOptions {
-        progression: send_opts.progression.or(progression),
-        providers: &opts.turn.context_providers,
-        token_note: send_opts.token_note || opts.include_token_usage_to_model,
-        ..send_opts
-    };
-    let instruction = instruction_message(branch, &opts.turn, content);
-    let request = compile(branch, &model, &instruction, &opts.turn.fields, &send_opts).await?;
-    let raw = send(branch, &model, request, send_opts.caller).await?;
-    let ChatResponse {
-        text,
-        tool_calls,
-        raw,
-        raw_text,
-        reasoning,
+/// One call: compile, send, log. Records nothing.
+///
+/// The instruction is made at once, and of the options only what the call
+/// still reads is kept (its progression, payload fields and context
+/// providers): the rest is dropped before the first wait, not held in the
+/// turn's future across every one. The returned future is a block, so it
+/// holds each of those once.
+pub(crate) fn chat_turn<'a>(
+    branch: &'a mut Branch,
+    opts: ChatOptions,
+    send_opts: SendOptions<'a>,
+) -> impl Future<Output = Result<ChatTurn>> + 'a {
+    let ChatOptions {
+        mut turn,
+        response_format,
+        tool_schemas,
+        model,
+        include_token_usage_to_model,
+    } = opts;
+    let content = turn.take_content(tool_schemas, response_format.as_ref());
+    drop(response_format);
+    let instruction = instruction_message(branch, &turn, content);
+    let TurnInput {
+        progression,
+        fields,
+        context_providers,
         ..
-    } = raw;
-    // The raw reply moves into the message's metadata (no copy), as the
-    // bytes it was read from when there are some.
-    let response = response_message(branch, &text, raw, raw_text, &reasoning);
-    Ok(ChatTurn {
-        instruction,
-        response,
-        text,
-        tool_calls,
-    })
+    } = turn;
+    async move {
+        connect_models(branch)?;
+        let model = match &model {
+            Some(m) => connected(m)?,
+            None => branch.chat_model().clone(),
+        };
+        let send_opts = SendOptions {
+            progression: send_opts.progression.or(progression.as_deref()),
+            providers: &context_providers,
+            token_note: send_opts.token_note || include_token_usage_to_model,
+            ..send_opts
+        };
+        let request = compile(branch, &model, &instruction, &fields, &send_opts).await?;
+        let raw = send(branch, &model, request, send_opts.caller).await?;
+        let ChatResponse {
+            text,
+            tool_calls,
+            raw,
+            raw_text,
+            reasoning,
+            ..
+        } = raw;
+        // The raw reply moves into the message's metadata (no copy), as the
+        // bytes it was read from when there are some.
+        let response = response_message(branch, &text, raw, raw_text, &reasoning);
+        Ok(ChatTurn {
+            instruction,
+            response,
+            text,
+            tool_calls,
+        })
+    }
 }
 
 /// The public verbs render a typed response format as the reference's
@@ -130,10 +147,10 @@ fn as_requested(mut opts: ChatOptions) -> ChatOptions {
 }
 
 pub(crate) async fn chat(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
-    let mut opts = as_requested(opts);
+    let opts = as_requested(opts);
     let span = crate::telemetry::verb_span("chat", branch);
     let t = span
-        .run(chat_turn(branch, &mut opts, SendOptions::default()))
+        .run(chat_turn(branch, opts, SendOptions::default()))
         .await?;
     Ok(t.text)
 }
@@ -142,19 +159,19 @@ pub(crate) async fn chat_messages(
     branch: &mut Branch,
     opts: ChatOptions,
 ) -> Result<(Message, Message)> {
-    let mut opts = as_requested(opts);
+    let opts = as_requested(opts);
     let span = crate::telemetry::verb_span("chat", branch);
     let t = span
-        .run(chat_turn(branch, &mut opts, SendOptions::default()))
+        .run(chat_turn(branch, opts, SendOptions::default()))
         .await?;
     Ok((t.instruction, t.response))
 }
 
 pub(crate) async fn chat_and_record(branch: &mut Branch, opts: ChatOptions) -> Result<String> {
-    let mut opts = as_requested(opts);
+    let opts = as_requested(opts);
     let span = crate::telemetry::verb_span("chat", branch);
     let t = span
-        .run(chat_turn(branch, &mut opts, SendOptions::default()))
+        .run(chat_turn(branch, opts, SendOptions::default()))
         .await?;
     crate::turn::commit(branch, vec![t.instruction, t.response]);
     Ok(t.text)

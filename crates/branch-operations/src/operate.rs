@@ -285,7 +285,7 @@ async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result
         let c = Box::pin(run_and_collect(branch, &opts, rendered.clone(), unmatched)).await?;
         return finish(branch, opts, c, rendered, with_actions, native).await;
     }
-    let middle = Middle {
+    let mut middle = Middle {
         tool_schemas: if native {
             Vec::new()
         } else {
@@ -299,7 +299,7 @@ async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result
         react_context: opts.react_context.as_deref(),
         caller: opts.middle.caller(),
     };
-    let c = communicate_inner(branch, &mut copts, middle).await?;
+    let c = communicate_inner(branch, &mut copts, &mut middle).await?;
     finish(branch, opts, c, rendered, with_actions, native).await
 }
 

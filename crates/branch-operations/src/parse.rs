@@ -327,7 +327,7 @@ pub(crate) async fn parse_with_repairs(
         });
         let mut turn = chat_turn(
             branch,
-            &mut chat,
+            chat,
             SendOptions {
                 pending,
                 progression: progression.as_deref(),

@@ -3,6 +3,7 @@
 //! request, logging the API call, and building the messages that record
 //! the turn (added to the branch only once the turn has succeeded).
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -328,11 +329,13 @@ fn compile_now(
     // The renderings of past instructions, kept between turns (taken out
     // and put back around this synchronous step: no await between, so a
     // dropped turn cannot lose it; an entry is checked against the
-    // message each time, so it cannot go stale).
-    let mut cache = branch
-        .extensions_mut()
-        .remove::<RenderCache>()
-        .unwrap_or_default();
+    // message each time, so it cannot go stale). Its slot in the
+    // extensions stays, so a turn neither frees nor allocates one.
+    let mut cache = std::mem::take(
+        branch
+            .extensions_mut()
+            .get_or_insert_with(RenderCache::default),
+    );
     let compiled = if opts.pending.is_empty() {
         compile_request_cached(branch.msgs(), content, &copts, &mut cache)
     } else {
@@ -343,7 +346,9 @@ fn compile_now(
         }
         compile_request_cached(&scratch, content, &copts, &mut cache)
     };
-    branch.extensions_mut().insert(cache);
+    *branch
+        .extensions_mut()
+        .get_or_insert_with(RenderCache::default) = cache;
     compiled.map_err(OperationError::compile)
 }
 
@@ -417,69 +422,77 @@ pub(crate) fn context_window(model: &str) -> u64 {
 
 /// Sends `request` to `model` and logs the API call on the branch (also
 /// when it failed).
-pub(crate) async fn send(
-    branch: &mut Branch,
-    model: &Arc<dyn ChatModel>,
+///
+/// A block rather than an `async fn` (whose arguments become locals of its
+/// state beside themselves), and the call's future is made before it is
+/// awaited (an `async` block around it would keep the moved request too):
+/// the request is held once, not three times, in every turn's future.
+#[allow(clippy::manual_async_fn)] // An `async fn` holds its arguments twice.
+pub(crate) fn send<'a>(
+    branch: &'a mut Branch,
+    model: &'a Arc<dyn ChatModel>,
     request: ChatRequest,
-    caller: Option<&dyn crate::middle::CallModel>,
-) -> Result<ChatResponse> {
-    // Built once: the bytes sent are the bytes the log keeps. A request
-    // with no form in the model's protocol fails in the call below, as
-    // any other call does, and is logged with a `null` payload.
-    let body = model.request_body(&request).ok();
-    let started_at = branch_core::model::now_timestamp();
-    let t0 = Instant::now();
-    let span = tracing::debug_span!("api_call", model = ?model.config().model_name());
-    let call = async {
-        match (caller, &body) {
-            (Some(c), _) => c.call(model.clone(), request).await,
-            (None, Some(b)) => model.chat_with_body(request, b).await,
-            (None, None) => model.chat(request).await,
-        }
-    };
-    let mut result = tracing::Instrument::instrument(call, span).await;
-    let duration = t0.elapsed().as_secs_f64();
-    // The reply's own bytes stand for `raw` (in the log and the message)
-    // only when the model vouches for them and no middleware stood between
-    // it and us: either could have changed `raw`.
-    if let Ok(r) = &mut result {
-        if caller.is_some() || !model.keeps_reply_bytes() {
-            r.raw_text = None;
-        }
-        // A reply still held as its text reads as that text, whoever
-        // returned it (a change through `raw` drops the text).
-        if let Some(t) = r.raw.text() {
-            r.raw_text = Some(t.clone());
-        }
-    }
-    // The request body and the reply are kept as JSON text (the body the
-    // very bytes sent), parsed only if the log is read; the rest of the
-    // record stays typed.
-    let head = ApiCallHead::of(result.as_ref(), started_at, duration);
-    let mut kept = Vec::with_capacity(2);
-    if let Some(b) = &body {
-        kept.push(KeptJson::body(&["payload"], b));
-    }
-    let reply = |r: &ChatResponse| match (r.raw_text.as_ref())
-        .and_then(|t| KeptJson::parsed(&["execution", "response"], t))
-    {
-        Some(kept) => Ok(kept),
-        None => KeptJson::value(&["execution", "response"], &r.raw),
-    };
-    let log = match &result {
-        Ok(r) => match reply(r) {
-            Ok(k) => {
-                kept.push(k);
-                Log::api_call(head, kept)
+    caller: Option<&'a dyn crate::middle::CallModel>,
+) -> impl Future<Output = Result<ChatResponse>> + 'a {
+    async move {
+        // Built once: the bytes sent are the bytes the log keeps. A request
+        // with no form in the model's protocol fails in the call below, as
+        // any other call does, and is logged with a `null` payload.
+        let body = model.request_body(&request).ok();
+        let started_at = branch_core::model::now_timestamp();
+        let t0 = Instant::now();
+        let span = tracing::debug_span!("api_call", model = ?model.config().model_name());
+        // Made inside the span, as the call's first poll would be.
+        let call: Pin<Box<dyn Future<Output = _> + Send + '_>> =
+            span.in_scope(|| match (caller, &body) {
+                (Some(c), _) => c.call(model.clone(), request),
+                (None, Some(b)) => model.chat_with_body(request, b),
+                (None, None) => model.chat(request),
+            });
+        let mut result = tracing::Instrument::instrument(call, span).await;
+        let duration = t0.elapsed().as_secs_f64();
+        // The reply's own bytes stand for `raw` (in the log and the message)
+        // only when the model vouches for them and no middleware stood between
+        // it and us: either could have changed `raw`.
+        if let Ok(r) = &mut result {
+            if caller.is_some() || !model.keeps_reply_bytes() {
+                r.raw_text = None;
             }
-            // A `Value` always serializes; were it ever not to, the reply
-            // is still recorded whole.
-            Err(_) => Log::with_kept(head.record(Value::Null, r.raw.peek().into_owned()), kept),
-        },
-        Err(_) => Log::api_call(head, kept),
-    };
-    branch.log(log);
-    result.map_err(OperationError::api)
+            // A reply still held as its text reads as that text, whoever
+            // returned it (a change through `raw` drops the text).
+            if let Some(t) = r.raw.text() {
+                r.raw_text = Some(t.clone());
+            }
+        }
+        // The request body and the reply are kept as JSON text (the body the
+        // very bytes sent), parsed only if the log is read; the rest of the
+        // record stays typed.
+        let head = ApiCallHead::of(result.as_ref(), started_at, duration);
+        let mut kept = Vec::with_capacity(2);
+        if let Some(b) = &body {
+            kept.push(KeptJson::body(&["payload"], b));
+        }
+        let reply = |r: &ChatResponse| match (r.raw_text.as_ref())
+            .and_then(|t| KeptJson::parsed(&["execution", "response"], t))
+        {
+            Some(kept) => Ok(kept),
+            None => KeptJson::value(&["execution", "response"], &r.raw),
+        };
+        let log = match &result {
+            Ok(r) => match reply(r) {
+                Ok(k) => {
+                    kept.push(k);
+                    Log::api_call(head, kept)
+                }
+                // A `Value` always serializes; were it ever not to, the reply
+                // is still recorded whole.
+                Err(_) => Log::with_kept(head.record(Value::Null, r.raw.peek().into_owned()), kept),
+            },
+            Err(_) => Log::api_call(head, kept),
+        };
+        branch.log(log);
+        result.map_err(OperationError::api)
+    }
 }
 
 /// Appends a finished turn's messages, in order, through the message

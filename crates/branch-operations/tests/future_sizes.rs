@@ -38,8 +38,11 @@ fn a_verb_future_holds_its_options_once() {
         .build()
         .expect("branch");
     // The options are boxed once; the verb's body is boxed by its span.
+    // `communicate` keeps the turn's middle (232 bytes) for the body it
+    // boxes, which borrows it, so that the box stays in the allocator's
+    // per-thread cache (see below).
     let communicate = size_of_val(&b.communicate(CommunicateOptions::new("q")));
-    assert!(communicate <= 512, "communicate: {communicate} bytes");
+    assert!(communicate <= 704, "communicate: {communicate} bytes");
     let operate = size_of_val(&b.operate(OperateOptions::new("q")));
     assert!(operate <= 512, "operate: {operate} bytes");
 }
@@ -51,8 +54,12 @@ fn a_model_call_future_holds_the_call_once() {
     let body = model.request_body(&request).expect("body");
     let call = model.chat_with_body(request.clone(), &body);
     let call = size_of_val(&*call);
-    assert!(call <= 2048, "chat_with_body: {call} bytes");
+    // Every turn boxes this future: at 1,032 bytes or less, glibc's
+    // allocator serves the box from its per-thread cache (its largest
+    // cached size) instead of its general path (1,912 bytes before the
+    // request was held once).
+    assert!(call <= 1032, "chat_with_body: {call} bytes");
     let stream = model.stream(request);
     let stream = size_of_val(&*stream);
-    assert!(stream <= 1792, "stream: {stream} bytes");
+    assert!(stream <= 1536, "stream: {stream} bytes");
 }
