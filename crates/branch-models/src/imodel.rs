@@ -985,6 +985,9 @@ fn retry_after_secs(secs: f64) -> Option<Duration> {
     )
 }
 
+/// The boxed future of a [`ChatModel`] call, as `async_trait` declares it.
+type BoxedCall<'f, T> = Pin<Box<dyn Future<Output = Result<T, ModelError>> + Send + 'f>>;
+
 #[async_trait::async_trait]
 impl ChatModel for IModel {
     fn config(&self) -> &ModelConfig {
@@ -1031,10 +1034,7 @@ impl ChatModel for IModel {
     // `chat`, `chat_with_body` and `stream` box the call's own future: the
     // wrapper `async_trait` writes around an `async fn` would keep another
     // copy of the request beside it.
-    fn chat<'s, 'f>(
-        &'s self,
-        request: ChatRequest,
-    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, ModelError>> + Send + 'f>>
+    fn chat<'s, 'f>(&'s self, request: ChatRequest) -> BoxedCall<'f, ChatResponse>
     where
         's: 'f,
         Self: 'f,
@@ -1050,7 +1050,7 @@ impl ChatModel for IModel {
         &'s self,
         request: ChatRequest,
         body: &'b RequestBody,
-    ) -> Pin<Box<dyn Future<Output = Result<ChatResponse, ModelError>> + Send + 'f>>
+    ) -> BoxedCall<'f, ChatResponse>
     where
         's: 'f,
         'b: 'f,
@@ -1064,10 +1064,7 @@ impl ChatModel for IModel {
         true
     }
 
-    fn stream<'s, 'f>(
-        &'s self,
-        request: ChatRequest,
-    ) -> Pin<Box<dyn Future<Output = Result<ChatStream, ModelError>> + Send + 'f>>
+    fn stream<'s, 'f>(&'s self, request: ChatRequest) -> BoxedCall<'f, ChatStream>
     where
         's: 'f,
         Self: 'f,

@@ -9,12 +9,13 @@
 //! 64); the same all at once; one conversation of `--seq-turns` sequential
 //! turns (default 1,000) with the per-turn cost at its start and its end.
 //! Figures: wall time, the client's CPU time (`getrusage`, every thread of
-//! this process; the server's is not counted) with its user part and the
-//! minor page faults of the same pass, and the peak memory of the
-//! 1,000 × 3 run against the bytes its branches hold. Each 1,000 × 3
-//! workload runs `--passes` passes of each side (default 15), alternating,
-//! and reports each side's best: with three, the ratio of unchanged code
-//! moved between 1.04× and 1.55× from run to run at concurrency 64.
+//! this process; the server's is not counted) with its user part, the
+//! minor page faults and the context switches of the same pass, and the
+//! peak memory of the 1,000 × 3 run against the bytes its branches hold.
+//! Each 1,000 × 3 workload runs `--passes` passes of each side (default
+//! 15), alternating, and reports each side's best: with three, the ratio of
+//! unchanged code moved between 1.04× and 1.55× from run to run at
+//! concurrency 64.
 //!
 //! `--side ours|raw|none --workload c64|all|seq` runs one side of one
 //! workload once and exits: `cargo xtask bench turns --callgrind` runs those

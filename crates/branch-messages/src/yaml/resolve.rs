@@ -48,24 +48,7 @@ fn is_bool(s: &str) -> bool {
 /// dot or a digit; nulls and booleans with `~` or one of their letters;
 /// the merge and value keys with `<` and `=`.
 fn may_start_non_string(b: u8) -> bool {
-    matches!(
-        b,
-        b'+' | b'-' | b'.' | b'0'
-            ..=b'9'
-                | b'~'
-                | b'<'
-                | b'='
-                | b'n'
-                | b'N'
-                | b'y'
-                | b'Y'
-                | b't'
-                | b'T'
-                | b'f'
-                | b'F'
-                | b'o'
-                | b'O'
-    )
+    matches!(b, b'0'..=b'9' | b'+' | b'-' | b'.' | b'~' | b'<' | b'=') || b"nNyYtTfFoO".contains(&b)
 }
 
 /// A byte cursor for the small hand-written patterns below.
