@@ -187,7 +187,8 @@ async fn run(a: Args) -> Result<(), Error> {
         // `--passes` alternating measured passes; the best of each side,
         // and where the CPU of its least costly pass went: user time, the
         // kernel's (the rest: loopback TCP, and the pages a heap maps
-        // again as it grows back), and its minor page faults.
+        // again as it grows back), its minor page faults and its context
+        // switches.
         let mut best = [Pass::NONE; 2];
         for _ in 0..a.passes {
             let all = branches(&model, a.branches)?;
@@ -280,8 +281,8 @@ async fn run(a: Args) -> Result<(), Error> {
     Ok(())
 }
 
-/// One measured pass: wall and CPU seconds, the user part of the CPU, and
-/// the minor page faults.
+/// One measured pass: wall and CPU seconds, the user part of the CPU, the
+/// minor page faults and the context switches.
 #[derive(Clone, Copy)]
 struct Pass {
     wall: f64,
@@ -307,8 +308,8 @@ impl Pass {
         Started(Instant::now(), Usage::now())
     }
 
-    /// Keeps the least wall time, and the CPU, user time and faults of the
-    /// pass with the least CPU time.
+    /// Keeps the least wall time, and the CPU, user time, faults and
+    /// context switches of the pass with the least CPU time.
     fn keep_best(&mut self, p: Pass) {
         self.wall = self.wall.min(p.wall);
         if p.cpu < self.cpu {
