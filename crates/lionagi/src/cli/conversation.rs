@@ -342,10 +342,25 @@ mod tests {
     use branch_core::Message;
     use branch_session::store::{BranchStore, SqliteStore};
 
-    fn temp_db(tag: &str) -> std::path::PathBuf {
+    /// A store file in a directory of its own, removed with the guard.
+    struct TempDb(std::path::PathBuf);
+
+    impl TempDb {
+        fn path(&self) -> std::path::PathBuf {
+            self.0.join("chat.db")
+        }
+    }
+
+    impl Drop for TempDb {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    fn temp_db(tag: &str) -> TempDb {
         let dir = std::env::temp_dir().join(format!("lionagi-conv-{tag}-{}", Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
-        dir.join("chat.db")
+        TempDb(dir)
     }
 
     async fn open(db: &std::path::Path) -> Conversation {
@@ -385,7 +400,8 @@ mod tests {
     /// both turns land, in order, and nothing is rewritten.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_append_is_retried_with_the_next_turn() {
-        let db = temp_db("retry");
+        let dir = temp_db("retry");
+        let db = dir.path();
         let mut conv = open(&db).await;
         turn(&mut conv, "one");
         conv.record_turn().await.unwrap();
@@ -406,7 +422,8 @@ mod tests {
     /// kept: the next write is refused as a conflict, never a full save.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_append_never_overwrites_another_writers_turn() {
-        let db = temp_db("other");
+        let dir = temp_db("other");
+        let db = dir.path();
         let mut conv = open(&db).await;
         turn(&mut conv, "one");
         conv.record_turn().await.unwrap();
@@ -433,7 +450,8 @@ mod tests {
     /// it did not commit, so the next turn saves the whole conversation.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_first_save_is_retried_after_checking_the_store() {
-        let db = temp_db("first");
+        let dir = temp_db("first");
+        let db = dir.path();
         let mut conv = open(&db).await;
         let held = lock(&db);
         turn(&mut conv, "one");
