@@ -20,6 +20,14 @@
 //! is the one the slot was last made or checked under: no message present
 //! then has changed since, so a turn that only added messages finds its
 //! whole history kept at the cost of a few word compares per message.
+//! Only for content as stored: what the compilation changes an
+//! instruction by (the system text and context blocks folded into the
+//! first one, action results, ReAct's context) is not in the messages, so
+//! a slot made from changed content is reused only when what it was made
+//! from equals the content compiled now. That keeps the first instruction,
+//! which carries the system text, from being rendered again on the turn
+//! after it was sent, and on every turn of a compilation that does not
+//! settle its history (ReAct, native tool calls, an explicit order).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -48,10 +56,10 @@ pub struct RenderCache {
     /// Whether the compilation under way resumed or settled the history
     /// (then its messages begin with the settled ones).
     settled_now: bool,
-    /// The last instruction sent, when its rendering as history is the
-    /// same (no tool schemas, no response format): the next compilation
-    /// finds it there as a past instruction.
-    sent: Option<Box<Sent>>,
+    /// The last instruction sent and the position it was to take, when
+    /// its rendering as history is the same (no tool schemas, no response
+    /// format): the next compilation finds it there as a past instruction.
+    sent: Option<(usize, Box<Made>)>,
     /// Where the last compilation resumed the settled history (tests).
     #[cfg(test)]
     pub(crate) resumed_at: Option<usize>,
@@ -83,30 +91,29 @@ struct Settled {
     json: Arc<SettledJson>,
 }
 
-/// An instruction as sent, and the position it was to take.
+/// A rendered instruction and what its rendering read, in one
+/// allocation that moves from `sent` to its slot as it is.
 #[derive(Debug)]
-struct Sent {
-    at: usize,
-    source: Box<Source>,
+struct Made {
+    source: Source,
+    /// `None`: it rendered empty and is left out.
     message: Option<Compiled>,
 }
 
 #[derive(Debug)]
 struct Slot {
     id: Uuid,
-    /// The edit stamp the slot was last made or checked under.
-    stamp: u64,
+    /// The edit stamp the slot was last made or checked under from the
+    /// content as stored; `None` when made or checked from content the
+    /// compilation changed (the stamp does not vouch for that).
+    stamp: Option<u64>,
     kept: Kept,
 }
 
 #[derive(Debug)]
 enum Kept {
-    /// A past instruction: what its rendering read, and the message
-    /// (`None`: it rendered empty and is left out).
-    Instruction {
-        source: Box<Source>,
-        message: Option<Compiled>,
-    },
+    /// A past instruction.
+    Instruction(Box<Made>),
     /// A model reply sent as stored; the message holds all it was made
     /// from (its text and reasoning).
     Reply(Compiled),
@@ -214,18 +221,17 @@ impl RenderCache {
         let stamp = self.stamp;
         match self.slots.get_mut(at) {
             Some(Some(s)) if s.id == id => {
-                let current = s.stamp == stamp;
+                let current = s.stamp == Some(stamp);
                 Some((s, current))
             }
             _ => None,
         }
     }
 
-    fn keep(&mut self, at: usize, id: Uuid, kept: Kept) {
+    fn keep(&mut self, at: usize, id: Uuid, kept: Kept, stamp: Option<u64>) {
         if self.slots.len() <= at {
             self.slots.resize_with(at + 1, || None);
         }
-        let stamp = self.stamp;
         if let Some(slot) = self.slots.get_mut(at) {
             *slot = Some(Slot { id, stamp, kept });
         }
@@ -255,19 +261,21 @@ impl Output for RenderCache {
     }
 
     /// The kept form of instruction `id` when it was made for this id
-    /// from content equal to `c` (or checked under the current edit
-    /// stamp), else rendered now and kept. Errors are not kept.
+    /// from content equal to `c` (or, for content as stored, checked under
+    /// the current edit stamp), else rendered now and kept. Errors are not
+    /// kept.
     fn history(
         &mut self,
         at: usize,
         id: Uuid,
         c: &InstructionContent,
+        as_stored: bool,
     ) -> Result<Option<Compiled>, CompileError> {
-        let stamp = self.stamp;
+        let stamp = as_stored.then_some(self.stamp);
         if let Some((slot, current)) = self.slot(at, id) {
-            if let Kept::Instruction { source, message } = &mut slot.kept {
-                if current || source.is(c) {
-                    let message = message.as_mut().map(reused);
+            if let Kept::Instruction(made) = &mut slot.kept {
+                if (current && as_stored) || made.source.is(c) {
+                    let message = made.message.as_mut().map(reused);
                     slot.stamp = stamp;
                     return Ok(message);
                 }
@@ -275,33 +283,29 @@ impl Output for RenderCache {
         }
         // Rendering is a function of the content alone: the same content
         // sent last at this position renders as it did then.
-        let (source, message) = match self.sent.take_if(|sent| sent.at == at) {
-            Some(sent) if sent.source.is(c) => {
+        let made = match self.sent.take_if(|(sent_at, _)| *sent_at == at) {
+            Some((_, made)) if made.source.is(c) => {
                 #[cfg(test)]
                 {
                     self.sent_found += 1;
                 }
-                (sent.source, sent.message)
+                made
             }
             _ => {
                 let rendered = render_instruction_as(c, ImageOwner::Stored(id), true)?;
-                (Box::new(Source::of(c)), user_message(rendered))
+                Box::new(Made {
+                    source: Source::of(c),
+                    message: user_message(rendered),
+                })
             }
         };
-        self.keep(
-            at,
-            id,
-            Kept::Instruction {
-                source,
-                message: message.clone(),
-            },
-        );
+        let message = made.message.clone();
+        self.keep(at, id, Kept::Instruction(made), stamp);
         Ok(message)
     }
 
-    /// The kept form of reply `id` when it holds the same text and
-    /// reasoning (or was checked under the current edit stamp), else made
-    /// now and kept.
+    /// The instruction sent now, rendered; kept as sent for the next
+    /// compilation to find.
     fn current(
         &mut self,
         at: usize,
@@ -311,15 +315,18 @@ impl Output for RenderCache {
         // As history an instruction leaves out its tool schemas and
         // response format; without them it renders the same.
         self.sent = (c.tool_schemas.is_empty() && c.response_format.is_none()).then(|| {
-            Box::new(Sent {
-                at,
-                source: Box::new(Source::of(c)),
+            let made = Made {
+                source: Source::of(c),
                 message: message.clone(),
-            })
+            };
+            (at, Box::new(made))
         });
         Ok(message)
     }
 
+    /// The kept form of reply `id` when it holds the same text and
+    /// reasoning (or was checked under the current edit stamp), else made
+    /// now and kept.
     fn reply(
         &mut self,
         at: usize,
@@ -327,7 +334,7 @@ impl Output for RenderCache {
         text: Cow<'_, str>,
         reasoning: Vec<ReasoningBlock>,
     ) -> Compiled {
-        let stamp = self.stamp;
+        let stamp = Some(self.stamp);
         if let Some((slot, current)) = self.slot(at, id) {
             if let Kept::Reply(kept) = &mut slot.kept {
                 let m = &kept.0;
@@ -339,7 +346,7 @@ impl Output for RenderCache {
             }
         }
         let kept = shared(reply_message(text.into_owned(), reasoning));
-        self.keep(at, id, Kept::Reply(kept.clone()));
+        self.keep(at, id, Kept::Reply(kept.clone()), stamp);
         kept
     }
 

@@ -92,13 +92,16 @@ pub(crate) trait Output {
     /// A message compiled now.
     fn fresh(&mut self, m: RequestMessage) -> Self::Message;
 
-    /// Past instruction `id` at position `at`, its content as stored;
+    /// Past instruction `id` at position `at`, its content as compiled:
+    /// as stored when `as_stored`, else as the compilation changed it (the
+    /// system fold, folded action results, ReAct's de-duplication);
     /// `None` when it renders empty.
     fn history(
         &mut self,
         _at: usize,
         id: Uuid,
         c: &InstructionContent,
+        _as_stored: bool,
     ) -> Result<Option<Self::Message>, CompileError> {
         let content = render_instruction_as(c, ImageOwner::Stored(id), true)?;
         Ok((!content.is_empty())
@@ -106,7 +109,7 @@ pub(crate) trait Output {
     }
 
     /// The instruction sent now, to be stored at position `at`, its
-    /// content as the caller gave it; `None` when it renders empty.
+    /// content as compiled; `None` when it renders empty.
     fn current(
         &mut self,
         _at: usize,
@@ -222,15 +225,12 @@ pub(crate) fn render<O: Output>(
                 history,
                 at,
             } => {
-                let message = match (&c, owner) {
-                    // Only a past instruction the compilation left as
-                    // stored can be kept (see `cache`).
-                    (Content::Borrowed(stored), ImageOwner::Stored(id)) if history => {
-                        out_to.history(at, id, stored)?
+                let message = match owner {
+                    ImageOwner::Stored(id) if history => {
+                        let as_stored = matches!(c, Content::Borrowed(_));
+                        out_to.history(at, id, &c, as_stored)?
                     }
-                    (Content::Borrowed(given), ImageOwner::CurrentTurn) if !history => {
-                        out_to.current(at, given)?
-                    }
+                    ImageOwner::CurrentTurn if !history => out_to.current(at, &c)?,
                     _ => {
                         let content = render_instruction_as(&c, owner, history)?;
                         (!content.is_empty())

@@ -719,7 +719,8 @@ fn render_cache_drops_what_is_no_longer_compiled() {
 /// A turn sends the very messages the previous turn compiled for its
 /// history (shared, not copied), the first instruction carrying the system
 /// text too (it is settled history); after an edit, all but the message
-/// edited and that first instruction, which a full compilation folds anew.
+/// edited: the first instruction, folded anew by a full compilation, is
+/// found equal to what its slot was made from.
 #[test]
 fn past_messages_are_shared_between_turns() {
     let mut cache = RenderCache::new();
@@ -765,7 +766,7 @@ fn past_messages_are_shared_between_turns() {
         .messages;
     assert!(!Arc::ptr_eq(&second[3], &third[3]));
     assert_eq!(third[3].content, json!("r1!"));
-    assert!(!Arc::ptr_eq(&second[0], &third[0]));
+    assert!(Arc::ptr_eq(&second[0], &third[0]));
     assert!(Arc::ptr_eq(&second[2], &third[2]));
     assert!(Arc::ptr_eq(&second[4], &third[4]));
 }
@@ -802,6 +803,54 @@ fn a_slot_skipped_while_its_message_changed_is_checked_again() {
     instruction_mut(&mut mm, b).instruction = Some("second, edited".into());
     same_as_cold(&mm, &now, &with(folded), &mut cache, "folded, so not kept");
     same_as_cold(&mm, &now, &with(plain), &mut cache, "kept again, as edited");
+}
+
+/// The first instruction carries the system text (and the context
+/// blocks) folded in, which the edit stamp does not vouch for: the turn
+/// after it was sent finds it as sent, and a compilation that walks the
+/// whole history again (native tool mode) finds it in its slot, equal to
+/// what the slot was made from; other blocks fold into another text, which
+/// is rendered anew. Each compiles as a cold compilation does.
+#[test]
+fn the_first_instruction_with_the_system_text_folded_in_is_rendered_once() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let d = CompileOptions::default();
+    let native = CompileOptions {
+        tool_mode: ToolMode::Native,
+        ..d
+    };
+    let blocks = vec!["memory: a".to_owned()];
+    let with_blocks = CompileOptions {
+        context_blocks: &blocks,
+        ..native
+    };
+    let mut first_message = |mm: &MessageManager, now: &str, opts: &CompileOptions<'_>| {
+        same_as_cold(mm, &ins(now), opts, &mut RenderCache::new(), now);
+        let request = compile_request_cached(mm, &ins(now), opts, &mut cache).unwrap();
+        assert_kept_json_is_the_messages(&request, now);
+        (Arc::clone(&request.messages[0]), cache.sent_found)
+    };
+    let (sent, _) = first_message(&mm, "q0", &d);
+    mm.add_message(Message::instruction(ins("q0")));
+    mm.add_message(Message::assistant("r0"));
+    let (second, found) = first_message(&mm, "q1", &d);
+    assert!(Arc::ptr_eq(&sent, &second), "found as sent");
+    assert_eq!(found, 1);
+    let (third, _) = first_message(&mm, "q1", &native);
+    assert!(Arc::ptr_eq(&sent, &third), "found in its slot");
+    let (fourth, _) = first_message(&mm, "q1", &with_blocks);
+    assert!(!Arc::ptr_eq(&sent, &fourth), "other blocks, another text");
+    assert!(
+        fourth
+            .content
+            .as_str()
+            .is_some_and(|t| t.contains("memory: a"))
+    );
+    let (fifth, _) = first_message(&mm, "q1", &native);
+    assert!(!Arc::ptr_eq(&fourth, &fifth), "the blocks gone again");
+    same_as_cold(&mm, &ins("q1"), &native, &mut cache, "the cache itself");
 }
 
 /// The instruction sent is found as the past instruction of the next
