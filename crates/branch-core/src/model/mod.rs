@@ -34,7 +34,7 @@ pub use config::{
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
 pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
-pub use wire::{SettledJson, SettledRun, WireForm};
+pub use wire::{SettledJson, SettledRun, WireForm, json_len_guess};
 
 /// A chat model a `Branch` can hold, serialize and call.
 #[async_trait::async_trait]

@@ -169,6 +169,22 @@ impl SettledJson {
     pub fn form(&mut self) {
         let from = self.ends.len();
         let pending = std::mem::take(&mut self.pending);
+        // Room for all of them at once: written into a buffer that grew
+        // as it went, a short conversation's JSON was reallocated three or
+        // four times.
+        let guess = self
+            .messages
+            .iter()
+            .skip(from)
+            .zip(&pending)
+            .map(
+                |(m, form)| match form.as_deref().and_then(|f| f.json_for(m)) {
+                    Some(json) => json.get().len(),
+                    None => json_len_guess(m),
+                },
+            )
+            .fold(pending.len(), usize::saturating_add);
+        self.text.reserve(guess);
         for (m, form) in self.messages.iter().skip(from).zip(pending) {
             if self.ended {
                 break;
@@ -260,6 +276,17 @@ impl std::fmt::Debug for SettledJson {
             .field("json", &self.text.len())
             .finish()
     }
+}
+
+/// About the length of `m`'s JSON: its text and a little for the keys
+/// (other content a little more). Room to reserve, never a limit.
+pub fn json_len_guess(m: &ChatMessage) -> usize {
+    let content = match &m.content {
+        serde_json::Value::String(t) => t.len(),
+        _ => 256,
+    };
+    let extra = if m.extra.is_empty() { 0 } else { 256 };
+    32usize.saturating_add(content).saturating_add(extra)
 }
 
 /// Appends `m`'s JSON to `text`; false when it cannot be kept (`text`
@@ -383,5 +410,28 @@ mod tests {
         Arc::make_mut(&mut changed[2]).content = "changed".into();
         assert_eq!(settled.prefix_of(&changed), 2);
         assert_eq!(settled.prefix_of(&messages[..1]), 1);
+    }
+
+    /// The messages a turn settles are written into room reserved for
+    /// them all: the buffer does not grow message by message.
+    #[test]
+    fn a_turns_settled_messages_fit_the_room_reserved_for_them() {
+        let mut settled = SettledJson::new();
+        let turn = [
+            ChatMessage::system("You are terse."),
+            ChatMessage::user("instruction: Question 0"),
+            ChatMessage::assistant("An answer, with \"quotes\" and é."),
+        ];
+        let room: usize = turn.iter().map(json_len_guess).sum::<usize>() + turn.len();
+        for m in turn {
+            settled.push(Arc::new(m), None);
+        }
+        settled.form();
+        assert!(settled.text.len() <= room);
+        assert!(
+            settled.text.capacity() <= room,
+            "grew past the room reserved: {} > {room}",
+            settled.text.capacity()
+        );
     }
 }

@@ -6,7 +6,7 @@ use std::ops::Range;
 
 use branch_core::model::{
     BodyWriter, ChatChunk, ChatMessage, ChatRequest, ChunkKind, ModelConfig, Punct, ReasoningBlock,
-    RequestBody, SettledJson, TokenCount,
+    RequestBody, SettledJson, TokenCount, json_len_guess,
 };
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
@@ -153,10 +153,7 @@ impl<'a> Messages<'a> {
             .skip(from)
             .map(|(i, m)| match self.request.wire_form(i) {
                 Some(w) => w.len(),
-                None => 32usize.saturating_add(match &m.content {
-                    Value::String(t) => t.len(),
-                    _ => 256,
-                }),
+                None => json_len_guess(m),
             })
             .fold(punctuation.saturating_add(settled), usize::saturating_add)
     }
