@@ -1,5 +1,6 @@
 //! Seam types of a model call: request, response, streaming chunks, usage.
 
+use std::borrow::Cow;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -14,8 +15,10 @@ use crate::object_only::optional_object;
 /// One message of a provider request (`{"role", "content", ...}`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatMessage {
-    /// `system`, `developer`, `user`, `assistant` or `tool`.
-    pub role: String,
+    /// `system`, `developer`, `user`, `assistant` or `tool` ([`role`]:
+    /// these are never allocated, as a conversation keeps a compiled
+    /// message for each of its messages).
+    pub role: Cow<'static, str>,
     /// A string, or a list of content parts.
     pub content: Value,
     /// Further keys (`tool_calls`, `tool_call_id`, `name` ...), written after
@@ -32,7 +35,7 @@ impl ChatMessage {
     /// A message with `role` and `content`.
     pub fn new(role: &str, content: impl Into<Value>) -> Self {
         Self {
-            role: role.to_owned(),
+            role: self::role(role),
             content: content.into(),
             extra: Map::new(),
             reasoning: Vec::new(),
@@ -68,7 +71,7 @@ impl ChatMessage {
     /// From a `{"role", "content", ...}` object.
     pub fn from_value(value: &Value) -> Option<Self> {
         let obj = value.as_object()?;
-        let role = obj.get("role")?.as_str()?.to_owned();
+        let role = role(obj.get("role")?.as_str()?);
         let content = obj.get("content").cloned().unwrap_or(Value::Null);
         let extra = obj
             .iter()
@@ -81,6 +84,16 @@ impl ChatMessage {
             extra,
             reasoning: Vec::new(),
         })
+    }
+}
+
+/// `role` as a message's role: one of the roles the dialects know is
+/// borrowed, any other copied.
+pub fn role(role: &str) -> Cow<'static, str> {
+    const KNOWN: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
+    match KNOWN.into_iter().find(|k| *k == role) {
+        Some(known) => Cow::Borrowed(known),
+        None => Cow::Owned(role.to_owned()),
     }
 }
 
@@ -1063,6 +1076,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// The roles the dialects know are never allocated; any other role is
+    /// kept as given, and a message reads back with the role it was made
+    /// with.
+    #[test]
+    fn known_roles_are_borrowed_and_others_kept_as_given() {
+        for r in ["system", "developer", "user", "assistant", "tool"] {
+            let m = ChatMessage::new(r, "x");
+            assert!(matches!(m.role, Cow::Borrowed(_)), "{r}");
+            assert_eq!(m.role, r);
+        }
+        for r in ["User", "function", "", "assistant "] {
+            let m = ChatMessage::new(r, "x");
+            assert!(matches!(m.role, Cow::Owned(_)), "{r:?}");
+            assert_eq!(m.role, r);
+        }
+        let v = serde_json::json!({"role": "tool", "content": "out", "tool_call_id": "c"});
+        let m = ChatMessage::from_value(&v).unwrap();
+        assert!(matches!(m.role, Cow::Borrowed("tool")));
+        assert_eq!(m.to_value(), v);
+    }
 
     #[test]
     fn text_extraction_matches_reference() {

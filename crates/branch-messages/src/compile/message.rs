@@ -118,7 +118,7 @@ impl From<RequestMessage> for ChatMessage {
             extra.insert("tool_call_id".into(), Value::String(id));
         }
         ChatMessage {
-            role: m.role.as_str().to_owned(),
+            role: m.role.as_str().into(),
             content,
             extra,
             reasoning: m.reasoning,

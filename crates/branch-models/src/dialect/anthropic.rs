@@ -72,7 +72,7 @@ pub fn build_body(
     let mut system = None;
     if let Some(first) = messages
         .first()
-        .filter(|m| matches!(m.role.as_str(), "system" | "developer"))
+        .filter(|m| matches!(&*m.role, "system" | "developer"))
     {
         system = Some(system_prompt(&first.content)?);
         messages = &messages[1..];
@@ -185,7 +185,7 @@ fn check_keys(m: &ChatMessage, allowed: &[&str]) -> Result<(), TranslateError> {
 }
 
 fn message_turn(m: &ChatMessage) -> Result<Turn, TranslateError> {
-    match m.role.as_str() {
+    match &*m.role {
         "user" => {
             check_keys(m, &[])?;
             let content = match &m.content {

@@ -265,7 +265,7 @@ impl Serialize for Message<'_> {
         let role = if shape.developer && m.role == "system" {
             "developer"
         } else {
-            m.role.as_str()
+            &m.role
         };
         let mut out = s.serialize_map(Some(2 + m.extra.len()))?;
         out.serialize_entry("role", role)?;

@@ -237,7 +237,7 @@ fn input_items(messages: &[Arc<ChatMessage>], store: bool) -> (Option<String>, V
     }
     let mut items = Vec::with_capacity(messages.len());
     for m in messages {
-        match m.role.as_str() {
+        match &*m.role {
             "assistant" => assistant_items(m, store, &mut items),
             "tool" => items.push(json!({
                 "type": "function_call_output",
