@@ -20,6 +20,7 @@ use branch_models::guard::{check_host, check_ip};
 use branch_models::json_grammar::Grammar;
 use branch_models::sse_frame::{SseError, SseEvent, SseFramer};
 use serde_json::Value;
+use uuid::Uuid;
 
 /// Conversation documents: neither entry point panics on any bytes, and a
 /// document that loads is a fixed point after one normalisation:
@@ -343,4 +344,15 @@ pub fn gguf_header(data: &[u8]) {
             Err(e) => panic!("cut at {cut}: {e}"),
         }
     }
+}
+
+/// Ids (`branch_core::element::parse_uuid`): any text reads as
+/// `Uuid::parse_str` reads it once trimmed, the same id or refused alike,
+/// whichever path (the canonical form's or the general one) reads it.
+pub fn uuid_text(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let want = Uuid::parse_str(text.trim()).ok();
+    assert_eq!(branch_core::element::parse_uuid(text), want, "{text:?}");
 }

@@ -149,3 +149,8 @@ fn address_guard() {
 fn gguf_header() {
     smoke("gguf_header", checks::gguf_header);
 }
+
+#[test]
+fn uuid_text() {
+    smoke("uuid_text", checks::uuid_text);
+}

@@ -87,6 +87,11 @@ pub fn now() -> f64 {
 /// Parses an id in any form Python's `UUID()` accepts (hyphenated, simple,
 /// braced, `urn:uuid:`), case-insensitively.
 pub fn parse_uuid(s: &str) -> Option<Uuid> {
+    // The form every writer writes; what it does not read goes on to the
+    // general parser, which reads it alike.
+    if let Some(id) = crate::canonical_uuid::parse_hyphenated(s.as_bytes()) {
+        return Some(id);
+    }
     // `trim` looks at each end as a Unicode character; an id as written
     // starts and ends with ASCII that is no space, which needs no trim.
     let untrimmed = |b: &u8| b.is_ascii() && !matches!(b, b'\t'..=b'\r' | b' ');

@@ -15,6 +15,7 @@
 
 pub mod action;
 pub mod branch;
+mod canonical_uuid;
 pub mod checked_read;
 mod classed_metadata;
 pub mod context;
