@@ -192,16 +192,19 @@ pub(crate) fn truthy(v: &Value) -> bool {
 }
 
 impl InstructionContent {
-    pub(crate) fn from_fields(mut m: ContentFields) -> Result<Self, String> {
+    /// Boxed from the start, as a message holds it: built on the stack,
+    /// its couple of hundred bytes were copied into the result and again
+    /// into the box, for each of a history's instructions.
+    pub(crate) fn from_fields(mut m: ContentFields) -> Result<Box<Self>, String> {
         m.check_keys(INSTRUCTION_KEYS)?;
-        let mut c = InstructionContent {
+        let mut c = Box::new(InstructionContent {
             // Kept unless empty, exactly as written: the reference keeps
             // only truthy values and so loses a written `0`, `false` or
             // `{}` (compat.md).
             instruction: m.take("instruction").filter(|v| !is_empty_value(v)),
             guidance: m.take("guidance").filter(|v| !is_empty_value(v)),
             ..Default::default()
-        };
+        });
         // Most instructions hold nothing else: every other field keeps its
         // default when its key is absent.
         if m.is_empty() {

@@ -145,7 +145,7 @@ impl MessageContent {
         Ok(match kind {
             MessageKind::System => MessageContent::System(Box::new(SystemContent::from_fields(f)?)),
             MessageKind::Instruction => {
-                MessageContent::Instruction(Box::new(InstructionContent::from_fields(f)?))
+                MessageContent::Instruction(InstructionContent::from_fields(f)?)
             }
             MessageKind::AssistantResponse => {
                 MessageContent::AssistantResponse(AssistantResponseContent::from_fields(f)?)
