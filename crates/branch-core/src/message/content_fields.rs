@@ -141,6 +141,12 @@ impl ContentFields {
     }
 
     fn put(&mut self, key: Key, v: Value, replace: bool) {
+        // A content's first key (most have no other) is set in place:
+        // there is nothing to search, and nothing held to keep or drop.
+        if let Entries::Empty = self.entries {
+            self.entries = Entries::One((key.into_name(), v));
+            return;
+        }
         match self.position(key.as_str()) {
             Some(at) => {
                 if let Some(slot) = self.entries.as_mut_slice().get_mut(at).filter(|_| replace) {
@@ -234,6 +240,13 @@ impl Key {
         match self {
             Key::Known(name) => name,
             Key::Unknown(name) => name,
+        }
+    }
+
+    fn into_name(self) -> Cow<'static, str> {
+        match self {
+            Key::Known(name) => Cow::Borrowed(name),
+            Key::Unknown(name) => Cow::Owned(name),
         }
     }
 }
