@@ -101,9 +101,15 @@ impl ContentFields {
     pub(crate) fn take(&mut self, key: &str) -> Option<Value> {
         // A kind asks for each key it takes, most of them absent: once the
         // content's one key is taken, the rest cost a test each.
-        match self.entries {
+        match &self.entries {
             Entries::Empty => None,
-            _ => self.take_held(key),
+            // The one key most contents hold: compared, and taken whole.
+            Entries::One((k, _)) if k.as_ref() != key => None,
+            Entries::One(_) => match std::mem::take(&mut self.entries) {
+                Entries::One((_, v)) => Some(v),
+                Entries::Empty | Entries::Many(_) => None,
+            },
+            Entries::Many(_) => self.take_held(key),
         }
     }
 
