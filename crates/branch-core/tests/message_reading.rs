@@ -289,16 +289,20 @@ fn unknown_and_repeated_keys_are_refused_and_missing_ones_defaulted() {
         "channel",
         "role",
     ] {
-        let text = format!(
-            r#"{{"metadata": {{"lion_class": "{INSTRUCTION}"}}, "{key}": null, "{key}": null}}"#
-        );
-        let e = serde_json::from_str::<Message>(&text)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains(&format!("duplicate field `{key}`")),
-            "{text}: {e}"
-        );
+        // Refused as repeated before the second value is read, as the
+        // derive refuses it: so also when that value is malformed too.
+        for second in ["null", "[[]]"] {
+            let text = format!(
+                r#"{{"metadata": {{"lion_class": "{INSTRUCTION}"}}, "{key}": null, "{key}": {second}}}"#
+            );
+            let e = serde_json::from_str::<Message>(&text)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&format!("duplicate field `{key}`")),
+                "{text}: {e}"
+            );
+        }
     }
     let m = read(&json!({"id": ID, "created_at": 1.5, "metadata": class()})).unwrap();
     assert_eq!(m.kind().class_name(), "Instruction");

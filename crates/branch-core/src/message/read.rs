@@ -45,14 +45,15 @@ impl<'de> Deserialize<'de> for Message {
 
 struct MessageVisitor;
 
-/// Fills a field's slot (`None` until its key comes); a key that comes
-/// twice is refused in serde's words.
-fn once<T, E: de::Error>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), E> {
-    if slot.is_some() {
-        return Err(E::duplicate_field(name));
+/// Refuses a field's key that comes a second time (its slot is `None`
+/// until the first), in serde's words and before the value is read, as
+/// the derive refuses it: a repeated key is reported as repeated even when
+/// its second value is also malformed.
+fn first<T, E: de::Error>(slot: &Option<T>, name: &'static str) -> Result<(), E> {
+    match slot {
+        Some(_) => Err(E::duplicate_field(name)),
+        None => Ok(()),
     }
-    *slot = Some(value);
-    Ok(())
 }
 
 impl<'de> Visitor<'de> for MessageVisitor {
@@ -75,34 +76,41 @@ impl<'de> Visitor<'de> for MessageVisitor {
         let mut role = false;
         while let Some(key) = map.next_key::<Field>()? {
             match key {
-                Field::Id => once(&mut id, "id", map.next_value::<OptUuid>()?.0)?,
-                Field::CreatedAt => once(
-                    &mut created_at,
-                    "created_at",
-                    map.next_value::<OptCreatedAt>()?.0,
-                )?,
-                Field::Metadata => once(
-                    &mut metadata,
-                    "metadata",
-                    map.next_value::<Option<KindMetadata>>()?,
-                )?,
-                Field::NodeMetadata => once(
-                    &mut node_metadata,
-                    "node_metadata",
-                    map.next_value::<Option<KindMetadata>>()?,
-                )?,
-                Field::Content => once(&mut content, "content", map.next_value::<ContentWire>()?)?,
-                Field::Embedding => once(
-                    &mut embedding,
-                    "embedding",
-                    map.next_value::<Option<Vec<f64>>>()?,
-                )?,
-                Field::Sender => once(&mut sender, "sender", map.next_value::<Party>()?.0)?,
+                Field::Id => {
+                    first(&id, "id")?;
+                    id = Some(map.next_value::<OptUuid>()?.0);
+                }
+                Field::CreatedAt => {
+                    first(&created_at, "created_at")?;
+                    created_at = Some(map.next_value::<OptCreatedAt>()?.0);
+                }
+                Field::Metadata => {
+                    first(&metadata, "metadata")?;
+                    metadata = Some(map.next_value::<Option<KindMetadata>>()?);
+                }
+                Field::NodeMetadata => {
+                    first(&node_metadata, "node_metadata")?;
+                    node_metadata = Some(map.next_value::<Option<KindMetadata>>()?);
+                }
+                Field::Content => {
+                    first(&content, "content")?;
+                    content = Some(map.next_value::<ContentWire>()?);
+                }
+                Field::Embedding => {
+                    first(&embedding, "embedding")?;
+                    embedding = Some(map.next_value::<Option<Vec<f64>>>()?);
+                }
+                Field::Sender => {
+                    first(&sender, "sender")?;
+                    sender = Some(map.next_value::<Party>()?.0);
+                }
                 Field::Recipient => {
-                    once(&mut recipient, "recipient", map.next_value::<Party>()?.0)?;
+                    first(&recipient, "recipient")?;
+                    recipient = Some(map.next_value::<Party>()?.0);
                 }
                 Field::Channel => {
-                    once(&mut channel, "channel", map.next_value::<Option<String>>()?)?;
+                    first(&channel, "channel")?;
+                    channel = Some(map.next_value::<Option<String>>()?);
                 }
                 Field::Role => {
                     if role {
