@@ -15,9 +15,9 @@ use crate::object_only::optional_object;
 /// One message of a provider request (`{"role", "content", ...}`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatMessage {
-    /// `system`, `developer`, `user`, `assistant` or `tool` ([`role`]:
-    /// these are never allocated, as a conversation keeps a compiled
-    /// message for each of its messages).
+    /// `system`, `developer`, `user`, `assistant` or `tool` (these five
+    /// are never allocated: a conversation keeps a compiled message for
+    /// each of its messages).
     pub role: Cow<'static, str>,
     /// A string, or a list of content parts.
     pub content: Value,
@@ -35,7 +35,7 @@ impl ChatMessage {
     /// A message with `role` and `content`.
     pub fn new(role: &str, content: impl Into<Value>) -> Self {
         Self {
-            role: self::role(role),
+            role: known_role(role),
             content: content.into(),
             extra: Map::new(),
             reasoning: Vec::new(),
@@ -71,7 +71,7 @@ impl ChatMessage {
     /// From a `{"role", "content", ...}` object.
     pub fn from_value(value: &Value) -> Option<Self> {
         let obj = value.as_object()?;
-        let role = role(obj.get("role")?.as_str()?);
+        let role = known_role(obj.get("role")?.as_str()?);
         let content = obj.get("content").cloned().unwrap_or(Value::Null);
         let extra = obj
             .iter()
@@ -89,7 +89,7 @@ impl ChatMessage {
 
 /// `role` as a message's role: one of the roles the dialects know is
 /// borrowed, any other copied.
-pub fn role(role: &str) -> Cow<'static, str> {
+fn known_role(role: &str) -> Cow<'static, str> {
     const KNOWN: [&str; 5] = ["system", "developer", "user", "assistant", "tool"];
     match KNOWN.into_iter().find(|k| *k == role) {
         Some(known) => Cow::Borrowed(known),
