@@ -464,14 +464,14 @@ pub(crate) fn send<'a>(
                 r.raw_text = Some(t.clone());
             }
         }
-        // The request body and the reply are kept as JSON text (the body the
-        // very bytes sent), parsed only if the log is read; the rest of the
-        // record stays typed.
         // The served model moves to the log: the turn's messages do not
         // carry it, and nothing after this reads it from the reply.
         let served_model = result.as_mut().ok().and_then(|r| r.served_model.take());
         let mut head = ApiCallHead::of(result.as_ref(), started_at, duration);
         head.served_model = served_model;
+        // The request body and the reply are kept as JSON text (the body the
+        // very bytes sent), parsed only if the log is read; the rest of the
+        // record stays typed.
         let mut kept = Vec::with_capacity(2);
         if let Some(b) = &body {
             kept.push(KeptJson::body(&["payload"], b));
