@@ -6,7 +6,8 @@
 //!   mode and prints its figures as a table (`serialize`, `model`, `turns`,
 //!   `extensions`, `store`, `local`). `turns` and `model` start a fixed-reply
 //!   server in another process (nginx, else our `static_responder`);
-//!   `--callgrind` counts their client instructions per request instead.
+//!   `--callgrind` counts their client instructions per request instead,
+//!   and `--callgrind --cache-sim` their cache misses too.
 //! - `cargo xtask fetch-model`: puts the default embedded model into the
 //!   model cache and prints its path.
 //! - `cargo xtask refdiff [NAME...]`: the differential harness against
@@ -128,9 +129,13 @@ fn bench(args: &[String]) -> Result<(), String> {
         .find(|b| b.0 == name)
         .ok_or_else(|| format!("unknown benchmark `{name}`"))?;
     let callgrind = args.iter().any(|a| a == "--callgrind");
+    let cache_sim = args.iter().any(|a| a == "--cache-sim");
+    if cache_sim && !callgrind {
+        return Err("--cache-sim goes with --callgrind".into());
+    }
     let rest: Vec<String> = args[1..]
         .iter()
-        .filter(|a| *a != "--callgrind")
+        .filter(|a| *a != "--callgrind" && *a != "--cache-sim")
         .cloned()
         .collect();
     let mut build = cargo();
@@ -168,7 +173,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             .get_envs()
             .filter_map(|(k, v)| Some((k.to_owned(), v?.to_owned())))
             .collect::<Vec<_>>();
-        return callgrind::callgrind(name, &binary, &rest, &env);
+        return callgrind::callgrind(name, &binary, &rest, &env, cache_sim);
     }
     cmd.args(&rest);
     // The program's notes (which server, the load average) go straight to
