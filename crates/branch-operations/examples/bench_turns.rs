@@ -125,7 +125,8 @@ async fn capture(workload: &str, a: &Args) -> Result<Vec<Value>, Error> {
     if workload == "seq" {
         conversation(&model, a.seq_turns, &mut |_| {}).await?;
     } else {
-        run_ours(branches(&model, a.branches)?, a.concurrency).await?;
+        let mut all = branches(&model, a.branches)?;
+        run_ours(&mut all, questions(a.branches), a.concurrency).await?;
     }
     Ok(server.take_bodies())
 }
@@ -166,11 +167,12 @@ async fn run(a: Args) -> Result<(), Error> {
     // is reset first; see `Resident` for why not `getrusage`), against the
     // JSON bytes of the messages and logs its branches hold at the end.
     // This run also warms our connection pool.
-    let all = branches(&model, a.branches)?;
+    let mut all = branches(&model, a.branches)?;
+    let asked = questions(a.branches);
     let before = bench_server::reset_peak_resident().and_then(|()| bench_server::resident());
-    let done = run_ours(all, a.concurrency).await?;
-    let held = bytes_held(&done)?;
-    drop(done);
+    run_ours(&mut all, asked, a.concurrency).await?;
+    let held = bytes_held(&all)?;
+    drop(all);
     match before.and_then(|b| Ok((b, bench_server::resident()?))) {
         Ok((before, after)) => line(
             "peak_memory_growth_vs_bytes_held",
@@ -193,14 +195,15 @@ async fn run(a: Args) -> Result<(), Error> {
         // switches.
         let mut best = [Pass::NONE; 2];
         for _ in 0..a.passes {
-            let all = branches(&model, a.branches)?;
+            let mut all = branches(&model, a.branches)?;
+            let asked = questions(a.branches);
             let start = Pass::start();
-            let done = run_ours(all, concurrency).await?;
+            run_ours(&mut all, asked, concurrency).await?;
             // Built before the clock starts, the branches are dropped
             // before it stops: what they keep is freed inside the pass.
             // The CPU up to their drop is reported too.
             let cpu_before_drop = start.cpu_so_far();
-            drop(done);
+            drop(all);
             best[0].keep_best(Pass {
                 cpu_before_drop,
                 ..start.finish()
@@ -369,7 +372,9 @@ async fn one_side(
     url: &str,
 ) -> Result<(), Error> {
     if (side, a.workload.as_str()) == ("ours", "held") {
-        let held = bytes_held(&run_ours(branches(model, a.branches)?, a.concurrency).await?)?;
+        let mut all = branches(model, a.branches)?;
+        run_ours(&mut all, questions(a.branches), a.concurrency).await?;
+        let held = bytes_held(&all)?;
         println!(
             "{}",
             json!({"side": side, "workload": "held", "bytes_held": held})
@@ -385,15 +390,15 @@ async fn one_side(
     let bodies = capture(&a.workload, a).await?;
     // Built by every side, as the timed runs build them before the clock
     // starts: the subtraction leaves ours the turns, not the building.
-    let built = match a.workload.as_str() {
-        "seq" => Vec::new(),
-        _ => branches(model, a.branches)?,
+    let (mut built, asked) = match a.workload.as_str() {
+        "seq" => (Vec::new(), Vec::new()),
+        _ => (branches(model, a.branches)?, questions(a.branches)),
     };
     match (side, a.workload.as_str()) {
         ("none", _) => {}
         ("ours", "seq") => conversation(model, a.seq_turns, &mut |_| {}).await?,
         ("ours", _) => {
-            run_ours(built, concurrency).await?;
+            run_ours(&mut built, asked, concurrency).await?;
         }
         ("raw", _) => run_raw(client, url, &bodies, concurrency).await?,
         (s, _) => return Err(format!("unknown side {s}").into()),
@@ -405,21 +410,33 @@ async fn one_side(
     Ok(())
 }
 
-/// The branches × TURNS turns at `concurrency`; returns the branches, for
-/// the caller to measure or drop (as they came out: moving them into a
-/// vector of their own would add work to the measured pass).
+/// Each branch's questions, one a turn: made before a pass, as raw's
+/// bodies are.
+fn questions(branches: usize) -> Vec<[String; TURNS]> {
+    (0..branches)
+        .map(|_| std::array::from_fn(|t| format!("Question {t}")))
+        .collect()
+}
+
+/// The branches × TURNS turns at `concurrency`, branch `i` asking
+/// `asked[i]`. Each branch is borrowed where it was built and its
+/// questions made beforehand, as raw borrows bodies made beforehand:
+/// moving the branches into their futures and collecting them into a
+/// vector of results (920 bytes each, grown by doubling) was work of the
+/// harness inside ours' pass.
 async fn run_ours(
-    all: Vec<Branch>,
+    all: &mut [Branch],
+    asked: Vec<[String; TURNS]>,
     concurrency: usize,
-) -> Result<Vec<Result<Branch, String>>, Error> {
-    let results: Vec<Result<Branch, String>> = futures_util::stream::iter(all)
-        .map(|mut b| async move {
-            for t in 0..TURNS {
-                b.communicate(CommunicateOptions::new(format!("Question {t}")))
+) -> Result<(), Error> {
+    let results: Vec<Result<(), String>> = futures_util::stream::iter(all.iter_mut().zip(asked))
+        .map(|(b, questions)| async move {
+            for q in questions {
+                b.communicate(CommunicateOptions::new(q))
                     .await
                     .map_err(|e| e.to_string())?;
             }
-            Ok(b)
+            Ok(())
         })
         .buffer_unordered(concurrency)
         .collect()
@@ -427,12 +444,12 @@ async fn run_ours(
     if let Some(Err(e)) = results.iter().find(|r| r.is_err()) {
         return Err(format!("a turn failed: {e}").into());
     }
-    Ok(results)
+    Ok(())
 }
 
 /// The JSON bytes of the branches' messages and logs.
-fn bytes_held(all: &[Result<Branch, String>]) -> Result<usize, Error> {
-    all.iter().flatten().try_fold(0, |held, b| {
+fn bytes_held(all: &[Branch]) -> Result<usize, Error> {
+    all.iter().try_fold(0, |held, b| {
         Ok(held + b.to_json_vec(&ToDictOptions::default())?.len())
     })
 }
