@@ -283,9 +283,20 @@ fn compile<O: Output>(
         .and_then(Message::as_system)
         .filter(|_| kept.is_none())
     {
-        let prefix = format!("{}{}", system.rendered(), opts.context_blocks.join("\n"));
+        // Written piece by piece: `format!` cost more than the copying,
+        // on every turn that does not resume.
+        let mut prefix = system.rendered();
+        for (i, block) in opts.context_blocks.iter().enumerate() {
+            if i > 0 {
+                prefix.push('\n');
+            }
+            prefix.push_str(block);
+        }
         let fold = |c: &mut Content<'_>| {
-            let folded = format!("{prefix}{}", guidance_text(c.guidance.as_ref()));
+            let guidance = guidance_text(c.guidance.as_ref());
+            let mut folded = String::with_capacity(prefix.len() + guidance.len());
+            folded.push_str(&prefix);
+            folded.push_str(&guidance);
             c.to_mut().guidance = Some(Value::String(folded));
         };
         match entries.first_mut() {

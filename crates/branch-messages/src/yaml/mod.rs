@@ -104,7 +104,11 @@ pub(crate) enum Entry<'a> {
 /// exactly as [`minimal_yaml_stripped`] renders the same mapping built as
 /// a value, without building it: empty entries are pruned and an empty
 /// mapping renders `""` (not `{}`).
-pub(crate) fn mapping_stripped(entries: &[(&str, Entry<'_>)]) -> String {
+///
+/// The keys are labels of our own, each one PyYAML writes plain as a
+/// simple key (checked in debug builds): they are written as they are,
+/// without the analysis a key from data needs.
+pub(crate) fn mapping_stripped(entries: &[(&'static str, Entry<'_>)]) -> String {
     let mut e = Emitter::new();
     let mut written = 0;
     for (k, v) in entries {
@@ -117,7 +121,8 @@ pub(crate) fn mapping_stripped(entries: &[(&str, Entry<'_>)]) -> String {
                 if is_empty(&v) {
                     continue;
                 }
-                e.entry(written, k, &v, 0);
+                e.label(k);
+                e.value_after_indicator(&v, 0, true);
             }
             Entry::List(items) => {
                 let items: Cow<'_, [Value]> = if items.iter().any(|v| is_empty(v) || needs_prune(v))
@@ -132,7 +137,8 @@ pub(crate) fn mapping_stripped(entries: &[(&str, Entry<'_>)]) -> String {
                 if items.is_empty() {
                     continue;
                 }
-                e.list_entry(written, k, &items, 0);
+                e.label(k);
+                e.list_after_indicator(&items, 0, true);
             }
         }
         written += 1;
@@ -204,10 +210,16 @@ impl Emitter {
         self.value_after_indicator(v, indent, simple);
     }
 
-    /// [`Emitter::entry`] for a list given as its (non-empty) items.
-    fn list_entry(&mut self, i: usize, k: &str, items: &[Value], indent: usize) {
-        let simple = self.entry_key(i, k, indent);
-        self.list_after_indicator(items, indent, simple);
+    /// A top-level entry's key that is a label of our own, up to its `:`
+    /// (the cursor is at the start of a line: every value ends its line).
+    fn label(&mut self, k: &'static str) {
+        debug_assert!(
+            is_simple_key(k) && scalar::choose_style(k, true) == Style::Plain,
+            "{k:?} is not a plain simple key"
+        );
+        self.open_ended = false;
+        self.out.push_str(k);
+        self.out.push(':');
     }
 
     /// Writes an entry's key up to its `:`; returns whether it is a simple
