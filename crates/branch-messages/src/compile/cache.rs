@@ -173,12 +173,43 @@ impl Source {
     }
 
     fn is(&self, c: &InstructionContent) -> bool {
-        self.instruction == c.instruction
-            && self.guidance == c.guidance
-            && self.prompt_context == c.prompt_context
+        same_option(&self.instruction, &c.instruction)
+            && same_option(&self.guidance, &c.guidance)
+            && same_list(&self.prompt_context, &c.prompt_context)
             && self.plain_content == c.plain_content
             && self.images == c.images
             && self.image_detail == c.image_detail
+    }
+}
+
+/// Whether `a` and `b` render the same: the same JSON, with each object's
+/// keys in the same order and each float with the same sign. `Value`'s
+/// `==` is not enough: it compares objects as maps and `-0.0` equal to
+/// `0.0`, while a rendering writes keys in their order and a float's sign.
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .zip(y)
+                    .all(|((kx, vx), (ky, vy))| kx == ky && same_json(vx, vy))
+        }
+        (Value::Array(x), Value::Array(y)) => same_list(x, y),
+        (Value::Number(x), Value::Number(y)) => {
+            x == y && x.as_f64().map(f64::to_bits) == y.as_f64().map(f64::to_bits)
+        }
+        _ => a == b,
+    }
+}
+
+fn same_list(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_json(x, y))
+}
+
+fn same_option(a: &Option<Value>, b: &Option<Value>) -> bool {
+    match (a, b) {
+        (Some(x), Some(y)) => same_json(x, y),
+        (x, y) => x.is_none() && y.is_none(),
     }
 }
 

@@ -556,6 +556,19 @@ fn cached_compilation_equals_a_cold_one_through_every_change() {
     check(&mm, &d, "instruction edited in place");
     instruction_mut(&mut mm, b).guidance = Some(json!({"style": "terse"}));
     check(&mm, &d, "guidance added");
+    // Equal as maps, but rendered in their own order.
+    instruction_mut(&mut mm, b).guidance = Some(json!({"style": "terse", "tone": "dry"}));
+    check(&mm, &d, "guidance of two keys");
+    instruction_mut(&mut mm, b).guidance = Some(json!({"tone": "dry", "style": "terse"}));
+    check(&mm, &d, "guidance's keys reordered");
+    instruction_mut(&mut mm, b).guidance = Some(json!({"style": "terse", "tone": "dry"}));
+    check(&mm, &d, "guidance's keys in their first order again");
+    // Equal as numbers, but rendered with their signs.
+    instruction_mut(&mut mm, b).guidance = Some(json!([0.0]));
+    check(&mm, &d, "a zero");
+    instruction_mut(&mut mm, b).guidance = Some(json!([-0.0]));
+    check(&mm, &d, "a negative zero");
+    instruction_mut(&mut mm, b).guidance = Some(json!({"style": "terse"}));
     instruction_mut(&mut mm, b)
         .prompt_context
         .push("more".into());
