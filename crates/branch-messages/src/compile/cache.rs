@@ -5,9 +5,10 @@
 //! the message id, what the compiled message was made from, and the
 //! compiled message itself, shared ([`Arc`]) with every request that sends
 //! it. It is used only when the id is the same and what it was made from
-//! equals what the compilation has now: for a past instruction, a copy of
-//! exactly what its rendering reads (its text fields, context and images;
-//! not its tool schemas or response format, which history leaves out); for
+//! equals what the compilation has now: for a past instruction, a record of
+//! exactly what its rendering reads (the JSON of its text fields, context
+//! and images; not its tool schemas or response format, which history
+//! leaves out); for
 //! a model reply, the kept message's own text and reasoning. So an edited,
 //! replaced or re-ordered message, or one whose content the compilation
 //! changes (the system fold, folded action results, ReAct's
@@ -32,7 +33,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use branch_core::message::{ImageDetail, InstructionContent};
+use branch_core::message::InstructionContent;
 use branch_core::model::{ChatMessage, ReasoningBlock, SettledJson, WireForm};
 use serde_json::Value;
 use uuid::Uuid;
@@ -59,7 +60,7 @@ pub struct RenderCache {
     /// The last instruction sent and the position it was to take, when
     /// its rendering as history is the same (no tool schemas, no response
     /// format): the next compilation finds it there as a past instruction.
-    sent: Option<(usize, Box<Made>)>,
+    sent: Option<(usize, Made)>,
     /// Where the last compilation resumed the settled history (tests).
     #[cfg(test)]
     pub(crate) resumed_at: Option<usize>,
@@ -91,8 +92,8 @@ struct Settled {
     json: Arc<SettledJson>,
 }
 
-/// A rendered instruction and what its rendering read, in one
-/// allocation that moves from `sent` to its slot as it is.
+/// A rendered instruction and the record of what its rendering read;
+/// small enough to sit in its slot (moved there from `sent` as it is).
 #[derive(Debug)]
 struct Made {
     source: Source,
@@ -113,7 +114,7 @@ struct Slot {
 #[derive(Debug)]
 enum Kept {
     /// A past instruction.
-    Instruction(Box<Made>),
+    Instruction(Made),
     /// A model reply sent as stored; the message holds all it was made
     /// from (its text and reasoning).
     Reply(Compiled),
@@ -149,67 +150,155 @@ fn wire_form(m: &Arc<ChatMessage>) -> Option<Arc<WireForm>> {
     WireForm::of(m).ok().flatten().map(Arc::new)
 }
 
-/// What rendering an instruction as history reads.
-#[derive(Debug, PartialEq)]
-struct Source {
-    instruction: Option<Value>,
-    guidance: Option<Value>,
-    prompt_context: Vec<Value>,
-    plain_content: Option<String>,
-    images: Vec<String>,
-    image_detail: Option<ImageDetail>,
+/// What rendering an instruction as history reads, written down: its
+/// text fields, context, images and image detail, each value tagged and
+/// each length given (see [`Record`]), in one small allocation instead of
+/// a copy of each. Content with the same record renders the same. The
+/// record keeps each object's keys in their order and a float's bits, both
+/// of which a rendering writes, where `Value`'s `==` compares objects as
+/// maps and `-0.0` equal to `0.0`.
+struct Source(Box<[u8]>);
+
+impl std::fmt::Debug for Source {
+    // The record is the conversation's text: its length only.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Source").field(&self.0.len()).finish()
+    }
 }
 
 impl Source {
     fn of(c: &InstructionContent) -> Self {
-        Self {
-            instruction: c.instruction.clone(),
-            guidance: c.guidance.clone(),
-            prompt_context: c.prompt_context.clone(),
-            plain_content: c.plain_content.clone(),
-            images: c.images.clone(),
-            image_detail: c.image_detail,
-        }
+        // Measured first, so that it is allocated once, at its size.
+        let mut len = Length(0);
+        record(c, &mut len);
+        let mut bytes = Vec::with_capacity(len.0);
+        record(c, &mut bytes);
+        Self(bytes.into_boxed_slice())
     }
 
+    /// Whether `c` has this record: compared as it is written, without
+    /// keeping what is written.
     fn is(&self, c: &InstructionContent) -> bool {
-        same_option(&self.instruction, &c.instruction)
-            && same_option(&self.guidance, &c.guidance)
-            && same_list(&self.prompt_context, &c.prompt_context)
-            && self.plain_content == c.plain_content
-            && self.images == c.images
-            && self.image_detail == c.image_detail
+        let mut left = Left(Some(&self.0));
+        record(c, &mut left);
+        left.0.is_some_and(<[u8]>::is_empty)
     }
 }
 
-/// Whether `a` and `b` render the same: the same JSON, with each object's
-/// keys in the same order and each float with the same sign. `Value`'s
-/// `==` is not enough: it compares objects as maps and `-0.0` equal to
-/// `0.0`, while a rendering writes keys in their order and a float's sign.
-fn same_json(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len()
-                && x.iter()
-                    .zip(y)
-                    .all(|((kx, vx), (ky, vy))| kx == ky && same_json(vx, vy))
+/// Where a record is written.
+trait Record {
+    fn put(&mut self, bytes: &[u8]);
+
+    fn tag(&mut self, tag: u8) {
+        self.put(&[tag]);
+    }
+
+    /// A length or a count: eight bytes, so that what follows it cannot be
+    /// read as part of it.
+    fn len(&mut self, n: usize) {
+        self.put(&u64::try_from(n).unwrap_or(u64::MAX).to_le_bytes());
+    }
+
+    fn str(&mut self, s: &str) {
+        self.len(s.len());
+        self.put(s.as_bytes());
+    }
+
+    fn value(&mut self, v: &Value) {
+        match v {
+            Value::Null => self.tag(0),
+            Value::Bool(false) => self.tag(1),
+            Value::Bool(true) => self.tag(2),
+            Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+                (Some(u), _, _) => {
+                    self.tag(3);
+                    self.put(&u.to_le_bytes());
+                }
+                (None, Some(i), _) => {
+                    self.tag(4);
+                    self.put(&i.to_le_bytes());
+                }
+                (None, None, f) => {
+                    self.tag(5);
+                    self.put(&f.map_or(0, f64::to_bits).to_le_bytes());
+                }
+            },
+            Value::String(s) => {
+                self.tag(6);
+                self.str(s);
+            }
+            Value::Array(items) => {
+                self.tag(7);
+                self.values(items);
+            }
+            Value::Object(o) => {
+                self.tag(8);
+                self.len(o.len());
+                for (k, v) in o {
+                    self.str(k);
+                    self.value(v);
+                }
+            }
         }
-        (Value::Array(x), Value::Array(y)) => same_list(x, y),
-        (Value::Number(x), Value::Number(y)) => {
-            x == y && x.as_f64().map(f64::to_bits) == y.as_f64().map(f64::to_bits)
+    }
+
+    fn values(&mut self, items: &[Value]) {
+        self.len(items.len());
+        for v in items {
+            self.value(v);
         }
-        _ => a == b,
+    }
+
+    fn absent(&mut self) {
+        self.tag(9);
     }
 }
 
-fn same_list(a: &[Value], b: &[Value]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| same_json(x, y))
+/// The record of what rendering `c` as history reads, into `out`.
+fn record(c: &InstructionContent, out: &mut impl Record) {
+    for v in [&c.instruction, &c.guidance] {
+        match v {
+            Some(v) => out.value(v),
+            None => out.absent(),
+        }
+    }
+    out.values(&c.prompt_context);
+    match &c.plain_content {
+        Some(p) => out.str(p),
+        None => out.absent(),
+    }
+    out.len(c.images.len());
+    for i in &c.images {
+        out.str(i);
+    }
+    match c.image_detail {
+        Some(d) => out.str(d.as_str()),
+        None => out.absent(),
+    }
 }
 
-fn same_option(a: &Option<Value>, b: &Option<Value>) -> bool {
-    match (a, b) {
-        (Some(x), Some(y)) => same_json(x, y),
-        (x, y) => x.is_none() && y.is_none(),
+impl Record for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+/// Counts a record's bytes.
+struct Length(usize);
+
+impl Record for Length {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 = self.0.saturating_add(bytes.len());
+    }
+}
+
+/// Checks a record against the rest of an expected one; `None` once they
+/// differ.
+struct Left<'a>(Option<&'a [u8]>);
+
+impl Record for Left<'_> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.0 = self.0.and_then(|rest| rest.strip_prefix(bytes));
     }
 }
 
@@ -324,10 +413,10 @@ impl Output for RenderCache {
             }
             _ => {
                 let rendered = render_instruction_as(c, ImageOwner::Stored(id), true)?;
-                Box::new(Made {
+                Made {
                     source: Source::of(c),
                     message: user_message(rendered),
-                })
+                }
             }
         };
         let message = made.message.clone();
@@ -350,7 +439,7 @@ impl Output for RenderCache {
                 source: Source::of(c),
                 message: message.clone(),
             };
-            (at, Box::new(made))
+            (at, made)
         });
         Ok(message)
     }
@@ -433,5 +522,53 @@ impl Output for RenderCache {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod record_tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn with(instruction: Value, guidance: Option<Value>) -> InstructionContent {
+        InstructionContent {
+            instruction: Some(instruction),
+            guidance,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn records_tell_apart_what_renders_apart() {
+        let pairs = [
+            (json!({"a": 1, "b": 2}), json!({"b": 2, "a": 1})),
+            (json!(0.0), json!(-0.0)),
+            (json!(1), json!(1.0)),
+            (json!("1"), json!(1)),
+            (json!(["ab"]), json!(["a", "b"])),
+            (json!({"a": "b"}), json!({"ab": ""})),
+            (json!([[]]), json!([])),
+            (json!(-1), json!(u64::MAX)),
+            (json!(false), json!(0)),
+        ];
+        for (a, b) in pairs {
+            let kept = Source::of(&with(a.clone(), None));
+            assert!(kept.is(&with(a.clone(), None)), "{a}");
+            assert!(!kept.is(&with(b.clone(), None)), "{a} against {b}");
+        }
+        // One field's record does not run into the next one's, and a
+        // longer content is not taken for one it begins with.
+        let kept = Source::of(&with(json!("x"), Some(json!("y"))));
+        assert!(!kept.is(&with(json!("xy"), None)));
+        assert!(!Source::of(&with(json!([1]), None)).is(&with(json!([1, 2]), None)));
+        assert!(!Source::of(&with(json!([1, 2]), None)).is(&with(json!([1]), None)));
+        // Images and their detail are part of it.
+        let mut pictured = with(json!("x"), None);
+        pictured.images = vec!["https://example.com/a.png".into()];
+        let kept = Source::of(&pictured);
+        assert!(kept.is(&pictured));
+        pictured.image_detail = Some(branch_core::message::ImageDetail::Low);
+        assert!(!kept.is(&pictured));
     }
 }
