@@ -6,14 +6,13 @@
 //! compiled message itself, shared ([`Arc`]) with every request that sends
 //! it. It is used only when the id is the same and what it was made from
 //! equals what the compilation has now: for a past instruction, a record of
-//! exactly what its rendering reads (the JSON of its text fields, context
-//! and images; not its tool schemas or response format, which history
-//! leaves out); for
-//! a model reply, the kept message's own text and reasoning. So an edited,
-//! replaced or re-ordered message, or one whose content the compilation
-//! changes (the system fold, folded action results, ReAct's
-//! de-duplication, replies merged into one), is compiled afresh: a slot
-//! can be unused, never stale. Keyed by position, a turn finds its
+//! exactly what its rendering reads (its text fields, context and images,
+//! keys in their order; not its tool schemas or response format, which
+//! history leaves out); for a model reply, the kept message's own text and
+//! reasoning. So an edited, replaced or re-ordered message, or one whose
+//! content the compilation changes (the system fold, folded action results,
+//! ReAct's de-duplication, replies merged into one), is compiled afresh: a
+//! slot can be unused, never stale. Keyed by position, a turn finds its
 //! history's slots without hashing.
 //!
 //! The comparison is skipped when the manager's
