@@ -21,58 +21,76 @@ use crate::parsed_json::ParsedJson;
 
 /// A JSON value. Reads (and derefs) as its `Value`; made from text, it
 /// parses the text when first read.
-#[derive(Clone, Default)]
-pub struct LazyJson {
-    /// The text it reads as, while nothing changed the value.
-    text: Option<ParsedJson>,
-    /// The value: given, or parsed from `text` on first read.
-    value: OnceLock<Value>,
+#[derive(Clone)]
+pub struct LazyJson(Repr);
+
+#[derive(Clone)]
+enum Repr {
+    /// A value given, or one changed since it was read from a text.
+    Value(Value),
+    /// The text it reads as, and its value once read. Boxed: a value read
+    /// from its text is the rare case, and unboxed it would make every
+    /// metadata entry 40 bytes larger (past the size glibc frees fastest).
+    Text {
+        text: ParsedJson,
+        read: OnceLock<Box<Value>>,
+    },
+}
+
+impl Default for LazyJson {
+    /// `null`.
+    fn default() -> Self {
+        Self(Repr::Value(Value::Null))
+    }
 }
 
 impl LazyJson {
     /// The value `text` reads as, kept as the text until first read.
     pub fn from_text(text: ParsedJson) -> Self {
-        Self {
-            text: Some(text),
-            value: OnceLock::new(),
-        }
+        Self(Repr::Text {
+            text,
+            read: OnceLock::new(),
+        })
     }
 
     /// The text the value reads as, unless the value was changed since
     /// (read or not).
     pub fn text(&self) -> Option<&ParsedJson> {
-        self.text.as_ref()
+        match &self.0 {
+            Repr::Text { text, .. } => Some(text),
+            Repr::Value(_) => None,
+        }
     }
 
     /// The value, parsed for this call only when it was never read (a
     /// look that leaves the value as compact as it is).
     pub fn peek(&self) -> Cow<'_, Value> {
-        match self.value.get() {
-            Some(v) => Cow::Borrowed(v),
-            None => Cow::Owned(Self::parse(&self.text)),
+        match &self.0 {
+            Repr::Value(v) => Cow::Borrowed(v),
+            Repr::Text { text, read } => match read.get() {
+                Some(v) => Cow::Borrowed(v),
+                None => Cow::Owned(text.value()),
+            },
         }
-    }
-
-    /// The value `text` reads as (`null` without a text: the default has
-    /// neither text nor value).
-    fn parse(text: &Option<ParsedJson>) -> Value {
-        text.as_ref().map_or(Value::Null, ParsedJson::value)
     }
 
     /// Whether the value was built (given, or read from the text).
     #[cfg(test)]
     pub(crate) fn is_read(&self) -> bool {
-        self.value.get().is_some()
+        match &self.0 {
+            Repr::Value(_) => true,
+            Repr::Text { read, .. } => read.get().is_some(),
+        }
     }
 
     /// The string at `key` of the value's top object, read from the text
     /// when the value was never built (one pass over it, building
     /// nothing): what telemetry reads off every reply.
     pub fn top_str(&self, key: &str) -> Option<String> {
-        match (self.value.get(), &self.text) {
-            (None, Some(t)) => {
+        match &self.0 {
+            Repr::Text { text, read } if read.get().is_none() => {
                 let seed = TopStr { key };
-                let mut de = serde_json::Deserializer::from_str(t.as_str());
+                let mut de = serde_json::Deserializer::from_str(text.as_str());
                 serde::de::DeserializeSeed::deserialize(seed, &mut de)
                     .ok()
                     .flatten()
@@ -83,19 +101,19 @@ impl LazyJson {
 
     /// The value, taken.
     pub fn into_value(self) -> Value {
-        match self.value.into_inner() {
-            Some(v) => v,
-            None => Self::parse(&self.text),
+        match self.0 {
+            Repr::Value(v) => v,
+            Repr::Text { text, read } => match read.into_inner() {
+                Some(v) => *v,
+                None => text.value(),
+            },
         }
     }
 }
 
 impl From<Value> for LazyJson {
     fn from(v: Value) -> Self {
-        Self {
-            text: None,
-            value: OnceLock::from(v),
-        }
+        Self(Repr::Value(v))
     }
 }
 
@@ -103,22 +121,26 @@ impl Deref for LazyJson {
     type Target = Value;
 
     fn deref(&self) -> &Value {
-        self.value.get_or_init(|| Self::parse(&self.text))
+        match &self.0 {
+            Repr::Value(v) => v,
+            Repr::Text { text, read } => read.get_or_init(|| Box::new(text.value())),
+        }
     }
 }
 
 /// A change makes the value the reply: the text no longer reads as it.
 impl DerefMut for LazyJson {
     fn deref_mut(&mut self) -> &mut Value {
-        let v = match self.value.take() {
-            Some(v) => v,
-            None => Self::parse(&self.text),
-        };
-        self.text = None;
-        self.value = OnceLock::from(v);
-        match self.value.get_mut() {
-            Some(v) => v,
-            None => unreachable!("the value was set just above"),
+        if let Repr::Text { text, read } = &mut self.0 {
+            let v = match read.take() {
+                Some(v) => *v,
+                None => text.value(),
+            };
+            self.0 = Repr::Value(v);
+        }
+        match &mut self.0 {
+            Repr::Value(v) => v,
+            Repr::Text { .. } => unreachable!("made a value just above"),
         }
     }
 }
@@ -162,7 +184,7 @@ impl<'de> serde::de::Visitor<'de> for TopStr<'_> {
 
 impl PartialEq for LazyJson {
     fn eq(&self, other: &Self) -> bool {
-        match (&self.text, &other.text) {
+        match (self.text(), other.text()) {
             (Some(a), Some(b)) if a == b => true,
             _ => *self.peek() == *other.peek(),
         }
@@ -205,13 +227,13 @@ mod tests {
         let text = ParsedJson::check(r#"{"a": [1, "x"]}"#.to_owned()).unwrap();
         let r = LazyJson::from_text(text.clone());
         assert_eq!(*r.peek(), json!({"a": [1, "x"]}));
-        assert!(r.value.get().is_none(), "a peek keeps nothing");
+        assert!(!r.is_read(), "a peek keeps nothing");
         assert_eq!(r["a"][1], "x");
         assert_eq!(r.text(), Some(&text));
         let ids = ParsedJson::check(r#"{"id": "a", "n": {"id": "x"}, "id": "b"}"#.to_owned());
         let ids = LazyJson::from_text(ids.unwrap());
         assert_eq!(ids.top_str("id").as_deref(), Some("b"));
-        assert!(ids.value.get().is_none());
+        assert!(!ids.is_read());
         assert_eq!(ids.top_str("n"), None);
         assert_eq!(
             LazyJson::from(json!({"id": "c"})).top_str("id").as_deref(),

@@ -10,7 +10,7 @@ use std::mem::size_of;
 
 use branch_core::log::Log;
 use branch_core::message::{Message, MessageContent};
-use branch_core::{Branch, Element, Metadata};
+use branch_core::{Branch, Element, LazyJson, Metadata};
 
 #[test]
 fn what_every_message_and_log_carries_stays_small() {
@@ -22,4 +22,9 @@ fn what_every_message_and_log_carries_stays_small() {
     assert!(size_of::<Message>() <= 168, "{}", size_of::<Message>());
     assert!(size_of::<Log>() <= 216, "{}", size_of::<Log>());
     assert!(size_of::<Branch>() <= 920, "{}", size_of::<Branch>());
+    // A metadata value is no larger than a `Value`: an entry with its key
+    // stays within the chunks glibc frees without merging (a reply keeps
+    // one, freed with its conversation).
+    assert_eq!(size_of::<LazyJson>(), size_of::<serde_json::Value>());
+    assert!(size_of::<(String, LazyJson)>() <= 120);
 }
