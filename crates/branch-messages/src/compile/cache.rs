@@ -32,7 +32,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use branch_core::message::InstructionContent;
+use branch_core::message::{ImageDetail, InstructionContent};
 use branch_core::model::{ChatMessage, ReasoningBlock, SettledJson, WireForm};
 use serde_json::Value;
 use uuid::Uuid;
@@ -248,6 +248,7 @@ trait Record {
         }
     }
 
+    /// An optional field not set (no value's tag is 9).
     fn absent(&mut self) {
         self.tag(9);
     }
@@ -262,17 +263,23 @@ fn record(c: &InstructionContent, out: &mut impl Record) {
         }
     }
     out.values(&c.prompt_context);
-    match &c.plain_content {
-        Some(p) => out.str(p),
-        None => out.absent(),
+    // Every optional field starts with a tag, present or not, so that
+    // where one ends is never in doubt.
+    for s in [
+        c.plain_content.as_deref(),
+        c.image_detail.map(ImageDetail::as_str),
+    ] {
+        match s {
+            Some(s) => {
+                out.tag(6);
+                out.str(s);
+            }
+            None => out.absent(),
+        }
     }
     out.len(c.images.len());
     for i in &c.images {
         out.str(i);
-    }
-    match c.image_detail {
-        Some(d) => out.str(d.as_str()),
-        None => out.absent(),
     }
 }
 
@@ -567,7 +574,15 @@ mod record_tests {
         pictured.images = vec!["https://example.com/a.png".into()];
         let kept = Source::of(&pictured);
         assert!(kept.is(&pictured));
-        pictured.image_detail = Some(branch_core::message::ImageDetail::Low);
+        pictured.image_detail = Some(ImageDetail::Low);
         assert!(!kept.is(&pictured));
+        // A plain text of nine bytes is not taken for an absent one (whose
+        // tag is 9, a length's first byte).
+        let mut plain = with(json!("x"), None);
+        plain.plain_content = Some("123456789".into());
+        let kept = Source::of(&plain);
+        assert!(kept.is(&plain));
+        plain.plain_content = None;
+        assert!(!kept.is(&plain));
     }
 }
