@@ -119,6 +119,19 @@ enum Kept {
     Reply(Compiled),
 }
 
+impl Kept {
+    fn forget_wire_form(&mut self) {
+        match self {
+            Self::Instruction(Made {
+                message: Some((_, wire)),
+                ..
+            })
+            | Self::Reply((_, wire)) => *wire = None,
+            Self::Instruction(Made { message: None, .. }) => {}
+        }
+    }
+}
+
 /// A message and its kept JSON (see [`WireForm`]), shared with the
 /// requests that send it.
 pub(crate) type Compiled = (Arc<ChatMessage>, Option<Arc<WireForm>>);
@@ -341,6 +354,23 @@ impl RenderCache {
             .map(|s| Arc::clone(&s.json))
     }
 
+    /// How many slots among the settled positions keep JSON of their own.
+    #[cfg(test)]
+    pub(crate) fn settled_slots_with_json(&self) -> usize {
+        let walked = self.settled.as_ref().map_or(0, |s| s.walked);
+        self.slots
+            .iter()
+            .take(walked)
+            .flatten()
+            .filter(|s| match &s.kept {
+                Kept::Instruction(Made { message, .. }) => {
+                    message.as_ref().is_some_and(|(_, w)| w.is_some())
+                }
+                Kept::Reply((_, w)) => w.is_some(),
+            })
+            .count()
+    }
+
     /// The slot at `at` when it holds message `id`, and whether it was
     /// made or checked under the current edit stamp (then it holds).
     fn slot(&mut self, at: usize, id: Uuid) -> Option<(&mut Slot, bool)> {
@@ -507,6 +537,17 @@ impl Output for RenderCache {
 
     fn settle(&mut self, walked: usize, messages: &[Compiled], extend: bool, blocks: &[String]) {
         self.settled_now = true;
+        let from = match &self.settled {
+            Some(settled) if extend => settled.walked,
+            _ => 0,
+        };
+        // The settled JSON copies these messages' kept JSON when it is
+        // formed, and is what later turns send: their slots' copies would
+        // keep each message's JSON twice. Should the settled history be
+        // dropped (an edit), a message's JSON is made again once.
+        for slot in self.slots.iter_mut().take(walked).skip(from).flatten() {
+            slot.kept.forget_wire_form();
+        }
         let push = |json: &mut SettledJson| {
             for (m, wire) in messages {
                 json.push(Arc::clone(m), wire.clone());

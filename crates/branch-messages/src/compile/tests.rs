@@ -1196,3 +1196,33 @@ fn the_settled_json_grows_in_place_and_a_held_request_keeps_its_own() {
     assert!(third.settled_prefix().unwrap().1 > held_prefix);
     assert_kept_json_is_the_messages(&third, "third");
 }
+
+/// A settled message's JSON is kept once, in the settled buffer, not also
+/// in its slot; after an edit drops the settled history, each message's
+/// JSON is made again and the request is still the messages'.
+#[test]
+fn a_settled_messages_json_is_kept_once() {
+    let mut cache = RenderCache::new();
+    let mut mm = MessageManager::new();
+    mm.set_system(Message::system(SystemContent::new("SYS")));
+    let d = CompileOptions::default();
+    let mut replies = Vec::new();
+    for i in 0..6 {
+        mm.add_message(Message::instruction(ins(&format!("q{i}"))));
+        replies.push(mm.add_message(Message::assistant(format!("r{i}"))));
+        let request = compile_request_cached(&mm, &ins("now"), &d, &mut cache).unwrap();
+        assert_kept_json_is_the_messages(&request, &format!("turn {i}"));
+        assert_eq!(cache.settled_slots_with_json(), 0, "turn {i}");
+    }
+    reply_mut(&mut mm, replies[2]).push('!');
+    let request = compile_request_cached(&mm, &ins("now"), &d, &mut cache).unwrap();
+    assert_kept_json_is_the_messages(&request, "after the edit");
+    assert_eq!(
+        contents(&mm, &ins("now"), &d),
+        Value::Array(request.messages.iter().map(|m| m.to_value()).collect())
+    );
+    assert_eq!(cache.settled_slots_with_json(), 0, "after the edit");
+    let request = compile_request_cached(&mm, &ins("again"), &d, &mut cache).unwrap();
+    assert!(request.settled_prefix().is_some());
+    assert_kept_json_is_the_messages(&request, "the turn after");
+}
