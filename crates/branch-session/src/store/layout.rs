@@ -36,19 +36,28 @@ pub(crate) struct MessageRow {
     pub id: String,
     /// Position in the progression.
     pub pos: i64,
-    /// A hash of `body`, so an unchanged message is not rewritten.
+    /// A digest of `body` ([`body_hash`]), so an unchanged message is
+    /// not rewritten.
     pub hash: i64,
     /// The message's `to_dict` JSON.
     pub body: String,
 }
 
-/// The content hash stored beside a message body. Only equality matters:
-/// a different hash function after an upgrade just rewrites rows once.
+/// The digest stored beside a message body: the first 8 bytes of its
+/// SHA-256, little-endian. A save skips a row whose digest (and place)
+/// match, so an edit must not be able to match the stored body's digest.
+/// std's `DefaultHasher::new()` was SipHash under a key fixed at zero,
+/// whose rounds anyone can run backwards: an edit could be written to hash
+/// like the body it replaces and be silently left unsaved. Finding a body
+/// for a given 64-bit SHA-256 prefix takes about 2^64 tries. SHA-256 is
+/// also the same in every build, where `DefaultHasher` may change between
+/// Rust releases (rows whose digest no longer matches are rewritten once).
 pub(crate) fn body_hash(body: &str) -> i64 {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::hash::DefaultHasher::new();
-    body.hash(&mut h);
-    h.finish() as i64
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(body.as_bytes());
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    i64::from_le_bytes(first)
 }
 
 /// A branch ready to be written.
@@ -367,6 +376,19 @@ pub(crate) fn turn_rows(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// The digest is SHA-256's (the standard's "abc" vector begins
+    /// `ba7816bf8f01cfea`), so every build and every process stores the
+    /// same one for the same body.
+    #[test]
+    fn the_body_digest_is_the_first_eight_bytes_of_sha256() {
+        assert_eq!(
+            body_hash("abc"),
+            i64::from_le_bytes([0xba, 0x78, 0x16, 0xbf, 0x8f, 0x01, 0xcf, 0xea])
+        );
+        assert_eq!(body_hash("abc"), -1_527_000_031_757_436_742);
+        assert_ne!(body_hash(r#"{"id":"x"}"#), body_hash(r#"{"id":"y"}"#));
+    }
 
     #[test]
     fn split_then_assemble_keeps_both_orders() {
