@@ -298,7 +298,7 @@ async fn list_and_delete<S: UnderTest>(store: S) {
 
 /// Each stored row carries the first 8 bytes of its body's SHA-256; a row
 /// stored with another digest (by a build that hashed otherwise) is
-/// rewritten on the next save, body unchanged, and then left alone.
+/// rewritten on the next save, with its body unchanged.
 #[tokio::test]
 async fn rows_carry_their_bodys_sha256_and_other_digests_are_rewritten() {
     use sha2::Digest;
