@@ -79,3 +79,52 @@ fn every_written_form_still_loads() {
     doc.as_object_mut().unwrap().shift_remove("metadata");
     assert!(Branch::from_dict(&doc).is_ok());
 }
+
+/// The bytes entry point reads what `from_dict` reads from the parsed
+/// value, even where its one-pass reader cannot: db-mode metadata under a
+/// custom key, and a key written twice (the value keeps the last).
+#[test]
+fn the_bytes_read_what_the_parsed_value_reads() {
+    let b = Branch::builder().system("S").name("n").build().unwrap();
+    let opts = ToDictOptions {
+        db_meta_key: Some("meta".into()),
+        ..ToDictOptions::mode(SerializationMode::Db)
+    };
+    let doc = b.to_dict(&opts).unwrap();
+    assert!(doc.get("meta").is_some() && doc.get("node_metadata").is_none());
+    let from_bytes = Branch::from_json_slice(&serde_json::to_vec(&doc).unwrap()).unwrap();
+    let from_value = Branch::from_dict(&doc).unwrap();
+    let plain = ToDictOptions::default();
+    assert_eq!(
+        from_bytes.to_dict(&plain).unwrap(),
+        from_value.to_dict(&plain).unwrap()
+    );
+    assert_eq!(from_bytes.id(), b.id());
+
+    // `name` twice: the last is the branch's name, read either way.
+    let text = serde_json::to_string(&stored()).unwrap();
+    let twice = text.replacen("{", "{\"name\":\"first\",", 1);
+    let value: Value = serde_json::from_str(&twice).unwrap();
+    let from_value = Branch::from_dict(&value).unwrap();
+    let from_bytes = Branch::from_json_slice(twice.as_bytes()).unwrap();
+    assert_eq!(from_value.name(), Some("n"));
+    assert_eq!(
+        from_bytes.to_dict(&plain).unwrap(),
+        from_value.to_dict(&plain).unwrap()
+    );
+}
+
+/// A document neither reading takes keeps the one-pass reader's error,
+/// which says where in the text it failed.
+#[test]
+fn a_refused_document_is_refused_where_it_fails() {
+    let mut doc = stored();
+    doc["surprise"] = json!(1);
+    let text = serde_json::to_string_pretty(&doc).unwrap();
+    assert!(Branch::from_dict(&doc).is_err());
+    let e = Branch::from_json_slice(text.as_bytes()).unwrap_err();
+    assert!(
+        e.to_string().contains("surprise") && e.to_string().contains("line"),
+        "{e}"
+    );
+}

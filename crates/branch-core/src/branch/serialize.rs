@@ -305,13 +305,24 @@ impl Branch {
         wire.into_branch(opts)
     }
 
-    /// Restores a branch straight from JSON bytes (the fast path for files).
+    /// Restores a branch straight from JSON bytes (the fast path for
+    /// files): the branch [`Branch::from_dict`] restores from the value
+    /// the bytes parse to, and its errors, without building that value.
     pub fn from_json_slice(bytes: &[u8]) -> Result<Self> {
         // Only from an object, as `from_dict` takes: serde's derive would
         // also read a list, its items taken as the fields in order.
-        let crate::object_only::Object(wire) =
-            crate::load::from_slice::<crate::object_only::Object<BranchWire>>(bytes)?;
-        wire.into_branch(FromDictOptions::default())
+        match crate::load::from_slice::<crate::object_only::Object<BranchWire>>(bytes) {
+            Ok(crate::object_only::Object(wire)) => wire.into_branch(FromDictOptions::default()),
+            // Two documents the reader in one pass refuses are read from
+            // their value: a key written twice (the value holds its last,
+            // as JSON parsers do) and db-mode metadata under a custom key
+            // (`custom_meta_key`). Any other keeps this error, which says
+            // where in the text it failed.
+            Err(e) => match serde_json::from_slice::<Value>(bytes) {
+                Ok(value) => Self::from_dict(&value).map_err(|_| e),
+                Err(_) => Err(e),
+            },
+        }
     }
 }
 
