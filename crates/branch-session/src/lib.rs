@@ -20,4 +20,6 @@ pub use store::{
 };
 #[cfg(feature = "postgres")]
 pub use store::{PgMemoryStore, PgOptions, PgStore, Watch, WatchEvent};
-pub use transfer::{export_file, import_file, read_branch_file, write_branch_file};
+pub use transfer::{
+    export_file, import_file, read_branch_file, read_branch_file_capped, write_branch_file,
+};

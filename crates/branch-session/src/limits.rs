@@ -17,6 +17,18 @@ pub const MAX_STORED_NAME_BYTES: usize = 64 * 1024;
 /// bodies): 10,000 messages of 50 KiB each fit with room to spare.
 pub const MAX_STORED_BRANCH_BYTES: usize = 512 * 1024 * 1024;
 
+/// Largest branch file `read_branch_file` and `import_file` read (64 MiB,
+/// the CLI's default for the files it reads): a conversation of 10,000
+/// long messages is a few MiB, and a larger file (or `/dev/zero` behind a
+/// symlink) is refused before it fills memory.
+/// `read_branch_file_capped` takes another cap.
+pub const MAX_BRANCH_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// How long reading a branch file may take: a regular file of the largest
+/// size reads in well under a second; a stalled network mount does not
+/// hold the caller for ever.
+pub const BRANCH_FILE_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Most messages one `load_since` or `watch` batch returns; callers page.
 pub const MAX_ROWS_PER_BATCH: usize = 10_000;
 

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use branch_core::{Branch, ToDictOptions};
 use uuid::Uuid;
 
+use crate::limits::{BRANCH_FILE_READ_TIMEOUT, MAX_BRANCH_FILE_BYTES};
 use crate::store::{BranchStore, StoreError};
 
 fn task_err(path: &Path, e: tokio::task::JoinError) -> StoreError {
@@ -15,21 +16,74 @@ fn task_err(path: &Path, e: tokio::task::JoinError) -> StoreError {
     }
 }
 
-/// Reads a branch from a `to_dict` JSON file.
+/// Reads a branch from a `to_dict` JSON file of at most
+/// [`MAX_BRANCH_FILE_BYTES`] (see [`read_branch_file_capped`]).
 pub async fn read_branch_file(path: impl AsRef<Path>) -> Result<Branch, StoreError> {
+    read_branch_file_capped(path, MAX_BRANCH_FILE_BYTES).await
+}
+
+/// Reads a branch from a `to_dict` JSON file of at most `max_bytes`,
+/// within [`BRANCH_FILE_READ_TIMEOUT`]. Only a regular file is read: a
+/// FIFO could hold the read open for ever and a device (`/dev/zero`) never
+/// ends. A larger file is refused after reading one byte past the cap, so
+/// memory stays at the cap. Each of these is an [`StoreError::Io`] naming
+/// the file and the limit.
+pub async fn read_branch_file_capped(
+    path: impl AsRef<Path>,
+    max_bytes: u64,
+) -> Result<Branch, StoreError> {
     let path: PathBuf = path.as_ref().to_owned();
     let p = path.clone();
-    tokio::task::spawn_blocking(move || {
-        let bytes = std::fs::read(&p).map_err(|source| StoreError::Io {
+    let read = tokio::task::spawn_blocking(move || {
+        let bytes = read_capped(&p, max_bytes).map_err(|source| StoreError::Io {
             op: "read",
             path: p.clone(),
             source,
         })?;
         Branch::from_json_slice(&bytes)
             .map_err(|source| StoreError::InvalidFile { path: p, source })
-    })
-    .await
-    .map_err(|e| task_err(&path, e))?
+    });
+    // A read past the deadline is left to end on its own (it holds at most
+    // the cap); the caller has its answer now.
+    match tokio::time::timeout(BRANCH_FILE_READ_TIMEOUT, read).await {
+        Ok(done) => done.map_err(|e| task_err(&path, e))?,
+        Err(_) => Err(StoreError::Io {
+            op: "read",
+            path,
+            source: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "not read within {} s (BRANCH_FILE_READ_TIMEOUT)",
+                    BRANCH_FILE_READ_TIMEOUT.as_secs()
+                ),
+            ),
+        }),
+    }
+}
+
+/// All of the regular file at `path`, if it holds at most `max` bytes.
+fn read_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    // Asked before opening: opening a FIFO waits for a writer.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            "not a regular file (a branch file is read whole)",
+        ));
+    }
+    let file = std::fs::File::open(path)?;
+    let expected = file.metadata()?.len().min(max);
+    let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
+    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
+    if u64::try_from(bytes.len()).map_or(true, |n| n > max) {
+        return Err(Error::new(
+            ErrorKind::FileTooLarge,
+            format!(
+                "more than {max} bytes, the limit on branch files (`read_branch_file_capped` takes another)"
+            ),
+        ));
+    }
+    Ok(bytes)
 }
 
 /// Writes `branch.to_dict(opts)` as pretty JSON. The file is replaced
@@ -67,8 +121,9 @@ pub async fn write_branch_file(
     .map_err(|e| task_err(&path, e))?
 }
 
-/// Imports a reference JSON file into `store`; returns the branch id. A
-/// branch already stored under that id is replaced.
+/// Imports a reference JSON file (read as [`read_branch_file`] reads it)
+/// into `store`; returns the branch id. A branch already stored under that
+/// id is replaced.
 pub async fn import_file(
     store: &dyn BranchStore,
     path: impl AsRef<Path>,

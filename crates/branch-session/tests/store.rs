@@ -13,7 +13,10 @@ use branch_core::model::ModelConfig;
 use branch_core::{
     Branch, Log, MemoryItem, MemoryQuery, MemoryStore, Message, Progression, ToDictOptions,
 };
-use branch_session::{BranchStore, SqliteStore, StoreError, export_file, import_file};
+use branch_session::{
+    BranchStore, SqliteStore, StoreError, export_file, import_file, read_branch_file,
+    read_branch_file_capped,
+};
 use common::TempDir;
 use common::stores::UnderTest;
 use serde_json::{Map, Value, json};
@@ -603,6 +606,67 @@ async fn reference_files_import_and_export<S: UnderTest>(store: S) {
         export_file(&store, Uuid::new_v4(), &output).await,
         Err(StoreError::NotFound(_))
     ));
+}
+
+/// A branch file is read up to its cap and no further, and only a regular
+/// file is read: a larger file, a directory, a device that never ends and
+/// a FIFO no one writes to are each refused at once, naming the file.
+#[tokio::test]
+async fn branch_files_are_read_within_their_cap() {
+    let dir = TempDir::new("capped");
+    let file = dir.join("b.json");
+    let b = Branch::builder().system("S").build().unwrap();
+    let bytes = serde_json::to_vec(&b.to_dict(&ToDictOptions::default()).unwrap()).unwrap();
+    std::fs::write(&file, &bytes).unwrap();
+    let len = u64::try_from(bytes.len()).unwrap();
+    let read = read_branch_file_capped(&file, len).await.unwrap();
+    assert_eq!(read.id(), b.id());
+    let refused = |e: Result<Branch, StoreError>, kind: std::io::ErrorKind, path: &Path| match e {
+        Err(StoreError::Io {
+            op: "read",
+            path: p,
+            source,
+        }) => {
+            assert_eq!(source.kind(), kind, "{source}");
+            assert_eq!(p, path);
+            source.to_string()
+        }
+        other => panic!("{:?}", other.map(|b| b.id())),
+    };
+    let why = refused(
+        read_branch_file_capped(&file, len - 1).await,
+        std::io::ErrorKind::FileTooLarge,
+        &file,
+    );
+    assert!(
+        why.contains(&format!("more than {} bytes", len - 1)),
+        "{why}"
+    );
+    refused(
+        read_branch_file(dir.path()).await,
+        std::io::ErrorKind::InvalidInput,
+        dir.path(),
+    );
+    #[cfg(target_os = "linux")]
+    {
+        let zero = Path::new("/dev/zero");
+        refused(
+            read_branch_file(zero).await,
+            std::io::ErrorKind::InvalidInput,
+            zero,
+        );
+        let fifo = dir.join("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        refused(
+            read_branch_file(&fifo).await,
+            std::io::ErrorKind::InvalidInput,
+            &fifo,
+        );
+    }
 }
 
 /// Versions count writes; a write based on an old version changes nothing.

@@ -7,6 +7,12 @@ use std::path::Path;
 /// Dotenv files read, in increasing priority.
 pub const DOTENV_FILES: &[&str] = &[".env", ".env.local", ".secrets.env"];
 
+/// Largest dotenv file read (1 MiB). A dotenv file holds a few settings;
+/// the working directory may be anyone's checkout, so a larger file, or a
+/// name that is not a regular file (a FIFO would wait for a writer,
+/// `/dev/zero` never ends), is skipped with a warning instead of read.
+pub const MAX_DOTENV_BYTES: u64 = 1024 * 1024;
+
 /// The setting `name`: the environment variable if set and non-empty, else
 /// the last definition in the dotenv files of the working directory.
 pub fn setting(name: &str) -> Option<String> {
@@ -21,7 +27,7 @@ pub fn setting(name: &str) -> Option<String> {
 pub fn dotenv_setting(dir: &Path, name: &str) -> Option<String> {
     let mut found = None;
     for file in DOTENV_FILES {
-        let Ok(text) = std::fs::read_to_string(dir.join(file)) else {
+        let Some(text) = read_dotenv(&dir.join(file)) else {
             continue;
         };
         for line in text.lines() {
@@ -33,6 +39,34 @@ pub fn dotenv_setting(dir: &Path, name: &str) -> Option<String> {
         }
     }
     found
+}
+
+/// The dotenv file at `path`; `None` when there is none, or (with a
+/// warning naming it) when it is not a regular file, is larger than
+/// [`MAX_DOTENV_BYTES`] or cannot be read as UTF-8 text.
+fn read_dotenv(path: &Path) -> Option<String> {
+    use std::io::Read;
+    // Asked before opening: opening a FIFO waits for a writer.
+    let meta = std::fs::metadata(path).ok()?;
+    let skipped = |why: &str| {
+        tracing::warn!(path = %path.display(), "dotenv file skipped: {why}");
+        None
+    };
+    if !meta.is_file() {
+        return skipped("not a regular file");
+    }
+    let mut text = String::new();
+    let read = std::fs::File::open(path).and_then(|f| {
+        f.take(MAX_DOTENV_BYTES.saturating_add(1))
+            .read_to_string(&mut text)
+    });
+    match read {
+        Err(e) => skipped(&e.to_string()),
+        Ok(n) if u64::try_from(n).map_or(true, |n| n > MAX_DOTENV_BYTES) => skipped(&format!(
+            "larger than {MAX_DOTENV_BYTES} bytes (MAX_DOTENV_BYTES)"
+        )),
+        Ok(_) => Some(text),
+    }
 }
 
 fn parse_line(line: &str) -> Option<(&str, String)> {
@@ -90,6 +124,40 @@ mod tests {
         );
         assert_eq!(dotenv_setting(&dir, "x").as_deref(), Some("a b"));
         assert_eq!(dotenv_setting(&dir, "MISSING"), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A dotenv file too large to be one, or a name that is not a regular
+    /// file, is skipped at once; the files beside it are still read.
+    #[test]
+    fn only_bounded_regular_dotenv_files_are_read() {
+        let dir = std::env::temp_dir().join(format!("lionagi-dotenv-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut large = "A=1\n".repeat(usize::try_from(MAX_DOTENV_BYTES).unwrap() / 4);
+        large.push_str("B=2\n");
+        std::fs::write(dir.join(".env"), &large).unwrap();
+        std::fs::create_dir(dir.join(".env.local")).unwrap();
+        std::fs::write(dir.join(".secrets.env"), "C=3\n").unwrap();
+        assert_eq!(dotenv_setting(&dir, "A"), None);
+        assert_eq!(dotenv_setting(&dir, "B"), None);
+        assert_eq!(dotenv_setting(&dir, "C").as_deref(), Some("3"));
+        // Exactly at the cap, it is read.
+        large.truncate(usize::try_from(MAX_DOTENV_BYTES).unwrap());
+        std::fs::write(dir.join(".env"), &large).unwrap();
+        assert_eq!(dotenv_setting(&dir, "A").as_deref(), Some("1"));
+        #[cfg(target_os = "linux")]
+        {
+            std::fs::remove_file(dir.join(".env")).unwrap();
+            std::os::unix::fs::symlink("/dev/zero", dir.join(".env")).unwrap();
+            let fifo = dir.join(".secrets.env");
+            std::fs::remove_file(&fifo).unwrap();
+            let made = std::process::Command::new("mkfifo")
+                .arg(&fifo)
+                .status()
+                .unwrap();
+            assert!(made.success());
+            assert_eq!(dotenv_setting(&dir, "A"), None);
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -196,19 +196,13 @@ fn tls_connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
     Ok(MakeRustlsConnect::new(config))
 }
 
-/// The password of the first matching `.pgpass` line, as libpq reads it:
-/// `host:port:database:user:password`, `*` matching anything, `\:` and
-/// `\\` escaped. A file others can read is ignored, as libpq does.
-fn pgpass_password(config: &tokio_postgres::Config) -> Result<Option<Vec<u8>>, StoreError> {
+/// The text of the password file at `path`: `None` when it cannot be
+/// opened, or (with a warning) when others may read it, as libpq ignores
+/// it then; an error when it is larger than [`MAX_PGPASS_BYTES`] (read no
+/// further: a cut line would give a cut password).
+fn read_pgpass(path: &std::path::Path) -> Result<Option<String>, StoreError> {
     use std::io::Read;
-    let path = match std::env::var_os("PGPASSFILE") {
-        Some(p) => PathBuf::from(p),
-        None => match std::env::var_os("HOME") {
-            Some(h) => PathBuf::from(h).join(".pgpass"),
-            None => return Ok(None),
-        },
-    };
-    let Ok(file) = std::fs::File::open(&path) else {
+    let Ok(file) = std::fs::File::open(path) else {
         return Ok(None);
     };
     #[cfg(unix)]
@@ -224,14 +218,40 @@ fn pgpass_password(config: &tokio_postgres::Config) -> Result<Option<Vec<u8>>, S
             }
         }
     }
+    let io = |source| StoreError::Io {
+        op: "read",
+        path: path.to_owned(),
+        source,
+    };
     let mut text = String::new();
-    file.take(MAX_PGPASS_BYTES)
+    file.take(MAX_PGPASS_BYTES.saturating_add(1))
         .read_to_string(&mut text)
-        .map_err(|source| StoreError::Io {
-            op: "read",
-            path: path.clone(),
-            source,
-        })?;
+        .map_err(io)?;
+    if u64::try_from(text.len()).map_or(true, |n| n > MAX_PGPASS_BYTES) {
+        return Err(io(std::io::Error::new(
+            std::io::ErrorKind::FileTooLarge,
+            format!(
+                "more than {MAX_PGPASS_BYTES} bytes, the limit on password files (MAX_PGPASS_BYTES)"
+            ),
+        )));
+    }
+    Ok(Some(text))
+}
+
+/// The password of the first matching `.pgpass` line, as libpq reads it:
+/// `host:port:database:user:password`, `*` matching anything, `\:` and
+/// `\\` escaped. A file others can read is ignored, as libpq does.
+fn pgpass_password(config: &tokio_postgres::Config) -> Result<Option<Vec<u8>>, StoreError> {
+    let path = match std::env::var_os("PGPASSFILE") {
+        Some(p) => PathBuf::from(p),
+        None => match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(".pgpass"),
+            None => return Ok(None),
+        },
+    };
+    let Some(text) = read_pgpass(&path)? else {
+        return Ok(None);
+    };
     let host = match config.get_hosts().first() {
         Some(Host::Tcp(h)) => h.clone(),
         #[cfg(unix)]
@@ -299,6 +319,37 @@ mod tests {
         assert_eq!(redact("postgres://u:p@h"), "postgres://u@h");
         assert_eq!(redact("not a url s3cret"), "<not a URL>");
         assert!(!scrub("bad `s3cret`", "postgres://u:s3cret@h/db").contains("s3cret"));
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn a_password_file_past_its_cap_is_an_error_not_a_cut_line() {
+        let dir = std::env::temp_dir().join(format!("lionagi-pgpass-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("pgpass");
+        let cap = usize::try_from(MAX_PGPASS_BYTES).unwrap();
+        let line = "h:5432:db:u:secret\n";
+        let mut text = line.repeat(cap / line.len());
+        text.push_str(&"#".repeat(cap - text.len()));
+        let write = |text: &str| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        };
+        write(&text);
+        assert_eq!(read_pgpass(&path).unwrap().map(|t| t.len()), Some(cap));
+        text.push_str(line);
+        write(&text);
+        match read_pgpass(&path) {
+            Err(StoreError::Io {
+                op: "read", source, ..
+            }) => {
+                assert_eq!(source.kind(), std::io::ErrorKind::FileTooLarge);
+                assert!(source.to_string().contains("MAX_PGPASS_BYTES"), "{source}");
+            }
+            other => panic!("{other:?}"),
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
