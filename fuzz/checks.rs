@@ -7,11 +7,20 @@
 #![allow(dead_code)]
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::OnceLock;
 
-use branch_core::ParsedJson;
+use branch_capabilities::{FieldSpec, Grant, extract_emissions, fenced_json_blocks};
 use branch_core::json_repair::{parse_lenient, parse_truncated};
+use branch_core::log::ApiCallHead;
+use branch_core::message::{InstructionContent, MessageContent};
+use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ModelConfig, RequestBody};
 use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_execution};
-use branch_core::{Branch, ToDictOptions};
+use branch_core::{Branch, Message, ToDictOptions};
+use branch_core::{DataLogger, DataLoggerConfig, KeptJson, Log, ParsedJson};
+use branch_messages::{
+    CompileOptions, RenderCache, ToolMode, compile_request, compile_request_cached,
+};
+use branch_models::IModel;
 use branch_models::address_rules::classify;
 use branch_models::dialect::Dialect;
 use branch_models::dialect::openai_chat::plain_reply;
@@ -22,19 +31,34 @@ use branch_models::sse_frame::{SseError, SseEvent, SseFramer};
 use serde_json::Value;
 use uuid::Uuid;
 
-/// Conversation documents: neither entry point panics on any bytes, and a
-/// document that loads is a fixed point after one normalisation:
+/// Conversation documents: neither entry point panics on any bytes, both
+/// take and refuse the same documents and read them alike, and a document
+/// that loads is a fixed point after one normalisation:
 /// `to_dict(from_dict(to_dict(b))) == to_dict(b)`.
 pub fn branch_document(data: &[u8]) {
-    let _ = Branch::from_json_slice(data);
+    let direct = Branch::from_json_slice(data);
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        assert!(direct.is_err(), "bytes that are not one JSON value loaded");
         return;
     };
-    let Ok(branch) = Branch::from_dict(&value) else {
-        return;
+    let (branch, direct) = match (Branch::from_dict(&value), direct) {
+        (Ok(branch), Ok(direct)) => (branch, direct),
+        (Err(_), Err(_)) => return,
+        (a, b) => panic!(
+            "one entry point refuses: from_dict {:?}, from_json_slice {:?}",
+            a.err(),
+            b.err()
+        ),
     };
     let opts = ToDictOptions::default();
     let first = branch.to_dict(&opts).expect("a loaded branch serializes");
+    // Alike but for the ids each reading gives what the document does not
+    // name.
+    let read = direct.to_dict(&opts).expect("serializes");
+    assert!(
+        alike_but_minted(&read, &first, &String::from_utf8_lossy(data)),
+        "the bytes and the parsed value read apart:\n{read}\n{first}"
+    );
     let again = Branch::from_dict(&first).expect("a written branch loads");
     let second = again.to_dict(&opts).expect("a reloaded branch serializes");
     assert_eq!(first, second, "to_dict / from_dict is not a fixed point");
@@ -47,6 +71,205 @@ pub fn branch_document(data: &[u8]) {
         first,
         "the bytes entry point disagrees with from_dict"
     );
+}
+
+/// `a` and `b` are equal, but for what each reading of a document gives
+/// where the document names nothing: a fresh id (one `input` does not
+/// hold) or a `created_at` of the current time.
+fn alike_but_minted(a: &Value, b: &Value, input: &str) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let minted_time = |v: &Value| v.as_f64().is_some_and(|t| (now - t).abs() < 600.0);
+    match (a, b) {
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(a, b)| alike_but_minted(a, b, input))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter().zip(b).all(|((ka, a), (kb, b))| {
+                    ka == kb
+                        && (alike_but_minted(a, b, input)
+                            || ka == "created_at" && minted_time(a) && minted_time(b))
+                })
+        }
+        (Value::String(a), Value::String(b)) if a != b => [a, b]
+            .iter()
+            .all(|s| Uuid::parse_str(s).is_ok() && !input.contains(s.as_str())),
+        (a, b) => a == b,
+    }
+}
+
+/// A stored history, however hostile, is compiled by the render cache as
+/// it is without one. For the document's history and a new instruction,
+/// then after a turn is added, then after an edit of one message, with a
+/// context block that changes each time (or none) and either way of
+/// calling tools: the cached compilation (first, and again resumed from
+/// the settled history it keeps) and the uncached one give the same
+/// messages or the same error, and each wire protocol's body of the cached
+/// request (chat completions' copies the kept and settled JSON) is, byte
+/// for byte and in its token estimate, the body written afresh from the
+/// uncached messages, and one JSON value.
+pub fn branch_request(data: &[u8]) {
+    let Ok(mut branch) = Branch::from_json_slice(data) else {
+        return;
+    };
+    let mut cache = RenderCache::default();
+    // The document's length picks the way tools are called and whether a
+    // context provider's block goes with the system text; the block
+    // changes from step to step.
+    let native = data.len() % 5 == 0;
+    let with_context = data.len() % 2 == 0;
+    for step in 0..3 {
+        let blocks = [format!("context {}", (data.len() + step) % 3)];
+        let opts = CompileOptions {
+            context_blocks: if with_context { &blocks } else { &[] },
+            tool_mode: if native {
+                ToolMode::Native
+            } else {
+                ToolMode::Prompt
+            },
+            ..CompileOptions::default()
+        };
+        let current = InstructionContent {
+            instruction: Some(Value::String(format!("question {step}"))),
+            ..Default::default()
+        };
+        let cold = compile_request(branch.msgs(), &current, &opts);
+        for _resumed in 0..2 {
+            let cached = compile_request_cached(branch.msgs(), &current, &opts, &mut cache);
+            let (cold, cached) = match (&cold, cached) {
+                (Ok(cold), Ok(cached)) => (cold, cached),
+                (Err(a), Err(b)) => {
+                    assert_eq!(
+                        a.to_string(),
+                        b.to_string(),
+                        "the two compilations fail apart"
+                    );
+                    continue;
+                }
+                (a, b) => panic!("one compilation fails: {a:?} against {b:?}"),
+            };
+            let afresh: Vec<ChatMessage> = cold.iter().cloned().map(ChatMessage::from).collect();
+            let kept: Vec<&ChatMessage> = cached.messages.iter().map(|m| &**m).collect();
+            assert_eq!(kept, afresh.iter().collect::<Vec<_>>(), "step {step}");
+            let plain = ChatRequest::new(afresh);
+            for model in request_models() {
+                match (model.request_body(&cached), model.request_body(&plain)) {
+                    (Ok(copied), Ok(written)) => {
+                        assert_eq!(copied.bytes(), written.bytes(), "step {step}");
+                        assert_eq!(copied.counted(), written.counted(), "step {step}");
+                        serde_json::from_slice::<Value>(copied.bytes())
+                            .expect("a body is one JSON value");
+                    }
+                    (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                    (a, b) => panic!("one body fails: {a:?} against {b:?}"),
+                }
+            }
+        }
+        match step {
+            // The turn is recorded: its instruction and a reply.
+            0 => {
+                branch.msgs_mut().add_message(Message::instruction(current));
+                branch
+                    .msgs_mut()
+                    .add_message(Message::assistant(format!("reply {step} \"é\"")));
+            }
+            // One message, chosen by the document's length, is edited.
+            1 => {
+                let order = &branch.msgs().progression().order;
+                let Some(&id) = order.get(data.len() % order.len().max(1)) else {
+                    return;
+                };
+                if let Some(m) = branch.msgs_mut().get_mut(&id) {
+                    match &mut m.content {
+                        MessageContent::Instruction(c) => c.instruction = Some("edited".into()),
+                        MessageContent::AssistantResponse(c) => c.assistant_response.push('!'),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A model of each wire protocol (chat completions, whose bodies copy
+/// kept JSON; Anthropic Messages; OpenAI Responses), whose bodies
+/// `branch_request` compares, made once (each holds an HTTP client;
+/// nothing is sent).
+fn request_models() -> &'static [IModel] {
+    static MODELS: OnceLock<Vec<IModel>> = OnceLock::new();
+    MODELS.get_or_init(|| {
+        let responses = ModelConfig::builder()
+            .provider("openai")
+            .endpoint("responses")
+            .model("gpt-4.1-mini")
+            .build();
+        [
+            ModelConfig::new("openai", "gpt-4.1-mini"),
+            ModelConfig::new("anthropic", "claude-sonnet-4-5"),
+            responses,
+        ]
+        .into_iter()
+        .map(|config| {
+            let config = config.expect("a known model");
+            IModel::with_api_key(config, "fuzz").expect("a model without a network")
+        })
+        .collect()
+    })
+}
+
+/// Fenced JSON in a model's reply, which capability grants read: any text
+/// is handled, the fast scanner finds exactly the blocks the obvious one
+/// does, and what is extracted holds only the grant's fields.
+pub fn extract(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let fast: Vec<&str> = fenced_json_blocks(text).collect();
+    assert_eq!(fast, naive_fenced_blocks(text));
+    let _ = branch_capabilities::parse_lenient(text);
+    let grant = extract_grant();
+    let ex = extract_emissions(text, grant, "fuzz");
+    for b in &ex.bundles {
+        assert!(b.keys().all(|k| k == "note" || k == "score" || k == "todo"));
+    }
+}
+
+/// The blocks between a "```json" fence and the next "```", trimmed,
+/// found the obvious way.
+fn naive_fenced_blocks(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("```json") {
+        let after = &rest[i + 7..];
+        match after.find("```") {
+            Some(j) => {
+                out.push(after[..j].trim());
+                rest = &after[j + 3..];
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// The grant `extract` reads for, made once.
+fn extract_grant() -> &'static Grant {
+    static GRANT: OnceLock<Grant> = OnceLock::new();
+    GRANT.get_or_init(|| {
+        Grant::builder()
+            .name("Fuzz")
+            .field(FieldSpec::string("note"))
+            .field(FieldSpec::integer("score"))
+            .field(FieldSpec::array(
+                "todo",
+                serde_json::json!({"type": "string"}),
+            ))
+            .build()
+            .expect("static grant is valid")
+    })
 }
 
 /// The JSON repair: a result is always an object or an array, and text
@@ -214,6 +437,7 @@ pub fn provider_reply(data: &[u8]) {
                 "checked but not parsed: {text:?}"
             );
         }
+        reply_log_dumps(text);
         // The plain reader of chat completions takes a reply only as the
         // general reading reads it.
         if let Ok(plain) = plain_reply::read(text.to_owned()) {
@@ -232,6 +456,50 @@ pub fn provider_reply(data: &[u8]) {
         let _ = r.tool_calls.len();
         let _ = r.usage.as_ref().map(|u| u.input_tokens());
         let _ = api_call_execution(Ok(&r), 0.0);
+    }
+}
+
+/// A reply's API-call log, keeping the reply's text as received and the
+/// same text as a request body (checked, not written, by us), dumps as one
+/// line of JSON, and as one CSV row, that reads back as the log's content.
+fn reply_log_dumps(text: &str) {
+    let Ok(kept) = ParsedJson::check(text.to_owned()) else {
+        return;
+    };
+    let response = ChatResponse::from_raw(kept.value());
+    let Some(reply) = KeptJson::parsed(&["execution", "response"], &kept) else {
+        return;
+    };
+    let body = RequestBody::from_json_bytes(text.as_bytes().to_vec(), 0);
+    let log = Log::api_call(
+        ApiCallHead::of(Ok(&response), 0.0, 0.0),
+        vec![KeptJson::body(&["payload"], &body), reply],
+    );
+    let content = Value::Object(log.content().clone());
+    let mut logger = DataLogger::new(DataLoggerConfig::default());
+    logger.log(log);
+    let dir = std::env::temp_dir();
+    let name = format!("lionagi-fuzz-{}", std::process::id());
+    for path in [
+        dir.join(format!("{name}.jsonl")),
+        dir.join(format!("{name}.csv")),
+    ] {
+        logger.dump_to(&path, false).expect("a log dumps");
+        let written = std::fs::read_to_string(&path).expect("a dump is UTF-8");
+        let _ = std::fs::remove_file(&path);
+        let read = match written.split_once('\n') {
+            // The header, then the row's content cell.
+            Some(("id,created_at,content", row)) => {
+                let (_, cell) = row.split_once(",\"").expect("a quoted content cell");
+                let cell = cell.strip_suffix("\"\n").expect("one row");
+                assert!(!cell.contains('\n'), "a row spans lines");
+                serde_json::from_str::<Value>(&cell.replace("\"\"", "\""))
+            }
+            Some((line, "")) => serde_json::from_str::<Value>(line)
+                .map(|v| v.get("content").cloned().unwrap_or_default()),
+            _ => panic!("a dump of one log is not one line: {written:?}"),
+        };
+        assert_eq!(read.ok().as_ref(), Some(&content), "{path:?}: {written}");
     }
 }
 

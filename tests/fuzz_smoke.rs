@@ -111,6 +111,16 @@ fn branch_document() {
 }
 
 #[test]
+fn branch_request() {
+    smoke("branch_request", checks::branch_request);
+}
+
+#[test]
+fn extract() {
+    smoke("extract", checks::extract);
+}
+
+#[test]
 fn json_repair() {
     smoke("json_repair", checks::json_repair);
 }

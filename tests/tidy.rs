@@ -293,3 +293,38 @@ fn simd_kernels_are_not_closures() {
         }
     }
 }
+
+/// Every cargo-fuzz target runs on stable too: it has seeds, a smoke test
+/// replaying them through the same check (`tests/fuzz_smoke.rs`, which CI
+/// runs; the long runs are nightly-only), and a row in `fuzz/README.md`
+/// recording its last long run.
+#[test]
+fn every_fuzz_target_has_seeds_a_smoke_test_and_a_recorded_run() {
+    let fuzz = root().join("fuzz");
+    let manifest = std::fs::read_to_string(fuzz.join("Cargo.toml")).unwrap();
+    let smoke = std::fs::read_to_string(root().join("tests/fuzz_smoke.rs")).unwrap();
+    let readme = std::fs::read_to_string(fuzz.join("README.md")).unwrap();
+    let targets: Vec<&str> = manifest
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("name = \""))
+        .filter_map(|l| l.strip_suffix('"'))
+        .filter(|&name| name != "lionagi-fuzz")
+        .collect();
+    assert!(targets.len() >= 10, "{targets:?}");
+    for t in targets {
+        assert!(
+            fuzz.join("fuzz_targets").join(format!("{t}.rs")).is_file(),
+            "fuzz target {t} has no source"
+        );
+        let seeds = std::fs::read_dir(fuzz.join("seeds").join(t)).map_or(0, |d| d.count());
+        assert!(seeds > 0, "fuzz target {t} has no seeds in fuzz/seeds/{t}");
+        assert!(
+            smoke.contains(&format!("smoke(\"{t}\", checks::{t})")),
+            "fuzz target {t} has no smoke test in tests/fuzz_smoke.rs"
+        );
+        assert!(
+            readme.contains(&format!("| `{t}` |")),
+            "fuzz target {t} has no row in fuzz/README.md"
+        );
+    }
+}
