@@ -57,6 +57,11 @@ pub const STDERR_TAIL_BYTES: usize = 4096;
 /// Bytes of an HTTP error body kept for the error message.
 pub const MAX_ERROR_BODY_BYTES: usize = 4096;
 
+/// Bytes of a server's JSON-RPC error message kept (its head, secrets
+/// redacted first): the message becomes a failed call's text, which the
+/// conversation keeps and sends again with every later request.
+pub const MAX_REMOTE_ERROR_BYTES: usize = 4096;
+
 /// Default cap on the text one resource provider injects per request,
 /// before the provider registry's own token budget applies.
 pub const MAX_RESOURCE_TEXT_BYTES: usize = 256 * 1024;

@@ -458,7 +458,10 @@ impl McpServer {
             return McpError::Remote {
                 server: self.name.clone(),
                 method: what.to_owned(),
-                message: scrub(&data.message, &self.secrets),
+                message: crate::tool::capped(
+                    scrub(&data.message, &self.secrets),
+                    limits::MAX_REMOTE_ERROR_BYTES,
+                ),
             };
         }
         if let Some(reason) = self.failure.get() {

@@ -112,8 +112,13 @@ pub fn map_result(
         return Err(capped(text, cap));
     }
     if let (Some(schema), Some(structured)) = (output_schema, &result.structured_content) {
+        // The validator's message quotes the value at fault, which the
+        // server chose: cut like any failure the conversation keeps.
         schema.validate(structured).map_err(|e| {
-            format!("the tool's structuredContent does not match its outputSchema: {e}")
+            capped(
+                format!("the tool's structuredContent does not match its outputSchema: {e}"),
+                cap,
+            )
         })?;
     } else if output_schema.is_some() && result.structured_content.is_none() {
         return Err("the tool declares an outputSchema but sent no structuredContent".into());
@@ -137,7 +142,9 @@ pub fn map_result(
     Ok(value)
 }
 
-fn capped(mut text: String, cap: usize) -> String {
+/// `text`, cut to at most `cap` bytes on a character boundary and marked
+/// where it was cut.
+pub(crate) fn capped(mut text: String, cap: usize) -> String {
     if text.len() > cap {
         let mut end = cap;
         while !text.is_char_boundary(end) {
@@ -188,5 +195,27 @@ mod tests {
         let big = result(json!({"content": [{"type": "text", "text": "x".repeat(500)}]}));
         let e = map_result(&big, None, 100).unwrap_err();
         assert!(e.contains("exceeds the cap of 100 bytes"), "{e}");
+    }
+
+    /// The validator's message quotes the server's value: it is cut at the
+    /// result cap like any failure (found by the `mcp_tool` fuzz check).
+    #[test]
+    fn a_schema_failure_is_cut_at_the_result_cap() {
+        let schema = ArgSchema::from_value(json!({
+            "type": "object", "properties": {"n": {"type": "integer"}}
+        }))
+        .unwrap();
+        let bad = result(json!({"content": [], "structuredContent": {"n": "é".repeat(5000)}}));
+        let e = map_result(&bad, Some(&schema), 101).unwrap_err();
+        assert!(
+            e.starts_with("the tool's structuredContent does not match"),
+            "{e}"
+        );
+        assert!(e.ends_with(" [cut at the result cap]"), "{e}");
+        assert!(
+            e.len() <= 101 + " [cut at the result cap]".len(),
+            "{}",
+            e.len()
+        );
     }
 }

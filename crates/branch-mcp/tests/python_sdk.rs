@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use branch_core::observer::{Observer, Signal};
 use branch_core::{Branch, ContextProvider, Message, ToolError};
+use branch_mcp::limits::MAX_REMOTE_ERROR_BYTES;
 use branch_mcp::{CallEvent, McpConfig, McpError, McpPolicy, McpServers, Progress};
 use serde_json::{Value, json};
 
@@ -106,6 +107,19 @@ async fn stdio_tools_results_resources_and_list_changed() {
             .contains("exceeds the cap of 10000 bytes"),
         "{capped}"
     );
+
+    // A server's JSON-RPC error message is kept only up to its cap.
+    match server.read_resource("memo://fail/20000").await {
+        Err(McpError::Remote { message, .. }) => {
+            assert!(message.contains("xxxx"), "{message}");
+            assert!(
+                message.len() <= MAX_REMOTE_ERROR_BYTES + " [cut at the result cap]".len(),
+                "{} bytes",
+                message.len()
+            );
+        }
+        other => panic!("{other:?}"),
+    }
 
     // Resources as context, not history.
     let provider = servers.resources("py", None).unwrap();

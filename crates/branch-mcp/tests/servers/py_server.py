@@ -92,6 +92,12 @@ def notes() -> str:
     return "The meeting moved to Thursday."
 
 
+@mcp.resource("memo://fail/{size}")
+def failing(size: str) -> str:
+    """Fails with an error message of `size` bytes (a JSON-RPC error)."""
+    raise ValueError("x" * int(size))
+
+
 if transport == "stdio":
     mcp.run(transport="stdio")
 elif transport == "http":
