@@ -9,6 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
 
+use branch_actions::ArgSchema;
 use branch_capabilities::{FieldSpec, Grant, extract_emissions, fenced_json_blocks};
 use branch_core::json_repair::{parse_lenient, parse_truncated};
 use branch_core::log::ApiCallHead;
@@ -17,6 +18,7 @@ use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ModelConfig, Reque
 use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_execution};
 use branch_core::{Branch, Message, ToDictOptions};
 use branch_core::{DataLogger, DataLoggerConfig, KeptJson, Log, ParsedJson};
+use branch_mcp::{map_result, sanitize_name};
 use branch_messages::{
     CompileOptions, RenderCache, ToolMode, compile_request, compile_request_cached,
 };
@@ -271,6 +273,62 @@ fn extract_grant() -> &'static Grant {
             .expect("static grant is valid")
     })
 }
+
+/// A hostile MCP server's tool definition and call result (a `tools/list`
+/// entry, a `tools/call` result, or an object holding both as `tool` and
+/// `result`): the tool's exposed name has the shape providers accept, its
+/// schemas compile or are refused without a panic, and the result maps to
+/// what the conversation keeps within the result cap, a failure's text
+/// included (cut where the cap falls, on a character boundary).
+pub fn mcp_tool(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let mut output = None;
+    let tool = value.get("tool").unwrap_or(&value);
+    if let Ok(tool) = serde_json::from_value::<rmcp::model::Tool>(tool.clone()) {
+        let name = sanitize_name(&tool.name);
+        assert!(
+            (1..=64).contains(&name.len())
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-'),
+            "{name:?}"
+        );
+        let _ = ArgSchema::from_value(Value::Object((*tool.input_schema).clone()));
+        output = tool
+            .output_schema
+            .and_then(|s| ArgSchema::from_value(Value::Object((*s).clone())).ok());
+    }
+    let result = value.get("result").unwrap_or(&value);
+    let Ok(result) = serde_json::from_value::<rmcp::model::CallToolResult>(result.clone()) else {
+        return;
+    };
+    for cap in [0, 24, 4096] {
+        match map_result(&result, output.as_ref(), cap) {
+            Ok(kept) => {
+                let size = serde_json::to_vec(&kept).map_or(usize::MAX, |v| v.len());
+                assert!(
+                    size <= cap,
+                    "a result of {size} bytes kept under a cap of {cap}"
+                );
+            }
+            Err(text) => assert!(
+                text.len() <= cap.max(MCP_FAILURE_ROOM) + MCP_CUT.len(),
+                "a failure of {} bytes under a cap of {cap}: {text:?}",
+                text.len()
+            ),
+        }
+    }
+}
+
+/// Room a tool's failure text may take below a smaller result cap: the
+/// fixed explanations `map_result` gives (the cap's own, a missing
+/// structure's, a schema's) fit in it.
+const MCP_FAILURE_ROOM: usize = 512;
+
+/// What `map_result` appends where it cuts a failure's text.
+const MCP_CUT: &str = " [cut at the result cap]";
 
 /// The JSON repair: a result is always an object or an array, and text
 /// that already is one is returned unchanged.

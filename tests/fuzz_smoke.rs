@@ -121,6 +121,11 @@ fn extract() {
 }
 
 #[test]
+fn mcp_tool() {
+    smoke("mcp_tool", checks::mcp_tool);
+}
+
+#[test]
 fn json_repair() {
     smoke("json_repair", checks::json_repair);
 }
