@@ -55,17 +55,22 @@ fn read_dotenv(path: &Path) -> Option<String> {
     if !meta.is_file() {
         return skipped("not a regular file");
     }
-    let mut text = String::new();
+    // Bytes first: a cut at the cap may split a character, and the size
+    // is the reason to give then.
+    let mut bytes = Vec::new();
     let read = std::fs::File::open(path).and_then(|f| {
         f.take(MAX_DOTENV_BYTES.saturating_add(1))
-            .read_to_string(&mut text)
+            .read_to_end(&mut bytes)
     });
     match read {
         Err(e) => skipped(&e.to_string()),
         Ok(n) if u64::try_from(n).map_or(true, |n| n > MAX_DOTENV_BYTES) => skipped(&format!(
             "larger than {MAX_DOTENV_BYTES} bytes (MAX_DOTENV_BYTES)"
         )),
-        Ok(_) => Some(text),
+        Ok(_) => match String::from_utf8(bytes) {
+            Ok(text) => Some(text),
+            Err(_) => skipped("not UTF-8 text"),
+        },
     }
 }
 

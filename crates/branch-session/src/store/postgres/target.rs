@@ -223,11 +223,13 @@ fn read_pgpass(path: &std::path::Path) -> Result<Option<String>, StoreError> {
         path: path.to_owned(),
         source,
     };
-    let mut text = String::new();
+    // Bytes first: a cut at the cap may split a character, and the size
+    // is the reason to give then.
+    let mut bytes = Vec::new();
     file.take(MAX_PGPASS_BYTES.saturating_add(1))
-        .read_to_string(&mut text)
+        .read_to_end(&mut bytes)
         .map_err(io)?;
-    if u64::try_from(text.len()).map_or(true, |n| n > MAX_PGPASS_BYTES) {
+    if u64::try_from(bytes.len()).map_or(true, |n| n > MAX_PGPASS_BYTES) {
         return Err(io(std::io::Error::new(
             std::io::ErrorKind::FileTooLarge,
             format!(
@@ -235,7 +237,9 @@ fn read_pgpass(path: &std::path::Path) -> Result<Option<String>, StoreError> {
             ),
         )));
     }
-    Ok(Some(text))
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
 }
 
 /// The password of the first matching `.pgpass` line, as libpq reads it:
@@ -340,7 +344,7 @@ mod tests {
         assert_eq!(read_pgpass(&path).unwrap().map(|t| t.len()), Some(cap));
         text.push_str(line);
         write(&text);
-        match read_pgpass(&path) {
+        let too_large = || match read_pgpass(&path) {
             Err(StoreError::Io {
                 op: "read", source, ..
             }) => {
@@ -348,7 +352,12 @@ mod tests {
                 assert!(source.to_string().contains("MAX_PGPASS_BYTES"), "{source}");
             }
             other => panic!("{other:?}"),
-        }
+        };
+        too_large();
+        // The size is the reason even where the cap falls inside a
+        // character.
+        write(&"é".repeat(cap / 2 + 1));
+        too_large();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
