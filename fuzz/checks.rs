@@ -54,8 +54,8 @@ pub fn branch_document(data: &[u8]) {
     };
     let opts = ToDictOptions::default();
     let first = branch.to_dict(&opts).expect("a loaded branch serializes");
-    // Alike but for the ids each reading gives what the document does not
-    // name.
+    // Alike but for what each reading gives where the document names
+    // nothing (a fresh id, the current time).
     let read = direct.to_dict(&opts).expect("serializes");
     assert!(
         alike_but_minted(&read, &first, &String::from_utf8_lossy(data)),
@@ -324,7 +324,7 @@ pub fn mcp_tool(data: &[u8]) {
 
 /// Room a tool's failure text may take below a smaller result cap: the
 /// fixed explanations `map_result` gives (the cap's own, a missing
-/// structure's, a schema's) fit in it.
+/// structure's) fit in it; any text from the server is cut at the cap.
 const MCP_FAILURE_ROOM: usize = 512;
 
 /// What `map_result` appends where it cuts a failure's text.
