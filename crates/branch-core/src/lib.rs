@@ -16,6 +16,7 @@
 pub mod action;
 pub mod branch;
 mod canonical_uuid;
+pub mod capped_read;
 pub mod checked_read;
 mod classed_metadata;
 pub mod context;

@@ -73,20 +73,19 @@ impl McpConfig {
     /// Reads and parses a configuration file (at most
     /// [`limits::MAX_CONFIG_BYTES`]).
     pub fn from_file(path: &Path) -> Result<Self, McpError> {
-        use std::io::Read;
         let shown = path.display();
         let file = std::fs::File::open(path)
             .map_err(|e| McpError::Config(format!("{shown}: cannot open: {e}")))?;
-        let mut text = String::new();
-        file.take(limits::MAX_CONFIG_BYTES + 1)
-            .read_to_string(&mut text)
+        let bytes = branch_core::capped_read::read_to_cap(file, limits::MAX_CONFIG_BYTES, "")
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::FileTooLarge => McpError::Config(format!(
+                    "{shown}: larger than the cap of {} bytes",
+                    limits::MAX_CONFIG_BYTES
+                )),
+                _ => McpError::Config(format!("{shown}: cannot read: {e}")),
+            })?;
+        let text = String::from_utf8(bytes)
             .map_err(|e| McpError::Config(format!("{shown}: cannot read: {e}")))?;
-        if u64::try_from(text.len()).unwrap_or(u64::MAX) > limits::MAX_CONFIG_BYTES {
-            return Err(McpError::Config(format!(
-                "{shown}: larger than the cap of {} bytes",
-                limits::MAX_CONFIG_BYTES
-            )));
-        }
         Self::from_json_str(&text).map_err(|e| match e {
             McpError::Config(m) => McpError::Config(format!("{shown}: {m}")),
             other => other,

@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+use branch_core::capped_read::read_regular_file;
 use branch_core::{Branch, ToDictOptions};
 use uuid::Uuid;
 
@@ -35,7 +36,12 @@ pub async fn read_branch_file_capped(
     let path: PathBuf = path.as_ref().to_owned();
     let p = path.clone();
     let read = tokio::task::spawn_blocking(move || {
-        let bytes = read_capped(&p, max_bytes).map_err(|source| StoreError::Io {
+        let bytes = read_regular_file(
+            &p,
+            max_bytes,
+            "the limit on branch files (`read_branch_file_capped` takes another)",
+        )
+        .map_err(|source| StoreError::Io {
             op: "read",
             path: p.clone(),
             source,
@@ -59,31 +65,6 @@ pub async fn read_branch_file_capped(
             ),
         }),
     }
-}
-
-/// All of the regular file at `path`, if it holds at most `max` bytes.
-fn read_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::{Error, ErrorKind, Read};
-    // Asked before opening: opening a FIFO waits for a writer.
-    if !std::fs::metadata(path)?.is_file() {
-        return Err(Error::new(
-            ErrorKind::InvalidInput,
-            "not a regular file (a branch file is read whole)",
-        ));
-    }
-    let file = std::fs::File::open(path)?;
-    let expected = file.metadata()?.len().min(max);
-    let mut bytes = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
-    file.take(max.saturating_add(1)).read_to_end(&mut bytes)?;
-    if u64::try_from(bytes.len()).map_or(true, |n| n > max) {
-        return Err(Error::new(
-            ErrorKind::FileTooLarge,
-            format!(
-                "more than {max} bytes, the limit on branch files (`read_branch_file_capped` takes another)"
-            ),
-        ));
-    }
-    Ok(bytes)
 }
 
 /// Writes `branch.to_dict(opts)` as pretty JSON. The file is replaced

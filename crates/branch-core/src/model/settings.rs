@@ -45,32 +45,18 @@ pub fn dotenv_setting(dir: &Path, name: &str) -> Option<String> {
 /// warning naming it) when it is not a regular file, is larger than
 /// [`MAX_DOTENV_BYTES`] or cannot be read as UTF-8 text.
 fn read_dotenv(path: &Path) -> Option<String> {
-    use std::io::Read;
-    // Asked before opening: opening a FIFO waits for a writer.
-    let meta = std::fs::metadata(path).ok()?;
-    let skipped = |why: &str| {
+    let skipped = |why: &dyn std::fmt::Display| {
         tracing::warn!(path = %path.display(), "dotenv file skipped: {why}");
         None
     };
-    if !meta.is_file() {
-        return skipped("not a regular file");
-    }
-    // Bytes first: a cut at the cap may split a character, and the size
-    // is the reason to give then.
-    let mut bytes = Vec::new();
-    let read = std::fs::File::open(path).and_then(|f| {
-        f.take(MAX_DOTENV_BYTES.saturating_add(1))
-            .read_to_end(&mut bytes)
-    });
-    match read {
-        Err(e) => skipped(&e.to_string()),
-        Ok(n) if u64::try_from(n).map_or(true, |n| n > MAX_DOTENV_BYTES) => skipped(&format!(
-            "larger than {MAX_DOTENV_BYTES} bytes (MAX_DOTENV_BYTES)"
-        )),
-        Ok(_) => match String::from_utf8(bytes) {
-            Ok(text) => Some(text),
-            Err(_) => skipped("not UTF-8 text"),
-        },
+    let limit = "the limit on dotenv files (MAX_DOTENV_BYTES)";
+    match crate::capped_read::read_regular_file(path, MAX_DOTENV_BYTES, limit) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .ok()
+            .or_else(|| skipped(&"not UTF-8 text")),
+        // No such file: nothing to say.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => skipped(&e),
     }
 }
 

@@ -71,12 +71,10 @@ pub(crate) fn read_all(
 
 /// At most `max` bytes of `r`; one byte more is the error.
 fn read_capped(r: impl Read, max: u64) -> Result<Vec<u8>, BoundedReadError> {
-    let mut buf = Vec::new();
-    r.take(max.saturating_add(1)).read_to_end(&mut buf)?;
-    if u64::try_from(buf.len()).map_or(true, |n| n > max) {
-        return Err(BoundedReadError::TooLarge { max });
-    }
-    Ok(buf)
+    branch_core::capped_read::read_to_cap(r, max, "").map_err(|e| match e.kind() {
+        std::io::ErrorKind::FileTooLarge => BoundedReadError::TooLarge { max },
+        _ => BoundedReadError::Io(e),
+    })
 }
 
 /// The next line of `r` without its `\n` (or `\r\n`), `None` at the end.

@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use branch_core::capped_read::read_to_cap;
 use tokio_postgres::config::Host;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
@@ -162,7 +163,6 @@ pub(crate) fn valid_schema_name(s: &str) -> bool {
 fn tls_connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    use std::io::Read;
     let mut roots = rustls::RootCertStore {
         roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
     };
@@ -170,16 +170,15 @@ fn tls_connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
         .map(Path::to_owned)
         .or_else(|| std::env::var_os("PGSSLROOTCERT").map(PathBuf::from));
     if let Some(path) = ca {
-        let mut pem = Vec::new();
-        std::fs::File::open(&path)
-            .and_then(|f| f.take(MAX_CA_FILE_BYTES + 1).read_to_end(&mut pem))
-            .map_err(|e| format!("cannot read CA file `{}`: {e}", path.display()))?;
-        if pem.len() as u64 > MAX_CA_FILE_BYTES {
-            return Err(format!(
-                "CA file `{}` is over {MAX_CA_FILE_BYTES} bytes",
-                path.display()
-            ));
-        }
+        let pem = std::fs::File::open(&path)
+            .and_then(|f| read_to_cap(f, MAX_CA_FILE_BYTES, "the limit on CA files"))
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::FileTooLarge => format!(
+                    "CA file `{}` is over {MAX_CA_FILE_BYTES} bytes",
+                    path.display()
+                ),
+                _ => format!("cannot read CA file `{}`: {e}", path.display()),
+            })?;
         for cert in CertificateDer::pem_slice_iter(&pem) {
             let cert = cert.map_err(|e| format!("CA file `{}`: {e}", path.display()))?;
             roots
@@ -201,7 +200,6 @@ fn tls_connector(ca_file: Option<&Path>) -> Result<MakeRustlsConnect, String> {
 /// it then; an error when it is larger than [`MAX_PGPASS_BYTES`] (read no
 /// further: a cut line would give a cut password).
 fn read_pgpass(path: &std::path::Path) -> Result<Option<String>, StoreError> {
-    use std::io::Read;
     let Ok(file) = std::fs::File::open(path) else {
         return Ok(None);
     };
@@ -223,20 +221,8 @@ fn read_pgpass(path: &std::path::Path) -> Result<Option<String>, StoreError> {
         path: path.to_owned(),
         source,
     };
-    // Bytes first: a cut at the cap may split a character, and the size
-    // is the reason to give then.
-    let mut bytes = Vec::new();
-    file.take(MAX_PGPASS_BYTES.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(io)?;
-    if u64::try_from(bytes.len()).map_or(true, |n| n > MAX_PGPASS_BYTES) {
-        return Err(io(std::io::Error::new(
-            std::io::ErrorKind::FileTooLarge,
-            format!(
-                "more than {MAX_PGPASS_BYTES} bytes, the limit on password files (MAX_PGPASS_BYTES)"
-            ),
-        )));
-    }
+    let limit = "the limit on password files (MAX_PGPASS_BYTES)";
+    let bytes = read_to_cap(file, MAX_PGPASS_BYTES, limit).map_err(io)?;
     String::from_utf8(bytes)
         .map(Some)
         .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
