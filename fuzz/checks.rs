@@ -16,7 +16,7 @@ use branch_core::log::ApiCallHead;
 use branch_core::message::{InstructionContent, MessageContent};
 use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ModelConfig, RequestBody};
 use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_execution};
-use branch_core::{Branch, Message, ToDictOptions};
+use branch_core::{Branch, Message, Participant, Role, ToDictOptions};
 use branch_core::{DataLogger, DataLoggerConfig, KeptJson, Log, ParsedJson};
 use branch_mcp::{map_result, sanitize_name};
 use branch_messages::{
@@ -30,6 +30,7 @@ use branch_models::gguf::{GgufError, GgufHeader, parse_header, read_header};
 use branch_models::guard::{check_host, check_ip};
 use branch_models::json_grammar::Grammar;
 use branch_models::sse_frame::{SseError, SseEvent, SseFramer};
+use branch_operations::cli_stream::CliTurnReader;
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -329,6 +330,85 @@ const MCP_FAILURE_ROOM: usize = 512;
 
 /// What `map_result` appends where it cuts a failure's text.
 const MCP_CUT: &str = " [cut at the result cap]";
+
+/// A CLI agent's `stream-json` output, one event a line: no line panics
+/// the reader; every response answers a request made earlier in the turn,
+/// which names it back, and no request is answered twice; a line only
+/// appends messages or links a request to its new response; the replies'
+/// text is no longer than the output it came from; and every message of a
+/// finished turn reads back from its stored form as itself.
+pub fn cli_stream(data: &[u8]) {
+    let branch = Uuid::from_u128(7);
+    let mut reader = CliTurnReader::new(branch, Participant::Role(Role::User));
+    let mut before: Vec<Value> = Vec::new();
+    for line in data.split(|&b| b == b'\n') {
+        let Ok(line) = std::str::from_utf8(line) else {
+            continue;
+        };
+        if reader.read_line(line).is_err() {
+            return;
+        }
+        let now: Vec<Value> = reader.messages().iter().map(stored).collect();
+        assert!(now.len() >= before.len(), "a line removed a message");
+        for (old, new) in before.iter().zip(&now) {
+            if old != new {
+                let mut linked = old.clone();
+                linked["content"]["action_response_id"] =
+                    new["content"]["action_response_id"].clone();
+                assert!(
+                    old["content"]["action_response_id"].is_null() && &linked == new,
+                    "a line changed an earlier message: {old} -> {new}"
+                );
+            }
+        }
+        cli_links_are_mutual(&now);
+        before = now;
+    }
+    let Ok(turn) = reader.finish(Value::Null) else {
+        // Only the message cap refuses a finish, and no input of a fuzz
+        // run's size reaches it.
+        panic!("a turn under the message cap did not finish");
+    };
+    let all: Vec<Value> = turn.messages.iter().map(stored).collect();
+    cli_links_are_mutual(&all);
+    let text: usize = turn
+        .messages
+        .iter()
+        .filter_map(Message::as_assistant_text)
+        .map(str::len)
+        .sum();
+    assert!(
+        text <= data.len(),
+        "{text} bytes of reply from {} of output",
+        data.len()
+    );
+    for (m, v) in turn.messages.iter().zip(&all) {
+        let back = Message::from_value(v).expect("a recorded message reads back");
+        assert_eq!(&stored(&back), v, "{:?}", m.kind());
+    }
+}
+
+fn stored(m: &Message) -> Value {
+    m.to_value().expect("a message the reader built is stored")
+}
+
+fn cli_links_are_mutual(messages: &[Value]) {
+    let at = |id: &Value| messages.iter().position(|m| &m["id"] == id);
+    let mut answered = std::collections::HashSet::new();
+    for (i, m) in messages.iter().enumerate() {
+        let content = &m["content"];
+        if let Some(req) = content.get("action_request_id").filter(|v| !v.is_null()) {
+            let r = at(req).expect("a response answers a request of the turn");
+            assert!(r < i, "a response before its request");
+            assert_eq!(messages[r]["content"]["action_response_id"], m["id"]);
+            assert!(answered.insert(r), "a request answered twice");
+        }
+        if let Some(res) = content.get("action_response_id").filter(|v| !v.is_null()) {
+            let r = at(res).expect("a request names a response of the turn");
+            assert_eq!(&messages[r]["content"]["action_request_id"], &m["id"]);
+        }
+    }
+}
 
 /// The JSON repair: a result is always an object or an array, and text
 /// that already is one is returned unchanged.

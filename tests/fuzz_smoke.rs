@@ -121,6 +121,11 @@ fn extract() {
 }
 
 #[test]
+fn cli_stream() {
+    smoke("cli_stream", checks::cli_stream);
+}
+
+#[test]
 fn mcp_tool() {
     smoke("mcp_tool", checks::mcp_tool);
 }

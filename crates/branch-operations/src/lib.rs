@@ -34,6 +34,7 @@
 mod act;
 mod approval;
 mod chat;
+pub mod cli_stream;
 mod communicate;
 mod connect;
 mod display;

@@ -19,3 +19,11 @@ pub const MAX_CLI_TURN_BYTES: usize = 256 * 1024 * 1024;
 /// that hangs without writing is killed here instead of being waited on
 /// forever.
 pub const CLI_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The most messages one CLI agent turn may record. Each tool use costs a
+/// request and a response (and the text before it a reply), and a message
+/// takes far more memory than the few dozen bytes of output that make one,
+/// so the byte cap alone would let an agent's turn grow to gigabytes. A
+/// long agentic turn makes hundreds of tool calls; this is a hundred times
+/// that.
+pub const MAX_CLI_TURN_MESSAGES: usize = 65_536;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use branch_core::log::{ApiCallHead, Log};
-use branch_core::message::{ActionResponseContent, Message, MessageContent};
+use branch_core::message::Message;
 use branch_core::model::{ChatModel, ChatStream, ChunkKind, StreamAccumulator, now_timestamp};
 use branch_core::{Branch, Participant};
 use futures_core::Stream;
@@ -24,6 +24,7 @@ use uuid::Uuid;
 
 use crate::act::{ActOptions, Screened, run_calls};
 use crate::approval::policy_of;
+use crate::cli_stream::CliTurnReader;
 use crate::error::{Committed, OperationError, Result};
 use crate::pending::PendingApproval;
 use crate::persist::Persist;
@@ -31,16 +32,6 @@ use crate::turn::{
     SendOptions, TurnInput, commit, compile, connect_models, instruction_message, turn_setters,
     user_of,
 };
-
-/// The keys of a CLI `result` event kept as the reply's `model_response`.
-const RESULT_META_KEYS: &[&str] = &[
-    "usage",
-    "total_cost_usd",
-    "num_turns",
-    "duration_ms",
-    "duration_api_ms",
-    "session_id",
-];
 
 /// A callback given each piece of reply text as it arrives (see
 /// the `on_text` field of [`RunOptions`]). Cheap to clone: clones share
@@ -202,13 +193,10 @@ enum Source {
 struct CliSource {
     child: Child,
     lines: BufReader<ChildStdout>,
-    text: String,
-    thinking: String,
-    result_meta: Map<String, Value>,
+    reader: CliTurnReader,
     payload: Value,
     started: Instant,
     started_at: f64,
-    tool_requests: Vec<(String, Uuid)>,
     /// Bytes of output read so far this turn (capped by
     /// [`crate::limits::MAX_CLI_TURN_BYTES`]).
     read: usize,
@@ -228,17 +216,6 @@ struct RunState<'b> {
     /// Set when the turn paused on calls awaiting approval: yielded after
     /// the turn's messages.
     paused: Option<OperationError>,
-}
-
-/// A Claude Code session id in its canonical form: the agent's ids are
-/// UUIDs, so anything else (a value starting with `-`, text with spaces,
-/// a path) is refused rather than handed to the agent.
-fn cli_session_id(v: &Value) -> Option<String> {
-    let s = v.as_str()?;
-    let id = Uuid::try_parse(s).ok()?;
-    // Only the plain hyphenated form the agent writes; braces, URNs and
-    // bare hex are other programs' spellings.
-    (id.hyphenated().to_string() == s.to_ascii_lowercase()).then(|| s.to_owned())
 }
 
 /// The next line of the agent's output (without its newline), at most
@@ -372,7 +349,7 @@ impl RunState<'_> {
             }
             let session = match self.branch.metadata().get("cli_session_id") {
                 None | Some(Value::Null) => None,
-                Some(v) => Some(cli_session_id(v).ok_or_else(|| {
+                Some(v) => Some(crate::cli_stream::session_id(v).ok_or_else(|| {
                     self.fail(format!(
                         "the stored cli_session_id is not a Claude Code session id (a UUID); \
                              it was not passed to {}. Remove it from the conversation's metadata \
@@ -401,13 +378,12 @@ impl RunState<'_> {
             self.source = Some(Source::Cli(Box::new(CliSource {
                 child,
                 lines: BufReader::new(stdout),
-                text: String::new(),
-                thinking: String::new(),
-                result_meta: Map::new(),
+                reader: CliTurnReader::new(self.branch.id(), user_of(self.branch))
+                    .on_text(self.opts.on_text.clone())
+                    .on_thinking(self.opts.on_thinking.clone()),
                 payload,
                 started,
                 started_at,
-                tool_requests: Vec::new(),
                 read: 0,
             })));
         } else {
@@ -547,26 +523,14 @@ impl RunState<'_> {
                 self.finish();
                 Ok(())
             }
-            Source::Cli(cli) => {
-                let CliSource {
-                    mut child,
-                    mut lines,
-                    mut text,
-                    mut thinking,
-                    mut result_meta,
-                    payload,
-                    started,
-                    started_at,
-                    mut tool_requests,
-                    mut read,
-                } = *cli;
+            Source::Cli(mut cli) => {
                 let idle = self
                     .opts
                     .idle_timeout
                     .unwrap_or(crate::limits::CLI_IDLE_TIMEOUT);
                 loop {
                     let next = bounded(
-                        agent_line(&mut lines, crate::limits::MAX_CLI_LINE_BYTES),
+                        agent_line(&mut cli.lines, crate::limits::MAX_CLI_LINE_BYTES),
                         Some(idle),
                         self.deadline,
                     )
@@ -584,206 +548,64 @@ impl RunState<'_> {
                     };
                     // The newline counts too: an agent writing empty lines
                     // forever still reaches the cap.
-                    read = read.saturating_add(line.len()).saturating_add(1);
-                    if read > crate::limits::MAX_CLI_TURN_BYTES {
+                    cli.read = cli.read.saturating_add(line.len()).saturating_add(1);
+                    if cli.read > crate::limits::MAX_CLI_TURN_BYTES {
                         return Err(self.fail(format!(
                             "the agent wrote more than {} bytes in one turn, the limit",
                             crate::limits::MAX_CLI_TURN_BYTES
                         )));
                     }
-                    let Ok(event) = serde_json::from_str::<Value>(line.trim()) else {
-                        continue;
-                    };
-                    match event.get("type").and_then(Value::as_str) {
-                        Some("system") => match event.get("session_id").map(cli_session_id) {
-                            Some(Some(id)) => {
-                                self.branch
-                                    .metadata_mut()
-                                    .insert("cli_session_id".into(), id.into());
-                            }
-                            Some(None) => tracing::warn!(
-                                "the CLI agent reported a session id that is not a UUID; not kept"
-                            ),
-                            None => {}
-                        },
-                        Some("assistant") => {
-                            let blocks = event
-                                .pointer("/message/content")
-                                .and_then(Value::as_array)
-                                .cloned()
-                                .unwrap_or_default();
-                            for b in blocks {
-                                match b.get("type").and_then(Value::as_str) {
-                                    Some("text") => {
-                                        let piece = b
-                                            .get("text")
-                                            .and_then(Value::as_str)
-                                            .unwrap_or_default();
-                                        if let Some(hook) = &self.opts.on_text {
-                                            hook.call(piece);
-                                        }
-                                        text.push_str(piece);
-                                    }
-                                    Some("thinking") => {
-                                        let piece = b
-                                            .get("thinking")
-                                            .and_then(Value::as_str)
-                                            .unwrap_or_default();
-                                        if let Some(hook) = &self.opts.on_thinking {
-                                            hook.call(piece);
-                                        }
-                                        thinking.push_str(piece);
-                                    }
-                                    Some("tool_use") => {
-                                        if !text.is_empty() {
-                                            let m = self
-                                                .assistant(std::mem::take(&mut text), Map::new());
-                                            self.emit(m);
-                                        }
-                                        let name = b
-                                            .get("name")
-                                            .and_then(Value::as_str)
-                                            .unwrap_or_default();
-                                        let args = b
-                                            .get("input")
-                                            .and_then(Value::as_object)
-                                            .cloned()
-                                            .unwrap_or_default();
-                                        let req = Message::action_request(name, args)
-                                            .with_sender(Participant::Id(self.branch.id()))
-                                            .with_recipient(user_of(self.branch));
-                                        let tool_id =
-                                            b.get("id").and_then(Value::as_str).unwrap_or_default();
-                                        tool_requests.push((tool_id.to_owned(), req.id()));
-                                        self.emit(req);
-                                    }
-                                    _ => {}
-                                }
-                            }
-                        }
-                        Some("user") => {
-                            let blocks = event
-                                .pointer("/message/content")
-                                .and_then(Value::as_array)
-                                .cloned()
-                                .unwrap_or_default();
-                            for b in blocks.iter().filter(|b| {
-                                b.get("type").and_then(Value::as_str) == Some("tool_result")
-                            }) {
-                                let use_id = b
-                                    .get("tool_use_id")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or_default();
-                                let Some(&(_, req_id)) =
-                                    tool_requests.iter().find(|(t, _)| t == use_id)
-                                else {
-                                    continue;
-                                };
-                                let Some(pos) = self.record.iter().position(|m| m.id() == req_id)
-                                else {
-                                    continue;
-                                };
-                                let (function, arguments) = match &self.record[pos].content {
-                                    MessageContent::ActionRequest(r) => {
-                                        (r.function.clone(), r.arguments.clone())
-                                    }
-                                    _ => continue,
-                                };
-                                let resp = Message::new(MessageContent::ActionResponse(Box::new(
-                                    ActionResponseContent {
-                                        function,
-                                        arguments,
-                                        output: b.get("content").cloned(),
-                                        action_request_id: Some(req_id),
-                                        error: None,
-                                    },
-                                )))
-                                .with_sender(user_of(self.branch))
-                                .with_recipient(Participant::Id(self.branch.id()));
-                                let resp_id = resp.id();
-                                let mut resp = resp;
-                                if b.get("is_error").and_then(Value::as_bool) == Some(true) {
-                                    resp.element.metadata.insert("is_error".into(), true.into());
-                                }
-                                if let MessageContent::ActionRequest(r) =
-                                    &mut self.record[pos].content
-                                {
-                                    r.action_response_id = Some(resp_id);
-                                }
-                                self.emit(resp);
-                            }
-                        }
-                        Some("result") => {
-                            // Usage and cost only (numbers summed over
-                            // result events), as the reference keeps them.
-                            for k in RESULT_META_KEYS {
-                                let Some(v) = event.get(*k) else { continue };
-                                match (result_meta.get_mut(*k), v) {
-                                    (Some(Value::Number(a)), Value::Number(b)) => {
-                                        let sum =
-                                            a.as_f64().unwrap_or(0.0) + b.as_f64().unwrap_or(0.0);
-                                        if let Some(n) = serde_json::Number::from_f64(sum) {
-                                            *a = n;
-                                        }
-                                    }
-                                    _ => {
-                                        result_meta.insert((*k).to_owned(), v.clone());
-                                    }
-                                }
-                            }
-                            if event.get("is_error").and_then(Value::as_bool) == Some(true) {
-                                let msg = event
-                                    .get("result")
-                                    .and_then(Value::as_str)
-                                    .unwrap_or("the CLI agent reported an error");
-                                return Err(self.fail(msg.to_owned()));
-                            }
-                            if text.is_empty() {
-                                if let Some(r) = event.get("result").and_then(Value::as_str) {
-                                    text = r.to_owned();
-                                }
-                            }
-                        }
-                        Some("error") => {
-                            let msg = event
-                                .get("message")
-                                .or_else(|| event.get("error"))
-                                .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
-                                .unwrap_or_default();
-                            return Err(self.fail(format!("the CLI agent failed: {msg}")));
-                        }
-                        _ => {}
+                    let before = cli.reader.messages().len();
+                    if let Err(e) = cli.reader.read_line(&line) {
+                        return Err(self.fail(e.to_string()));
+                    }
+                    // Yielded as they are read; recorded with the turn.
+                    let new = cli.reader.messages().get(before..).unwrap_or_default();
+                    if !new.is_empty() {
+                        self.queue.extend(new.iter().cloned());
+                        self.source = Some(Source::Cli(cli));
+                        return Ok(());
                     }
                 }
+                let CliSource {
+                    mut child,
+                    reader,
+                    payload,
+                    started,
+                    started_at,
+                    ..
+                } = *cli;
                 // An agent that closed its output but does not exit is not
                 // waited on forever (it is killed on drop).
                 let status = match bounded(child.wait(), Some(idle), self.deadline).await {
                     Ok(s) => s.ok(),
                     Err(why) => return Err(self.fail(why.to_owned())),
                 };
-                if status.is_some_and(|s| !s.success()) && text.is_empty() && result_meta.is_empty()
-                {
+                if status.is_some_and(|s| !s.success()) && !reader.has_reply() {
                     return Err(self.fail(format!(
                         "the CLI agent exited with {}",
                         status.map(|s| s.to_string()).unwrap_or_default()
                     )));
                 }
-                let mut meta = Map::new();
-                if !result_meta.is_empty() {
-                    meta.insert("model_response".into(), Value::Object(result_meta));
+                let api_call_meta = json!({"id": Uuid::new_v4().to_string(), "created_at": started_at,
+                    "metadata": {"lion_class": "lionagi.service.connections.api_calling.APICalling"},
+                    "execution": {"status": "completed", "duration": started.elapsed().as_secs_f64(), "error": null, "retryable": null},
+                    "payload": payload});
+                let before = reader.messages().len();
+                let turn = match reader.finish(api_call_meta) {
+                    Ok(t) => t,
+                    Err(e) => return Err(self.fail(e.to_string())),
+                };
+                // Earlier messages were queued as they were read.
+                if let Some(last) = turn.messages.get(before..) {
+                    self.queue.extend(last.iter().cloned());
                 }
-                if !thinking.is_empty() {
-                    meta.insert("thinking".into(), thinking.into());
+                self.record.extend(turn.messages);
+                if let Some(id) = turn.session_id {
+                    self.branch
+                        .metadata_mut()
+                        .insert("cli_session_id".into(), id.into());
                 }
-                meta.insert(
-                    "api_call_meta".into(),
-                    json!({"id": Uuid::new_v4().to_string(), "created_at": started_at,
-                        "metadata": {"lion_class": "lionagi.service.connections.api_calling.APICalling"},
-                        "execution": {"status": "completed", "duration": started.elapsed().as_secs_f64(), "error": null, "retryable": null},
-                        "payload": payload}),
-                );
-                let m = self.assistant(text, meta);
-                self.emit(m);
                 self.finish();
                 Ok(())
             }

@@ -12,6 +12,7 @@ use branch_core::{Branch, ToDictOptions};
 use branch_models::mock::MockServer;
 use branch_operations::{BranchOperations, RunOptions};
 use futures_util::StreamExt;
+use serde_json::Value;
 
 #[tokio::test]
 async fn an_endless_line_fails_the_turn_at_the_cap() {
@@ -145,4 +146,182 @@ async fn an_agent_that_closes_its_output_but_never_exits_is_not_awaited_forever(
     .expect("the wait for the agent's exit has a deadline");
     assert!(err.contains("no output within the idle window"), "{err}");
     assert!(unchanged);
+}
+
+/// Runs `script_text` as the CLI agent of a fresh branch and collects the
+/// turn: its yielded messages, or the first error.
+async fn completed_turn(name: &str, script_text: &str) -> (Branch, Vec<branch_core::Message>) {
+    let dir = common::temp_dir(name);
+    let script = dir.join("agent.sh");
+    common::executable(&script, script_text);
+    let server = MockServer::start().await;
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(common::model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    let items: Vec<_> = b
+        .run(RunOptions::new("hi").cli_command(&script))
+        .collect()
+        .await;
+    let _ = std::fs::remove_dir_all(&dir);
+    let messages = items.into_iter().map(Result::unwrap).collect();
+    (b, messages)
+}
+
+#[tokio::test]
+async fn tool_results_answer_their_own_requests_once() {
+    // Two tool uses answered out of order, one answered twice, and a
+    // result for a tool use the turn never made.
+    let (b, yielded) = completed_turn(
+        "cli-pairing",
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"a","name":"Read","input":{"path":"a"}},{"type":"tool_use","id":"b","name":"Grep","input":{"q":"b"}}]}}'
+echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"b","content":"for b"}]}}'
+echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"a","content":"for a","is_error":true}]}}'
+echo '{"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"a","content":"again"},{"type":"tool_result","tool_use_id":"zz","content":"stray"}]}}'
+echo '{"type":"result","subtype":"success","result":"done"}'
+"#,
+    )
+    .await;
+    let recorded: Vec<_> = b.messages().iter().skip(1).cloned().collect();
+    let kinds: Vec<_> = recorded.iter().map(|m| m.kind().class_name()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Instruction",
+            "ActionRequest",
+            "ActionRequest",
+            "ActionResponse",
+            "ActionResponse",
+            "AssistantResponse"
+        ]
+    );
+    assert_eq!(yielded.len(), recorded.len());
+    let v: Vec<Value> = recorded.iter().map(|m| m.to_value().unwrap()).collect();
+    let (req_a, req_b, res_b, res_a) = (&v[1], &v[2], &v[3], &v[4]);
+    assert_eq!(res_b["content"]["action_request_id"], req_b["id"]);
+    assert_eq!(req_b["content"]["action_response_id"], res_b["id"]);
+    assert_eq!(res_a["content"]["action_request_id"], req_a["id"]);
+    assert_eq!(req_a["content"]["action_response_id"], res_a["id"]);
+    assert_eq!(
+        res_a["content"]["output"], "for a",
+        "the first result is kept"
+    );
+    assert_eq!(res_a["metadata"]["is_error"], true);
+    assert_eq!(res_b["content"]["function"], "Grep");
+    assert_eq!(recorded[5].as_assistant_text(), Some("done"));
+}
+
+#[tokio::test]
+async fn usage_of_several_results_is_summed_and_integers_stay_integers() {
+    let (b, _) = completed_turn(
+        "cli-usage",
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Hi"}]}}'
+echo '{"type":"result","subtype":"success","num_turns":1,"total_cost_usd":0.5,"usage":{"input_tokens":3,"output_tokens":4}}'
+echo '{"type":"result","subtype":"success","num_turns":2,"total_cost_usd":0.25,"usage":{"input_tokens":5,"cache_read_input_tokens":7}}'
+"#,
+    )
+    .await;
+    let reply = b.messages().iter().last().unwrap().to_value().unwrap();
+    let usage = &reply["metadata"]["model_response"];
+    assert_eq!(
+        serde_json::to_string(usage).unwrap(),
+        r#"{"usage":{"input_tokens":8,"output_tokens":4,"cache_read_input_tokens":7},"total_cost_usd":0.75,"num_turns":3}"#
+    );
+}
+
+#[tokio::test]
+async fn malformed_events_fail_the_turn_and_leave_the_branch_as_it_was() {
+    let line = |block: &str| {
+        format!(
+            "#!/bin/sh\ncat > /dev/null\necho '{{\"type\":\"system\",\"session_id\":\"6f1c2e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b\"}}'\necho '{{\"type\":\"assistant\",\"message\":{{\"content\":[{block}]}}}}'\necho '{{\"type\":\"result\",\"result\":\"ok\"}}'\n"
+        )
+    };
+    let cases = [
+        (
+            r#"{"type":"tool_use","name":"Read","input":{}}"#,
+            "a tool use without an id",
+        ),
+        (
+            r#"{"type":"tool_use","id":"t","input":{}}"#,
+            r#"tool use "t" without a name"#,
+        ),
+        (
+            r#"{"type":"tool_use","id":"t","name":"Read","input":"a.txt"}"#,
+            r#"tool use "t" without an input object"#,
+        ),
+        (
+            r#"{"type":"tool_use","id":"t","name":"Read","input":{}},{"type":"tool_use","id":"t","name":"Read","input":{}}"#,
+            r#"tool use id "t" twice"#,
+        ),
+        (
+            r#"{"type":"text","text":3}"#,
+            "a text block without its text string",
+        ),
+        ("7", "a content block that is not an object"),
+    ];
+    for (i, (block, why)) in cases.into_iter().enumerate() {
+        let (err, unchanged) = failed_turn(&format!("cli-malformed-{i}"), &line(block), None).await;
+        assert!(err.contains(why), "{block}: {err}");
+        // Nor is the session id the failed turn reported kept.
+        assert!(unchanged, "{block}: the failed turn changed the branch");
+    }
+}
+
+#[tokio::test]
+async fn a_turn_past_the_message_cap_fails() {
+    let cap = branch_operations::limits::MAX_CLI_TURN_MESSAGES;
+    // One line of cap + 1 tool uses, each a request.
+    let script = format!(
+        "#!/bin/sh\ncat > /dev/null\nawk 'BEGIN {{ printf \"{{\\\"type\\\":\\\"assistant\\\",\\\"message\\\":{{\\\"content\\\":[\"; for (i = 0; i <= {cap}; i++) {{ if (i) printf \",\"; printf \"{{\\\"type\\\":\\\"tool_use\\\",\\\"id\\\":\\\"t%d\\\",\\\"name\\\":\\\"n\\\",\\\"input\\\":{{}}}}\", i }}; print \"]}}}}\" }}'\n"
+    );
+    let (err, unchanged) = failed_turn("cli-message-cap", &script, None).await;
+    assert!(err.contains(&format!("more than {cap} messages")), "{err}");
+    assert!(unchanged);
+}
+
+#[tokio::test]
+async fn messages_are_yielded_as_the_agent_writes_them() {
+    // The agent waits, after its tool use, for the caller to have seen
+    // the request; its reply says whether it did.
+    let dir = common::temp_dir("cli-yield");
+    let seen = dir.join("seen");
+    let script = dir.join("agent.sh");
+    common::executable(
+        &script,
+        &format!(
+            r#"#!/bin/sh
+cat > /dev/null
+echo '{{"type":"assistant","message":{{"content":[{{"type":"tool_use","id":"t","name":"Read","input":{{}}}}]}}}}'
+i=0
+while [ ! -e '{seen}' ] && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done
+if [ -e '{seen}' ]; then r=seen; else r=unseen; fi
+echo "{{\"type\":\"result\",\"result\":\"$r\"}}"
+"#,
+            seen = seen.display()
+        ),
+    );
+    let server = MockServer::start().await;
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(common::model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    let mut last = None;
+    {
+        let mut stream = std::pin::pin!(b.run(RunOptions::new("hi").cli_command(&script)));
+        while let Some(m) = stream.next().await {
+            let m = m.unwrap();
+            if m.kind().class_name() == "ActionRequest" {
+                std::fs::write(&seen, b"").unwrap();
+            }
+            last = Some(m);
+        }
+    }
+    assert_eq!(last.unwrap().as_assistant_text(), Some("seen"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

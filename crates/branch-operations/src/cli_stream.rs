@@ -1,0 +1,465 @@
+//! Reading a CLI agent's `stream-json` output (Claude Code's protocol) into
+//! the messages of one turn.
+//!
+//! [`CliTurnReader`] takes the agent's output one line at a time and keeps
+//! the turn's messages until [`CliTurnReader::finish`]; it does no I/O, so
+//! the `run` verb drives it from the child's stdout and the fuzz target
+//! `cli_stream` from arbitrary bytes. Every line is the agent's, so every
+//! line is hostile: nothing here panics on one, each line costs time in
+//! proportion to its length (a tool result finds its request through a
+//! map, not a search of the turn), and the turn's messages are capped by
+//! [`crate::limits::MAX_CLI_TURN_MESSAGES`].
+
+use std::collections::{HashMap, HashSet};
+
+use branch_core::Participant;
+use branch_core::message::{ActionResponseContent, Message, MessageContent};
+use serde_json::{Map, Number, Value};
+use uuid::Uuid;
+
+use crate::run::TextHook;
+
+/// The keys of a `result` event kept in the reply's `model_response`.
+const RESULT_META_KEYS: &[&str] = &[
+    "usage",
+    "total_cost_usd",
+    "num_turns",
+    "duration_ms",
+    "duration_api_ms",
+    "session_id",
+];
+
+/// Why the agent's output ends the turn: the agent reported a failure, or
+/// it wrote something the protocol does not allow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliStreamError(String);
+
+impl std::fmt::Display for CliStreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CliStreamError {}
+
+fn malformed(what: &str) -> CliStreamError {
+    CliStreamError(format!("the CLI agent wrote {what}"))
+}
+
+/// One turn of a CLI agent, read line by line.
+///
+/// Messages are built as their events arrive: text is held until a tool
+/// use (which records it as a reply first) or the end of the turn; a
+/// `tool_use` block becomes an ActionRequest, its `tool_result` the
+/// ActionResponse that answers it (and the request is linked to it).
+/// Replies and requests are sent by the branch to `user`; responses by
+/// `user` to the branch, as the reference sends them.
+#[derive(Debug)]
+pub struct CliTurnReader {
+    branch: Uuid,
+    user: Participant,
+    on_text: Option<TextHook>,
+    on_thinking: Option<TextHook>,
+    messages: Vec<Message>,
+    text: String,
+    thinking: String,
+    result_meta: Map<String, Value>,
+    /// The agent's ids of the turn's tool uses not answered yet, each with
+    /// its request's place in `messages`.
+    open_calls: HashMap<String, usize>,
+    /// Every tool-use id of the turn, answered or not: an id is used once.
+    used_ids: HashSet<String>,
+    session_id: Option<String>,
+}
+
+/// What a finished turn leaves: its messages, the agent's session id to
+/// resume (when the agent reported one), and whether the agent said
+/// anything at all.
+#[derive(Debug)]
+pub struct CliTurn {
+    /// The turn's messages in order, the final reply last.
+    pub messages: Vec<Message>,
+    /// The session id of the turn's last `system` event that carried a
+    /// valid one; for the branch's metadata once the turn is recorded.
+    pub session_id: Option<String>,
+}
+
+impl CliTurnReader {
+    /// A reader for a turn of the branch `branch`, whose user is `user`.
+    pub fn new(branch: Uuid, user: Participant) -> Self {
+        Self {
+            branch,
+            user,
+            on_text: None,
+            on_thinking: None,
+            messages: Vec::new(),
+            text: String::new(),
+            thinking: String::new(),
+            result_meta: Map::new(),
+            open_calls: HashMap::new(),
+            used_ids: HashSet::new(),
+            session_id: None,
+        }
+    }
+
+    /// Calls `hook` with each text block as it is read.
+    pub fn on_text(mut self, hook: Option<TextHook>) -> Self {
+        self.on_text = hook;
+        self
+    }
+
+    /// Calls `hook` with each thinking block as it is read.
+    pub fn on_thinking(mut self, hook: Option<TextHook>) -> Self {
+        self.on_thinking = hook;
+        self
+    }
+
+    /// The messages built so far (the final reply is built by `finish`).
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// Whether the agent has given a reply: text, or a `result` event.
+    pub fn has_reply(&self) -> bool {
+        !self.text.is_empty() || !self.result_meta.is_empty()
+    }
+
+    /// Reads one line of output (without its newline). A line that is not
+    /// a JSON object is not an event (agents print warnings too) and is
+    /// skipped, as are event and block types this protocol does not name.
+    /// An error ends the turn: an `error` event, a `result` marked
+    /// `is_error`, a malformed event, or one message past the cap.
+    pub fn read_line(&mut self, line: &str) -> Result<(), CliStreamError> {
+        let Ok(Value::Object(mut event)) = serde_json::from_str::<Value>(line.trim()) else {
+            tracing::debug!("a line of the CLI agent's output is not an event; skipped");
+            return Ok(());
+        };
+        match event.get("type").and_then(Value::as_str) {
+            Some("system") => {
+                self.system(&event);
+                Ok(())
+            }
+            Some("assistant") => {
+                for block in content_blocks(&mut event) {
+                    self.assistant_block(block)?;
+                }
+                Ok(())
+            }
+            Some("user") => {
+                for block in content_blocks(&mut event) {
+                    self.user_block(block)?;
+                }
+                Ok(())
+            }
+            Some("result") => self.result(event),
+            Some("error") => {
+                let msg = event
+                    .get("message")
+                    .or_else(|| event.get("error"))
+                    .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
+                    .unwrap_or_default();
+                Err(CliStreamError(format!("the CLI agent failed: {msg}")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Ends the turn: the held text becomes the final reply, carrying the
+    /// `result` events' usage (`model_response`), the thinking, and the
+    /// call record `api_call_meta` the caller built.
+    pub fn finish(mut self, api_call_meta: Value) -> Result<CliTurn, CliStreamError> {
+        let mut meta = Map::new();
+        if !self.result_meta.is_empty() {
+            meta.insert(
+                "model_response".into(),
+                Value::Object(std::mem::take(&mut self.result_meta)),
+            );
+        }
+        if !self.thinking.is_empty() {
+            meta.insert("thinking".into(), std::mem::take(&mut self.thinking).into());
+        }
+        meta.insert("api_call_meta".into(), api_call_meta);
+        let text = std::mem::take(&mut self.text);
+        self.push(self.reply(text, meta))?;
+        Ok(CliTurn {
+            messages: self.messages,
+            session_id: self.session_id,
+        })
+    }
+
+    fn system(&mut self, event: &Map<String, Value>) {
+        match event.get("session_id").map(session_id) {
+            Some(Some(id)) => self.session_id = Some(id),
+            Some(None) => {
+                tracing::warn!("the CLI agent reported a session id that is not a UUID; not kept")
+            }
+            None => {}
+        }
+    }
+
+    fn assistant_block(&mut self, block: Value) -> Result<(), CliStreamError> {
+        let Value::Object(mut block) = block else {
+            return Err(malformed("a content block that is not an object"));
+        };
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => {
+                let piece = block_text(&block, "text")?;
+                if let Some(hook) = &self.on_text {
+                    hook.call(piece);
+                }
+                self.text.push_str(piece);
+            }
+            Some("thinking") => {
+                let piece = block_text(&block, "thinking")?;
+                if let Some(hook) = &self.on_thinking {
+                    hook.call(piece);
+                }
+                self.thinking.push_str(piece);
+            }
+            Some("tool_use") => {
+                let id = match block.get("id").and_then(Value::as_str) {
+                    Some(id) if !id.is_empty() => id.to_owned(),
+                    _ => return Err(malformed("a tool use without an id")),
+                };
+                let name = match block.get("name").and_then(Value::as_str) {
+                    Some(n) if !n.is_empty() => n.to_owned(),
+                    _ => return Err(malformed(&format!("tool use {id:?} without a name"))),
+                };
+                let Some(Value::Object(arguments)) = block.remove("input") else {
+                    return Err(malformed(&format!(
+                        "tool use {id:?} without an input object"
+                    )));
+                };
+                if self.used_ids.contains(&id) {
+                    return Err(malformed(&format!("tool use id {id:?} twice")));
+                }
+                if !self.text.is_empty() {
+                    let text = std::mem::take(&mut self.text);
+                    self.push(self.reply(text, Map::new()))?;
+                }
+                let request = Message::action_request(name, arguments)
+                    .with_sender(Participant::Id(self.branch))
+                    .with_recipient(self.user.clone());
+                let at = self.messages.len();
+                self.push(request)?;
+                self.used_ids.insert(id.clone());
+                self.open_calls.insert(id, at);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn user_block(&mut self, block: Value) -> Result<(), CliStreamError> {
+        let Value::Object(mut block) = block else {
+            return Err(malformed("a content block that is not an object"));
+        };
+        if block.get("type").and_then(Value::as_str) != Some("tool_result") {
+            return Ok(());
+        }
+        let Some(use_id) = block
+            .get("tool_use_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+        else {
+            return Err(malformed("a tool result without a tool_use_id"));
+        };
+        let Some(&at) = self.open_calls.get(&use_id) else {
+            // Kept out rather than invented an unanswered request for: the
+            // turn's requests are the agent's own tool uses.
+            if self.used_ids.contains(&use_id) {
+                tracing::warn!(tool_use_id = %use_id, "a second result for one tool use; not kept");
+            } else {
+                tracing::warn!(tool_use_id = %use_id, "a result for no tool use of this turn; not kept");
+            }
+            return Ok(());
+        };
+        let (function, arguments, request_id) = match &self.messages[at].content {
+            MessageContent::ActionRequest(r) => (
+                r.function.clone(),
+                r.arguments.clone(),
+                self.messages[at].id(),
+            ),
+            // `open_calls` holds requests' places only.
+            _ => return Ok(()),
+        };
+        let mut response = Message::new(MessageContent::ActionResponse(Box::new(
+            ActionResponseContent {
+                function,
+                arguments,
+                output: block.remove("content"),
+                action_request_id: Some(request_id),
+                error: None,
+            },
+        )))
+        .with_sender(self.user.clone())
+        .with_recipient(Participant::Id(self.branch));
+        if block.get("is_error").and_then(Value::as_bool) == Some(true) {
+            response
+                .element
+                .metadata
+                .insert("is_error".into(), true.into());
+        }
+        let response_id = response.id();
+        self.push(response)?;
+        self.open_calls.remove(&use_id);
+        if let MessageContent::ActionRequest(r) = &mut self.messages[at].content {
+            r.action_response_id = Some(response_id);
+        }
+        Ok(())
+    }
+
+    /// Usage and cost (numbers summed over the turn's `result` events, as
+    /// the reference sums them), an error, or the reply's text when the
+    /// agent wrote none in text blocks.
+    fn result(&mut self, mut event: Map<String, Value>) -> Result<(), CliStreamError> {
+        for key in RESULT_META_KEYS {
+            let Some(v) = event.remove(*key) else {
+                continue;
+            };
+            match self.result_meta.get_mut(*key) {
+                Some(kept) => add_into(kept, v),
+                None => {
+                    self.result_meta.insert((*key).to_owned(), v);
+                }
+            }
+        }
+        let result = event.get("result").and_then(Value::as_str);
+        if event.get("is_error").and_then(Value::as_bool) == Some(true) {
+            return Err(CliStreamError(
+                result
+                    .unwrap_or("the CLI agent reported an error")
+                    .to_owned(),
+            ));
+        }
+        if self.text.is_empty() {
+            if let Some(r) = result {
+                self.text = r.to_owned();
+            }
+        }
+        Ok(())
+    }
+
+    fn reply(&self, text: String, meta: Map<String, Value>) -> Message {
+        let mut m = Message::assistant(text)
+            .with_sender(Participant::Id(self.branch))
+            .with_recipient(self.user.clone());
+        m.element.metadata.extend(meta);
+        m
+    }
+
+    fn push(&mut self, m: Message) -> Result<(), CliStreamError> {
+        if self.messages.len() >= crate::limits::MAX_CLI_TURN_MESSAGES {
+            return Err(CliStreamError(format!(
+                "the CLI agent's turn has more than {} messages, the limit",
+                crate::limits::MAX_CLI_TURN_MESSAGES
+            )));
+        }
+        self.messages.push(m);
+        Ok(())
+    }
+}
+
+/// The blocks of an `assistant` or `user` event's `message.content`, taken
+/// out of the event (none when it has no list there).
+fn content_blocks(event: &mut Map<String, Value>) -> Vec<Value> {
+    match event
+        .get_mut("message")
+        .and_then(|m| m.get_mut("content"))
+        .map(Value::take)
+    {
+        Some(Value::Array(blocks)) => blocks,
+        _ => Vec::new(),
+    }
+}
+
+/// A text or thinking block's text: a string, or the block is malformed.
+fn block_text<'a>(block: &'a Map<String, Value>, key: &str) -> Result<&'a str, CliStreamError> {
+    block
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| malformed(&format!("a {key} block without its {key} string")))
+}
+
+/// A Claude Code session id in its canonical form: the agent's ids are
+/// UUIDs, so anything else (a value starting with `-`, text with spaces,
+/// a path) is refused rather than handed to the agent.
+pub(crate) fn session_id(v: &Value) -> Option<String> {
+    let s = v.as_str()?;
+    let id = Uuid::try_parse(s).ok()?;
+    // Only the plain hyphenated form the agent writes; braces, URNs and
+    // bare hex are other programs' spellings.
+    (id.hyphenated().to_string() == s.to_ascii_lowercase()).then(|| s.to_owned())
+}
+
+/// Adds a later `result` event's value to the kept one: numbers are
+/// summed (integers stay integers), objects key by key (`usage`), and
+/// anything else is replaced by the later value (`session_id`).
+fn add_into(kept: &mut Value, later: Value) {
+    match (kept, later) {
+        (Value::Number(a), Value::Number(b)) => match sum(a, &b) {
+            Some(s) => *a = s,
+            None => tracing::warn!("a usage sum overflows; the earlier figure kept"),
+        },
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(&k) {
+                    Some(old) => add_into(old, v),
+                    None => {
+                        a.insert(k, v);
+                    }
+                }
+            }
+        }
+        (kept, later) => *kept = later,
+    }
+}
+
+/// `a + b`, exact while both are integers that fit; `None` when the sum
+/// is not a finite JSON number.
+fn sum(a: &Number, b: &Number) -> Option<Number> {
+    if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
+        if let Some(s) = x.checked_add(y) {
+            return Some(s.into());
+        }
+    }
+    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
+        if let Some(s) = x.checked_add(y) {
+            return Some(s.into());
+        }
+    }
+    Number::from_f64(a.as_f64()? + b.as_f64()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn usage_is_summed_key_by_key_and_integers_stay_integers() {
+        let mut kept = json!({"input_tokens": 3, "output_tokens": 4, "cost": 0.5});
+        add_into(
+            &mut kept,
+            json!({"input_tokens": 2, "cost": 0.25, "service_tier": "standard"}),
+        );
+        assert_eq!(
+            kept,
+            json!({"input_tokens": 5, "output_tokens": 4, "cost": 0.75, "service_tier": "standard"})
+        );
+        assert_eq!(serde_json::to_string(&kept["input_tokens"]).unwrap(), "5");
+        let mut big = json!(u64::MAX);
+        add_into(&mut big, json!(1));
+        assert_eq!(big, json!(u64::MAX as f64 + 1.0));
+        let mut neg = json!(-3);
+        add_into(&mut neg, json!(1));
+        assert_eq!(neg, json!(-2));
+        let mut huge = json!(f64::MAX);
+        add_into(&mut huge, json!(f64::MAX));
+        assert_eq!(
+            huge,
+            json!(f64::MAX),
+            "an overflowing sum keeps the earlier"
+        );
+    }
+}
