@@ -193,6 +193,8 @@ enum Source {
 struct CliSource {
     child: Child,
     lines: BufReader<ChildStdout>,
+    /// Writes the prompt to the agent's stdin; `None` once it is done.
+    prompt_writer: Option<PromptWriter>,
     reader: CliTurnReader,
     payload: Value,
     started: Instant,
@@ -200,6 +202,16 @@ struct CliSource {
     /// Bytes of output read so far this turn (capped by
     /// [`crate::limits::MAX_CLI_TURN_BYTES`]).
     read: usize,
+}
+
+/// The task writing the prompt to a CLI agent. Aborted when dropped, so
+/// it never outlives the turn (the agent itself is killed on drop).
+struct PromptWriter(tokio::task::JoinHandle<std::io::Result<()>>);
+
+impl Drop for PromptWriter {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 struct RunState<'b> {
@@ -364,13 +376,15 @@ impl RunState<'_> {
             let mut child = command
                 .spawn()
                 .map_err(|e| self.fail(format!("cannot start {}: {e}", cmd.display())))?;
-            if let Some(mut stdin) = child.stdin.take() {
-                stdin
-                    .write_all(prompt.as_bytes())
-                    .await
-                    .map_err(|e| self.fail(format!("cannot write the prompt: {e}")))?;
-                drop(stdin);
-            }
+            // Written beside the reading of the output, not before it: an
+            // agent may write before it reads, and neither pipe holds more
+            // than the kernel's buffer.
+            let prompt_writer = child.stdin.take().map(|mut stdin| {
+                PromptWriter(tokio::spawn(async move {
+                    stdin.write_all(prompt.as_bytes()).await
+                    // Dropping `stdin` closes it: the prompt's end.
+                }))
+            });
             let stdout = child
                 .stdout
                 .take()
@@ -378,6 +392,7 @@ impl RunState<'_> {
             self.source = Some(Source::Cli(Box::new(CliSource {
                 child,
                 lines: BufReader::new(stdout),
+                prompt_writer,
                 reader: CliTurnReader::new(self.branch.id(), user_of(self.branch))
                     .on_text(self.opts.on_text.clone())
                     .on_thinking(self.opts.on_thinking.clone()),
@@ -569,12 +584,26 @@ impl RunState<'_> {
                 }
                 let CliSource {
                     mut child,
+                    prompt_writer,
                     reader,
                     payload,
                     started,
                     started_at,
                     ..
                 } = *cli;
+                // The agent answered the whole prompt, or the turn fails:
+                // an agent that stopped reading it answered something else.
+                if let Some(mut w) = prompt_writer {
+                    let why = match bounded(&mut w.0, Some(idle), self.deadline).await {
+                        Ok(Ok(Ok(()))) => None,
+                        Ok(Ok(Err(e))) => Some(format!("cannot write the prompt: {e}")),
+                        Ok(Err(e)) => Some(format!("cannot write the prompt: {e}")),
+                        Err(why) => Some(format!("the agent did not read its prompt: {why}")),
+                    };
+                    if let Some(why) = why {
+                        return Err(self.fail(why));
+                    }
+                }
                 // An agent that closed its output but does not exit is not
                 // waited on forever (it is killed on drop).
                 let status = match bounded(child.wait(), Some(idle), self.deadline).await {

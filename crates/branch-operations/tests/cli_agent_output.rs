@@ -325,3 +325,55 @@ echo "{{\"type\":\"result\",\"result\":\"$r\"}}"
     assert_eq!(last.unwrap().as_assistant_text(), Some("seen"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_large_prompt_reaches_an_agent_that_writes_before_it_reads() {
+    // The agent fills its output pipe before reading the prompt: writing
+    // the whole prompt first would wait on the agent while it waits on us.
+    let dir = common::temp_dir("cli-large-prompt");
+    let script = dir.join("agent.sh");
+    common::executable(
+        &script,
+        "#!/bin/sh\nhead -c 400000 /dev/zero | tr '\\0' ' '\necho\nn=$(wc -c | tr -d ' ')\necho \"{\\\"type\\\":\\\"result\\\",\\\"result\\\":\\\"$n\\\"}\"\n",
+    );
+    let server = MockServer::start().await;
+    let mut b = Branch::builder()
+        .chat_model(common::model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    let prompt = "p".repeat(1 << 20);
+    let items: Vec<_> = tokio::time::timeout(
+        Duration::from_secs(60),
+        b.run(RunOptions::new(prompt).cli_command(&script))
+            .collect(),
+    )
+    .await
+    .expect("the agent and the caller do not wait on each other");
+    let reply = items.last().unwrap().as_ref().unwrap();
+    let read: usize = reply.as_assistant_text().unwrap().parse().unwrap();
+    assert!(read >= 1 << 20, "the agent read {read} bytes of the prompt");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn an_agent_that_never_reads_its_prompt_is_not_waited_on_forever() {
+    let dir = common::temp_dir("cli-unread-prompt");
+    let script = dir.join("agent.sh");
+    common::executable(&script, "#!/bin/sh\nexec sleep 3600\n");
+    let server = MockServer::start().await;
+    let mut b = Branch::builder()
+        .chat_model(common::model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    let before = b.to_json_vec(&ToDictOptions::default()).unwrap();
+    let opts = RunOptions::new("p".repeat(1 << 20))
+        .cli_command(&script)
+        .idle_timeout(Duration::from_secs(2));
+    let items: Vec<_> = tokio::time::timeout(Duration::from_secs(60), b.run(opts).collect())
+        .await
+        .expect("the prompt's write has a deadline");
+    let err = items.iter().find_map(|i| i.as_ref().err()).unwrap();
+    assert!(err.to_string().contains("idle window"), "{err}");
+    assert_eq!(b.to_json_vec(&ToDictOptions::default()).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
