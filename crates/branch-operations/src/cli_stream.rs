@@ -54,6 +54,26 @@ fn malformed(what: &str) -> CliStreamError {
 /// ActionResponse that answers it (and the request is linked to it).
 /// Replies and requests are sent by the branch to `user`; responses by
 /// `user` to the branch, as the reference sends them.
+///
+/// ```
+/// use branch_core::{Participant, Role};
+/// use branch_operations::cli_stream::CliTurnReader;
+///
+/// let output = r#"{"type":"system","session_id":"6f1c2e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b"}
+/// {"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Read","input":{"path":"a.txt"}}]}}
+/// {"type":"user","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"hello"}]}}
+/// {"type":"result","result":"The file says hello.","num_turns":1}"#;
+/// let mut reader = CliTurnReader::new(uuid::Uuid::new_v4(), Participant::Role(Role::User));
+/// for line in output.lines() {
+///     reader.read_line(line)?;
+/// }
+/// let turn = reader.finish(serde_json::Value::Null)?;
+/// let kinds: Vec<_> = turn.messages.iter().map(|m| m.kind().class_name()).collect();
+/// assert_eq!(kinds, ["ActionRequest", "ActionResponse", "AssistantResponse"]);
+/// assert_eq!(turn.messages[2].as_assistant_text(), Some("The file says hello."));
+/// assert_eq!(turn.session_id.as_deref(), Some("6f1c2e1a-3b4d-4e5f-8a9b-0c1d2e3f4a5b"));
+/// # Ok::<(), branch_operations::cli_stream::CliStreamError>(())
+/// ```
 #[derive(Debug)]
 pub struct CliTurnReader {
     branch: Uuid,
