@@ -43,7 +43,7 @@ impl std::fmt::Display for CliStreamError {
 impl std::error::Error for CliStreamError {}
 
 fn malformed(what: &str) -> CliStreamError {
-    CliStreamError(format!("the CLI agent wrote {what}"))
+    CliStreamError(format!("the CLI agent wrote {}", head(what)))
 }
 
 /// One turn of a CLI agent, read line by line.
@@ -92,9 +92,8 @@ pub struct CliTurnReader {
     session_id: Option<String>,
 }
 
-/// What a finished turn leaves: its messages, the agent's session id to
-/// resume (when the agent reported one), and whether the agent said
-/// anything at all.
+/// What a finished turn leaves: its messages and the agent's session id to
+/// resume (when the agent reported one).
 #[derive(Debug)]
 pub struct CliTurn {
     /// The turn's messages in order, the final reply last.
@@ -178,7 +177,10 @@ impl CliTurnReader {
                     .or_else(|| event.get("error"))
                     .map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_owned))
                     .unwrap_or_default();
-                Err(CliStreamError(format!("the CLI agent failed: {msg}")))
+                Err(CliStreamError(format!(
+                    "the CLI agent failed: {}",
+                    head(&msg)
+                )))
             }
             _ => Ok(()),
         }
@@ -347,9 +349,7 @@ impl CliTurnReader {
         let result = event.get("result").and_then(Value::as_str);
         if event.get("is_error").and_then(Value::as_bool) == Some(true) {
             return Err(CliStreamError(
-                result
-                    .unwrap_or("the CLI agent reported an error")
-                    .to_owned(),
+                head(result.unwrap_or("the CLI agent reported an error")).to_owned(),
             ));
         }
         if self.text.is_empty() {
@@ -378,6 +378,18 @@ impl CliTurnReader {
         self.messages.push(m);
         Ok(())
     }
+}
+
+/// The head of an error text the agent wrote, at most
+/// [`crate::limits::MAX_CLI_ERROR_BYTES`] (cut on a character boundary):
+/// it becomes the turn's error, shown and logged, and a line may hold
+/// megabytes.
+fn head(text: &str) -> &str {
+    let mut end = text.len().min(crate::limits::MAX_CLI_ERROR_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// The blocks of an `assistant` or `user` event's `message.content`, taken

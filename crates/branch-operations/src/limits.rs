@@ -27,3 +27,8 @@ pub const CLI_IDLE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs
 /// long agentic turn makes hundreds of tool calls; this is a hundred times
 /// that.
 pub const MAX_CLI_TURN_MESSAGES: usize = 65_536;
+
+/// The most of an agent's own error text (an `error` event's message, a
+/// failed `result`) kept in the turn's error: it is shown and logged, and
+/// one line of output may hold megabytes.
+pub const MAX_CLI_ERROR_BYTES: usize = 4096;

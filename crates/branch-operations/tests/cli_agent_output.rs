@@ -377,3 +377,18 @@ async fn an_agent_that_never_reads_its_prompt_is_not_waited_on_forever() {
     assert_eq!(b.to_json_vec(&ToDictOptions::default()).unwrap(), before);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn the_agents_own_error_text_is_cut_at_its_cap() {
+    let cap = branch_operations::limits::MAX_CLI_ERROR_BYTES;
+    // 100,000 two-byte characters: the cap falls inside one.
+    let (err, unchanged) = failed_turn(
+        "cli-long-error",
+        "#!/bin/sh\ncat > /dev/null\nawk 'BEGIN { printf \"{\\\"type\\\":\\\"error\\\",\\\"message\\\":\\\"x\"; for (i = 0; i < 100000; i++) printf \"\\303\\251\"; print \"\\\"}\" }'\n",
+        None,
+    )
+    .await;
+    assert!(err.contains("the CLI agent failed: xé"), "{}", &err[..200.min(err.len())]);
+    assert!(err.len() <= cap + 100, "an error of {} bytes", err.len());
+    assert!(unchanged);
+}
