@@ -31,6 +31,7 @@ use branch_models::guard::{check_host, check_ip};
 use branch_models::json_grammar::Grammar;
 use branch_models::sse_frame::{SseError, SseEvent, SseFramer};
 use branch_operations::cli_stream::CliTurnReader;
+use branch_session::{BranchStore, SqliteStore};
 use serde_json::Value;
 use uuid::Uuid;
 
@@ -331,6 +332,156 @@ const MCP_FAILURE_ROOM: usize = 512;
 /// What `map_result` appends where it cuts a failure's text.
 const MCP_CUT: &str = " [cut at the result cap]";
 
+/// Stored conversations: a branch read from any document is saved to the
+/// SQLite store and loads back as itself (its `to_dict`), and a save under
+/// an id already stored replaces what was there: the same branch without
+/// its last message, saved next, loads without it. One store (a file of
+/// this process) serves every input, so inputs that share an id also
+/// replace each other's rows.
+pub fn store_roundtrip(data: &[u8]) {
+    let Ok(branch) = Branch::from_json_slice(data) else {
+        return;
+    };
+    let Ok(want) = branch.to_dict(&ToDictOptions::default()) else {
+        return;
+    };
+    let (runtime, store) = sqlite_store();
+    runtime.block_on(async {
+        store
+            .save(&branch)
+            .await
+            .expect("a branch that loads is saved");
+        let back = store.load(branch.id()).await.expect("a saved branch loads");
+        assert_eq!(
+            back.to_dict(&ToDictOptions::default()).expect("to_dict"),
+            want,
+            "the store did not give back what was saved"
+        );
+        // A turn appended to the stored branch without it loads as the
+        // whole, where the turn's messages end the order too.
+        if let Some((head, turn)) = split_last_turn(&want, 2) {
+            if let Ok(head) = Branch::from_dict(&head) {
+                store
+                    .save(&head)
+                    .await
+                    .expect("a branch that loads is saved");
+                let seq = head.messages().len() as u64;
+                store
+                    .append_turn(branch.id(), &turn)
+                    .await
+                    .expect("a turn of messages that load is appended");
+                let back = store.load(branch.id()).await.expect("a saved branch loads");
+                assert_eq!(
+                    back.to_dict(&ToDictOptions::default()).expect("to_dict"),
+                    want,
+                    "a saved head and an appended turn did not load as the whole"
+                );
+                let since = store
+                    .load_since(branch.id(), seq)
+                    .await
+                    .expect("load_since");
+                let since: Vec<Value> = since.messages.iter().map(|m| stored(&m.message)).collect();
+                let turn: Vec<Value> = turn.iter().map(stored).collect();
+                assert_eq!(since, turn, "load_since did not give the appended turn");
+            }
+        }
+        let Some(shorter) = without_last_message(&want) else {
+            return;
+        };
+        let Ok(shorter) = Branch::from_dict(&shorter) else {
+            return;
+        };
+        let Ok(want) = shorter.to_dict(&ToDictOptions::default()) else {
+            return;
+        };
+        store
+            .save(&shorter)
+            .await
+            .expect("a branch that loads is saved");
+        let back = store.load(branch.id()).await.expect("a saved branch loads");
+        assert_eq!(
+            back.to_dict(&ToDictOptions::default()).expect("to_dict"),
+            want,
+            "a save left rows of the one it replaced"
+        );
+    });
+}
+
+/// The `to_dict` document without its last `n` messages, and those
+/// messages: `None` unless it has more than `n`, its order is its
+/// messages' own and they all read.
+fn split_last_turn(doc: &Value, n: usize) -> Option<(Value, Vec<Message>)> {
+    let mut head = doc.clone();
+    let pile = head.get_mut("messages")?;
+    let ids: Vec<Value> = pile
+        .get("collections")?
+        .as_array()?
+        .iter()
+        .map(|m| m.get("id").cloned())
+        .collect::<Option<_>>()?;
+    if ids.len() <= n || pile.pointer("/progression/order")?.as_array()? != &ids {
+        return None;
+    }
+    let items = pile.get_mut("collections")?.as_array_mut()?;
+    let turn = items.split_off(items.len() - n);
+    let order = pile.pointer_mut("/progression/order")?.as_array_mut()?;
+    order.truncate(order.len() - n);
+    let turn = turn
+        .iter()
+        .map(|m| Message::from_value(m).ok())
+        .collect::<Option<Vec<_>>>()?;
+    Some((head, turn))
+}
+
+/// The `to_dict` document without the last message of its pile (and
+/// without its id in the pile's order); `None` when it has none.
+fn without_last_message(doc: &Value) -> Option<Value> {
+    let mut doc = doc.clone();
+    let pile = doc.get_mut("messages")?;
+    let last = pile.get_mut("collections")?.as_array_mut()?.pop()?;
+    let id = last.get("id")?.clone();
+    if let Some(order) = pile
+        .pointer_mut("/progression/order")
+        .and_then(Value::as_array_mut)
+    {
+        order.retain(|o| *o != id);
+    }
+    Some(doc)
+}
+
+/// This process's runtime and store, opened once in the temporary
+/// directory (in memory where `/dev/shm` exists).
+fn sqlite_store() -> &'static (tokio::runtime::Runtime, SqliteStore) {
+    static STORE: OnceLock<(tokio::runtime::Runtime, SqliteStore)> = OnceLock::new();
+    STORE.get_or_init(|| {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let shm = std::path::Path::new("/dev/shm");
+        let dir = if shm.is_dir() {
+            shm.to_owned()
+        } else {
+            std::env::temp_dir()
+        };
+        let path = dir.join(format!("lionagi-fuzz-store-{}.sqlite", std::process::id()));
+        let store = runtime
+            .block_on(SqliteStore::open(&path))
+            .expect("the store opens");
+        (runtime, store)
+    })
+}
+
+/// Removes this process's store files (the smoke test's end).
+pub fn remove_sqlite_store() {
+    let path = sqlite_store().1.path().to_owned();
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut file = path.clone().into_os_string();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
+    }
+}
+
 /// A CLI agent's `stream-json` output, one event a line: no line panics
 /// the reader; every response answers a request made earlier in the turn,
 /// which names it back, and no request is answered twice; a line only
@@ -345,7 +496,13 @@ pub fn cli_stream(data: &[u8]) {
         let Ok(line) = std::str::from_utf8(line) else {
             continue;
         };
-        if reader.read_line(line).is_err() {
+        if let Err(e) = reader.read_line(line) {
+            let room = branch_operations::limits::MAX_CLI_ERROR_BYTES + 64;
+            assert!(
+                e.to_string().len() <= room,
+                "an error of {} bytes",
+                e.to_string().len()
+            );
             return;
         }
         let now: Vec<Value> = reader.messages().iter().map(stored).collect();

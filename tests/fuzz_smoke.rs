@@ -121,6 +121,12 @@ fn extract() {
 }
 
 #[test]
+fn store_roundtrip() {
+    smoke("store_roundtrip", checks::store_roundtrip);
+    checks::remove_sqlite_store();
+}
+
+#[test]
 fn cli_stream() {
     smoke("cli_stream", checks::cli_stream);
 }

@@ -388,7 +388,11 @@ async fn the_agents_own_error_text_is_cut_at_its_cap() {
         None,
     )
     .await;
-    assert!(err.contains("the CLI agent failed: xé"), "{}", &err[..200.min(err.len())]);
+    assert!(
+        err.contains("the CLI agent failed: xé"),
+        "{}",
+        err.chars().take(100).collect::<String>()
+    );
     assert!(err.len() <= cap + 100, "an error of {} bytes", err.len());
     assert!(unchanged);
 }
