@@ -28,6 +28,12 @@
 //! - `ttft_turn1_ms`, `ttft_turn20_ms`;
 //! - `ttft_turn20_over_turn1`: the growth of each side (unit ×), the
 //!   target being ≤ 1.2 for ours.
+//!
+//! Tokenizing (ours only, the model's own tokenizer): 64 KiB of text that
+//! is one word to the pre-tokenizer (pseudo-random letters), against 64
+//! KiB of prose in the same run, best of 5 each.
+//! - `encode_one_word_64k_ms`: the baseline is the prose; the ratio says
+//!   what a byte of one long word costs against a byte of prose.
 
 use std::time::Instant;
 
@@ -82,6 +88,37 @@ async fn baseline_once(model: &IModel, tokens: u64) -> (f64, Option<f64>) {
         .pointer("/timings/predicted_per_second")
         .and_then(Value::as_f64);
     (completion as f64 / total, decode)
+}
+
+/// Milliseconds to encode 64 KiB of one unbroken word and of prose, best
+/// of 5 each, alternating.
+fn encode_times() -> (f64, f64) {
+    const BYTES: usize = 64 * 1024;
+    let path = branch_models::local::default_model_path().unwrap_or_else(|e| panic!("{e}"));
+    let tok = branch_models::local::tokenizer_from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+    let mut x: u32 = 0x9e37_79b9;
+    let word: String = (0..BYTES)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            char::from(b'a' + u8::try_from(x % 26).unwrap_or(0))
+        })
+        .collect();
+    let sentence = "The keeper climbed the stairs at dusk, 127 of them, and lit the lamp. ";
+    let prose: String = sentence.chars().cycle().take(BYTES).collect();
+    let time = |text: &str| {
+        let t = Instant::now();
+        let ids = tok.encode(text);
+        assert!(!ids.is_empty());
+        t.elapsed().as_secs_f64() * 1000.0
+    };
+    let (mut w, mut p) = (f64::MAX, f64::MAX);
+    for _ in 0..5 {
+        w = w.min(time(&word));
+        p = p.min(time(&prose));
+    }
+    (w, p)
 }
 
 fn best(runs: &[f64]) -> f64 {
@@ -301,5 +338,7 @@ async fn main() {
         last(&ours_ttft) / first(&ours_ttft),
         base_ttft.as_ref().map(|b| last(b) / first(b)),
         "x",
-    )
+    );
+    let (word_ms, prose_ms) = encode_times();
+    line_in("encode_one_word_64k_ms", word_ms, Some(prose_ms), "ms");
 }

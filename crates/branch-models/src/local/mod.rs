@@ -36,6 +36,7 @@
 
 mod attend;
 mod block_matmul;
+mod bpe;
 mod engine;
 mod error;
 mod generate;

@@ -48,7 +48,7 @@ pub struct Tokenizer {
     /// are dropped, as Hugging Face's BPE without an unknown token does.
     byte_ids: [Option<u32>; 256],
     /// `(left, right)` → `(rank, merged id)`.
-    merges: HashMap<(u32, u32), (u32, u32)>,
+    merges: super::bpe::Merges,
     /// Control tokens by text, longest first (for [`Tokenizer::encode_with_special`]).
     specials: Vec<(String, u32)>,
     pre: PreTokenizer,
@@ -224,40 +224,13 @@ impl Tokenizer {
         for_each_word(text, self.pre, |word| self.bpe(word, out));
     }
 
-    /// Byte-level BPE of one pre-tokenized word: repeatedly merges the
-    /// adjacent pair of lowest rank (all its non-overlapping occurrences,
-    /// leftmost first, which is what merging them one by one gives).
+    /// Byte-level BPE of one pre-tokenized word (see [`super::bpe`]).
     fn bpe(&self, word: &str, out: &mut Vec<u32>) {
-        let mut symbols: Vec<u32> = word
+        let symbols: Vec<u32> = word
             .bytes()
             .filter_map(|b| self.byte_ids[usize::from(b)])
             .collect();
-        loop {
-            let best = symbols
-                .windows(2)
-                .filter_map(|w| {
-                    self.merges
-                        .get(&(w[0], w[1]))
-                        .map(|&(rank, _)| (rank, (w[0], w[1])))
-                })
-                .min_by_key(|&(rank, _)| rank);
-            let Some((rank, pair)) = best else { break };
-            let merged = self.merges[&pair].1;
-            debug_assert_eq!(self.merges[&pair].0, rank);
-            let mut next = Vec::with_capacity(symbols.len());
-            let mut i = 0;
-            while i < symbols.len() {
-                if i + 1 < symbols.len() && (symbols[i], symbols[i + 1]) == pair {
-                    next.push(merged);
-                    i += 2;
-                } else {
-                    next.push(symbols[i]);
-                    i += 1;
-                }
-            }
-            symbols = next;
-        }
-        out.extend_from_slice(&symbols);
+        out.extend(super::bpe::merge(symbols, &self.merges));
     }
 
     /// The bytes of one token (control tokens: their spelling); empty for an
