@@ -347,16 +347,13 @@ pub fn store_roundtrip(data: &[u8]) {
     };
     let (runtime, store) = sqlite_store();
     runtime.block_on(async {
-        store
-            .save(&branch)
-            .await
-            .expect("a branch that loads is saved");
-        let back = store.load(branch.id()).await.expect("a saved branch loads");
-        assert_eq!(
-            back.to_dict(&ToDictOptions::default()).expect("to_dict"),
-            want,
-            "the store did not give back what was saved"
-        );
+        saved_loads_as(
+            store,
+            &branch,
+            &want,
+            "the store did not give back what was saved",
+        )
+        .await;
         // A turn appended to the stored branch without it loads as the
         // whole, where the turn's messages end the order too.
         if let Some((head, turn)) = split_last_turn(&want, 2) {
@@ -365,17 +362,18 @@ pub fn store_roundtrip(data: &[u8]) {
                     .save(&head)
                     .await
                     .expect("a branch that loads is saved");
-                let seq = head.messages().len() as u64;
                 store
                     .append_turn(branch.id(), &turn)
                     .await
                     .expect("a turn of messages that load is appended");
-                let back = store.load(branch.id()).await.expect("a saved branch loads");
-                assert_eq!(
-                    back.to_dict(&ToDictOptions::default()).expect("to_dict"),
-                    want,
-                    "a saved head and an appended turn did not load as the whole"
-                );
+                loads_as(
+                    store,
+                    branch.id(),
+                    &want,
+                    "a head and a turn did not load as the whole",
+                )
+                .await;
+                let seq = u64::try_from(head.messages().len()).expect("a count");
                 let since = store
                     .load_since(branch.id(), seq)
                     .await
@@ -394,17 +392,30 @@ pub fn store_roundtrip(data: &[u8]) {
         let Ok(want) = shorter.to_dict(&ToDictOptions::default()) else {
             return;
         };
-        store
-            .save(&shorter)
-            .await
-            .expect("a branch that loads is saved");
-        let back = store.load(branch.id()).await.expect("a saved branch loads");
-        assert_eq!(
-            back.to_dict(&ToDictOptions::default()).expect("to_dict"),
-            want,
-            "a save left rows of the one it replaced"
-        );
+        saved_loads_as(
+            store,
+            &shorter,
+            &want,
+            "a save left rows of the one it replaced",
+        )
+        .await;
     });
+}
+
+/// Saves `branch`, then checks that its id loads as `want`.
+async fn saved_loads_as(store: &SqliteStore, branch: &Branch, want: &Value, why: &str) {
+    store
+        .save(branch)
+        .await
+        .expect("a branch that loads is saved");
+    loads_as(store, branch.id(), want, why).await;
+}
+
+/// Checks that the branch stored under `id` loads as `want`.
+async fn loads_as(store: &SqliteStore, id: Uuid, want: &Value, why: &str) {
+    let back = store.load(id).await.expect("a saved branch loads");
+    let got = back.to_dict(&ToDictOptions::default()).expect("to_dict");
+    assert_eq!(&got, want, "{why}");
 }
 
 /// The `to_dict` document without its last `n` messages, and those

@@ -1,101 +1,133 @@
-//! A CLI agent's output is read one bounded line at a time: an agent that
-//! writes without end and without a newline fails the turn at the line
-//! cap (`branch_operations::limits::MAX_CLI_LINE_BYTES`), is killed, and
-//! the conversation is left as it was.
+//! A CLI agent's output is hostile input: it is read one bounded line at a
+//! time (`branch_operations::limits::MAX_CLI_LINE_BYTES`, and
+//! `MAX_CLI_TURN_BYTES` for the turn), its events are checked
+//! (`branch_operations::cli_stream`), its messages are yielded as they are
+//! read and recorded together at the end, and an agent that fails, hangs or
+//! misbehaves is killed, with the conversation left as it was.
 #![cfg(unix)]
 
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use branch_core::{Branch, ToDictOptions};
+use branch_core::{Branch, Message, ToDictOptions};
 use branch_models::mock::MockServer;
-use branch_operations::{BranchOperations, RunOptions};
+use branch_operations::{BranchOperations, OperationError, RunOptions};
 use futures_util::StreamExt;
 use serde_json::Value;
 
+/// A fresh branch whose CLI agent is a shell script, in a directory of its
+/// own (removed on drop).
+struct Agent {
+    dir: PathBuf,
+    branch: Branch,
+    _server: MockServer,
+}
+
+impl Agent {
+    /// The script is `script(dir)`: the directory is where the test and the
+    /// agent can share a file.
+    async fn new(name: &str, script: impl FnOnce(&Path) -> String) -> Self {
+        let dir = common::temp_dir(name);
+        common::executable(&dir.join("agent.sh"), &script(&dir));
+        let server = MockServer::start().await;
+        let branch = Branch::builder()
+            .system("S")
+            .chat_model(common::model(&server, "gpt-4.1-mini"))
+            .build()
+            .unwrap();
+        Self {
+            dir,
+            branch,
+            _server: server,
+        }
+    }
+
+    /// A turn of `prompt` through the agent.
+    fn turn(&self, prompt: impl Into<Value>) -> RunOptions {
+        RunOptions::new(prompt).cli_command(self.dir.join("agent.sh"))
+    }
+
+    /// Every item the turn's stream yields.
+    async fn run(&mut self, opts: RunOptions) -> Vec<Result<Message, OperationError>> {
+        self.branch.run(opts).collect().await
+    }
+
+    /// The branch as stored.
+    fn stored(&self) -> Vec<u8> {
+        self.branch.to_json_vec(&ToDictOptions::default()).unwrap()
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The first error of `items`.
+fn error_of(items: &[Result<Message, OperationError>]) -> String {
+    items
+        .iter()
+        .find_map(|i| i.as_ref().err())
+        .expect("the turn fails")
+        .to_string()
+}
+
+/// Runs `script` as the agent of a fresh branch: the turn's error and
+/// whether the branch is byte-identical to before.
+async fn failed_turn(name: &str, script: &str, idle: Option<Duration>) -> (String, bool) {
+    let mut agent = Agent::new(name, |_| script.to_owned()).await;
+    let before = agent.stored();
+    let mut opts = agent.turn("hi");
+    if let Some(d) = idle {
+        opts = opts.idle_timeout(d);
+    }
+    let items = agent.run(opts).await;
+    (error_of(&items), agent.stored() == before)
+}
+
+/// Runs `script` as the agent of a fresh branch: the agent (its branch
+/// holds the turn) and the turn's yielded messages.
+async fn completed_turn(name: &str, script: &str) -> (Agent, Vec<Message>) {
+    let mut agent = Agent::new(name, |_| script.to_owned()).await;
+    let opts = agent.turn("hi");
+    let items = agent.run(opts).await;
+    let messages = items.into_iter().map(Result::unwrap).collect();
+    (agent, messages)
+}
+
 #[tokio::test]
 async fn an_endless_line_fails_the_turn_at_the_cap() {
-    let dir = common::temp_dir("cli-endless");
-    let script = dir.join("agent.sh");
-    common::executable(&script, "#!/bin/sh\ncat > /dev/null\nexec cat /dev/zero\n");
-    let server = MockServer::start().await;
-    let mut b = Branch::builder()
-        .system("S")
-        .chat_model(common::model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
-    let before = b.to_json_vec(&ToDictOptions::default()).unwrap();
-    let items: Vec<_> = tokio::time::timeout(
+    let (err, unchanged) = tokio::time::timeout(
         Duration::from_secs(60),
-        b.run(RunOptions::new("hi").cli_command(&script)).collect(),
+        failed_turn(
+            "cli-endless",
+            "#!/bin/sh\ncat > /dev/null\nexec cat /dev/zero\n",
+            None,
+        ),
     )
     .await
     .expect("the turn ends at the cap, not never");
-    let err = items
-        .iter()
-        .find_map(|i| i.as_ref().err())
-        .expect("the turn fails");
     assert!(
-        err.to_string().contains(&format!(
+        err.contains(&format!(
             "longer than {} bytes",
             branch_operations::limits::MAX_CLI_LINE_BYTES
         )),
         "{err}"
     );
-    assert_eq!(b.to_json_vec(&ToDictOptions::default()).unwrap(), before);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(unchanged);
 }
 
 #[tokio::test]
 async fn a_final_line_without_a_newline_is_read() {
-    let dir = common::temp_dir("cli-last-line");
-    let script = dir.join("agent.sh");
-    common::executable(
-        &script,
+    let (_agent, yielded) = completed_turn(
+        "cli-last-line",
         "#!/bin/sh\ncat > /dev/null\nprintf '%s' '{\"type\":\"result\",\"subtype\":\"success\",\"result\":\"done\",\"num_turns\":1}'\n",
-    );
-    let server = MockServer::start().await;
-    let mut b = Branch::builder()
-        .system("S")
-        .chat_model(common::model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
-    let items: Vec<_> = b
-        .run(RunOptions::new("hi").cli_command(&script))
-        .collect()
-        .await;
-    let last = items.last().unwrap().as_ref().unwrap();
-    assert_eq!(last.as_assistant_text(), Some("done"));
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
-/// Runs `script` as the CLI agent of a fresh branch; the turn's error and
-/// whether the branch is byte-identical to before.
-async fn failed_turn(name: &str, script_text: &str, idle: Option<Duration>) -> (String, bool) {
-    let dir = common::temp_dir(name);
-    let script = dir.join("agent.sh");
-    common::executable(&script, script_text);
-    let server = MockServer::start().await;
-    let mut b = Branch::builder()
-        .system("S")
-        .chat_model(common::model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
-    let before = b.to_json_vec(&ToDictOptions::default()).unwrap();
-    let mut opts = RunOptions::new("hi").cli_command(&script);
-    if let Some(d) = idle {
-        opts = opts.idle_timeout(d);
-    }
-    let items: Vec<_> = b.run(opts).collect().await;
-    let err = items
-        .iter()
-        .find_map(|i| i.as_ref().err())
-        .expect("the turn fails")
-        .to_string();
-    let unchanged = b.to_json_vec(&ToDictOptions::default()).unwrap() == before;
-    let _ = std::fs::remove_dir_all(&dir);
-    (err, unchanged)
+    )
+    .await;
+    assert_eq!(yielded.last().unwrap().as_assistant_text(), Some("done"));
 }
 
 #[tokio::test]
@@ -148,32 +180,11 @@ async fn an_agent_that_closes_its_output_but_never_exits_is_not_awaited_forever(
     assert!(unchanged);
 }
 
-/// Runs `script_text` as the CLI agent of a fresh branch and collects the
-/// turn: its yielded messages, or the first error.
-async fn completed_turn(name: &str, script_text: &str) -> (Branch, Vec<branch_core::Message>) {
-    let dir = common::temp_dir(name);
-    let script = dir.join("agent.sh");
-    common::executable(&script, script_text);
-    let server = MockServer::start().await;
-    let mut b = Branch::builder()
-        .system("S")
-        .chat_model(common::model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
-    let items: Vec<_> = b
-        .run(RunOptions::new("hi").cli_command(&script))
-        .collect()
-        .await;
-    let _ = std::fs::remove_dir_all(&dir);
-    let messages = items.into_iter().map(Result::unwrap).collect();
-    (b, messages)
-}
-
 #[tokio::test]
 async fn tool_results_answer_their_own_requests_once() {
     // Two tool uses answered out of order, one answered twice, and a
     // result for a tool use the turn never made.
-    let (b, yielded) = completed_turn(
+    let (agent, yielded) = completed_turn(
         "cli-pairing",
         r#"#!/bin/sh
 cat > /dev/null
@@ -185,7 +196,7 @@ echo '{"type":"result","subtype":"success","result":"done"}'
 "#,
     )
     .await;
-    let recorded: Vec<_> = b.messages().iter().skip(1).cloned().collect();
+    let recorded: Vec<_> = agent.branch.messages().iter().skip(1).cloned().collect();
     let kinds: Vec<_> = recorded.iter().map(|m| m.kind().class_name()).collect();
     assert_eq!(
         kinds,
@@ -216,7 +227,7 @@ echo '{"type":"result","subtype":"success","result":"done"}'
 
 #[tokio::test]
 async fn usage_of_several_results_is_summed_and_integers_stay_integers() {
-    let (b, _) = completed_turn(
+    let (agent, _) = completed_turn(
         "cli-usage",
         r#"#!/bin/sh
 cat > /dev/null
@@ -226,7 +237,14 @@ echo '{"type":"result","subtype":"success","num_turns":2,"total_cost_usd":0.25,"
 "#,
     )
     .await;
-    let reply = b.messages().iter().last().unwrap().to_value().unwrap();
+    let reply = agent
+        .branch
+        .messages()
+        .iter()
+        .last()
+        .unwrap()
+        .to_value()
+        .unwrap();
     let usage = &reply["metadata"]["model_response"];
     assert_eq!(
         serde_json::to_string(usage).unwrap(),
@@ -288,12 +306,9 @@ async fn a_turn_past_the_message_cap_fails() {
 async fn messages_are_yielded_as_the_agent_writes_them() {
     // The agent waits, after its tool use, for the caller to have seen
     // the request; its reply says whether it did.
-    let dir = common::temp_dir("cli-yield");
-    let seen = dir.join("seen");
-    let script = dir.join("agent.sh");
-    common::executable(
-        &script,
-        &format!(
+    let mut agent = Agent::new("cli-yield", |dir| {
+        let seen = dir.join("seen");
+        format!(
             r#"#!/bin/sh
 cat > /dev/null
 echo '{{"type":"assistant","message":{{"content":[{{"type":"tool_use","id":"t","name":"Read","input":{{}}}}]}}}}'
@@ -303,79 +318,56 @@ if [ -e '{seen}' ]; then r=seen; else r=unseen; fi
 echo "{{\"type\":\"result\",\"result\":\"$r\"}}"
 "#,
             seen = seen.display()
-        ),
-    );
-    let server = MockServer::start().await;
-    let mut b = Branch::builder()
-        .system("S")
-        .chat_model(common::model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
+        )
+    })
+    .await;
+    let seen = agent.dir.join("seen");
+    let opts = agent.turn("hi");
     let mut last = None;
-    {
-        let mut stream = std::pin::pin!(b.run(RunOptions::new("hi").cli_command(&script)));
-        while let Some(m) = stream.next().await {
-            let m = m.unwrap();
-            if m.kind().class_name() == "ActionRequest" {
-                std::fs::write(&seen, b"").unwrap();
-            }
-            last = Some(m);
+    let mut stream = std::pin::pin!(agent.branch.run(opts));
+    while let Some(m) = stream.next().await {
+        let m = m.unwrap();
+        if m.kind().class_name() == "ActionRequest" {
+            std::fs::write(&seen, b"").unwrap();
         }
+        last = Some(m);
     }
     assert_eq!(last.unwrap().as_assistant_text(), Some("seen"));
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
 async fn a_large_prompt_reaches_an_agent_that_writes_before_it_reads() {
     // The agent fills its output pipe before reading the prompt: writing
     // the whole prompt first would wait on the agent while it waits on us.
-    let dir = common::temp_dir("cli-large-prompt");
-    let script = dir.join("agent.sh");
-    common::executable(
-        &script,
-        "#!/bin/sh\nhead -c 400000 /dev/zero | tr '\\0' ' '\necho\nn=$(wc -c | tr -d ' ')\necho \"{\\\"type\\\":\\\"result\\\",\\\"result\\\":\\\"$n\\\"}\"\n",
-    );
-    let server = MockServer::start().await;
-    let mut b = Branch::builder()
-        .chat_model(common::model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
-    let prompt = "p".repeat(1 << 20);
-    let items: Vec<_> = tokio::time::timeout(
-        Duration::from_secs(60),
-        b.run(RunOptions::new(prompt).cli_command(&script))
-            .collect(),
-    )
-    .await
-    .expect("the agent and the caller do not wait on each other");
+    let mut agent = Agent::new("cli-large-prompt", |_| {
+        "#!/bin/sh\nhead -c 400000 /dev/zero | tr '\\0' ' '\necho\nn=$(wc -c | tr -d ' ')\necho \"{\\\"type\\\":\\\"result\\\",\\\"result\\\":\\\"$n\\\"}\"\n".to_owned()
+    })
+    .await;
+    let opts = agent.turn("p".repeat(1 << 20));
+    let items = tokio::time::timeout(Duration::from_secs(60), agent.run(opts))
+        .await
+        .expect("the agent and the caller do not wait on each other");
     let reply = items.last().unwrap().as_ref().unwrap();
     let read: usize = reply.as_assistant_text().unwrap().parse().unwrap();
     assert!(read >= 1 << 20, "the agent read {read} bytes of the prompt");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[tokio::test]
 async fn an_agent_that_never_reads_its_prompt_is_not_waited_on_forever() {
-    let dir = common::temp_dir("cli-unread-prompt");
-    let script = dir.join("agent.sh");
-    common::executable(&script, "#!/bin/sh\nexec sleep 3600\n");
-    let server = MockServer::start().await;
-    let mut b = Branch::builder()
-        .chat_model(common::model(&server, "gpt-4.1-mini"))
-        .build()
-        .unwrap();
-    let before = b.to_json_vec(&ToDictOptions::default()).unwrap();
-    let opts = RunOptions::new("p".repeat(1 << 20))
-        .cli_command(&script)
+    let mut agent = Agent::new("cli-unread-prompt", |_| {
+        "#!/bin/sh\nexec sleep 3600\n".to_owned()
+    })
+    .await;
+    let before = agent.stored();
+    let opts = agent
+        .turn("p".repeat(1 << 20))
         .idle_timeout(Duration::from_secs(2));
-    let items: Vec<_> = tokio::time::timeout(Duration::from_secs(60), b.run(opts).collect())
+    let items = tokio::time::timeout(Duration::from_secs(60), agent.run(opts))
         .await
         .expect("the prompt's write has a deadline");
-    let err = items.iter().find_map(|i| i.as_ref().err()).unwrap();
-    assert!(err.to_string().contains("idle window"), "{err}");
-    assert_eq!(b.to_json_vec(&ToDictOptions::default()).unwrap(), before);
-    let _ = std::fs::remove_dir_all(&dir);
+    let err = error_of(&items);
+    assert!(err.contains("idle window"), "{err}");
+    assert_eq!(agent.stored(), before);
 }
 
 #[tokio::test]
