@@ -289,10 +289,11 @@ impl CliTurnReader {
         let Some(&at) = self.open_calls.get(&use_id) else {
             // Kept out rather than invented an unanswered request for: the
             // turn's requests are the agent's own tool uses.
+            let shown = head(&use_id);
             if self.used_ids.contains(&use_id) {
-                tracing::warn!(tool_use_id = %use_id, "a second result for one tool use; not kept");
+                tracing::warn!(tool_use_id = %shown, "a second result for one tool use; not kept");
             } else {
-                tracing::warn!(tool_use_id = %use_id, "a result for no tool use of this turn; not kept");
+                tracing::warn!(tool_use_id = %shown, "a result for no tool use of this turn; not kept");
             }
             return Ok(());
         };
@@ -380,10 +381,9 @@ impl CliTurnReader {
     }
 }
 
-/// The head of an error text the agent wrote, at most
-/// [`crate::limits::MAX_CLI_ERROR_BYTES`] (cut on a character boundary):
-/// it becomes the turn's error, shown and logged, and a line may hold
-/// megabytes.
+/// The head of text the agent wrote, as an error or a log line quotes it:
+/// at most [`crate::limits::MAX_CLI_ERROR_BYTES`], cut on a character
+/// boundary, as one line of output may hold megabytes.
 fn head(text: &str) -> &str {
     let mut end = text.len().min(crate::limits::MAX_CLI_ERROR_BYTES);
     while !text.is_char_boundary(end) {
