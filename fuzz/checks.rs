@@ -469,25 +469,29 @@ fn sqlite_store() -> &'static (tokio::runtime::Runtime, SqliteStore) {
             .enable_all()
             .build()
             .expect("a runtime");
-        let shm = std::path::Path::new("/dev/shm");
-        let dir = if shm.is_dir() {
-            shm.to_owned()
-        } else {
-            std::env::temp_dir()
-        };
-        let path = dir.join(format!("lionagi-fuzz-store-{}.sqlite", std::process::id()));
         let store = runtime
-            .block_on(SqliteStore::open(&path))
+            .block_on(SqliteStore::open(sqlite_store_path()))
             .expect("the store opens");
         (runtime, store)
     })
 }
 
-/// Removes this process's store files (the smoke test's end).
+/// Where this process keeps its store.
+fn sqlite_store_path() -> std::path::PathBuf {
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() {
+        shm.to_owned()
+    } else {
+        std::env::temp_dir()
+    };
+    dir.join(format!("lionagi-fuzz-store-{}.sqlite", std::process::id()))
+}
+
+/// Removes this process's store files (the smoke test's end, passed or
+/// not).
 pub fn remove_sqlite_store() {
-    let path = sqlite_store().1.path().to_owned();
     for suffix in ["", "-wal", "-shm", "-journal"] {
-        let mut file = path.clone().into_os_string();
+        let mut file = sqlite_store_path().into_os_string();
         file.push(suffix);
         let _ = std::fs::remove_file(file);
     }

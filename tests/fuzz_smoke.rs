@@ -122,8 +122,14 @@ fn extract() {
 
 #[test]
 fn store_roundtrip() {
+    struct RemoveStore;
+    impl Drop for RemoveStore {
+        fn drop(&mut self) {
+            checks::remove_sqlite_store();
+        }
+    }
+    let _remove = RemoveStore;
     smoke("store_roundtrip", checks::store_roundtrip);
-    checks::remove_sqlite_store();
 }
 
 #[test]
