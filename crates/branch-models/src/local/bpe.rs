@@ -60,7 +60,9 @@ pub(crate) fn merge(symbols: Vec<u32>, merges: &Merges) -> Vec<u32> {
         round += 1;
         merged_at.clear();
         // A round merges one pair: the leftmost of the lowest rank. (A
-        // table read from a file may give two pairs one rank.)
+        // table read from a file may give two pairs one rank; no trained
+        // table does, and such a table costs more, each round offering
+        // the rank's other pairs again.)
         let mut pair = None;
         while let Some(&Reverse((r, left, left_id, right_id, merged))) = heap.peek() {
             if r != rank {
