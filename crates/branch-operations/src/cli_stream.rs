@@ -82,7 +82,8 @@ pub struct CliTurnReader {
     on_thinking: Option<TextHook>,
     messages: Vec<Message>,
     text: String,
-    thinking: String,
+    /// The thinking blocks since the last reply, each trimmed.
+    thinking: Vec<String>,
     result_meta: Map<String, Value>,
     /// The agent's ids of the turn's tool uses not answered yet, each with
     /// its request's place in `messages`.
@@ -90,6 +91,8 @@ pub struct CliTurnReader {
     /// Every tool-use id of the turn, answered or not: an id is used once.
     used_ids: HashSet<String>,
     session_id: Option<String>,
+    /// A reply was recorded or a `result` event read.
+    replied: bool,
 }
 
 /// What a finished turn leaves: its messages and the agent's session id to
@@ -113,11 +116,12 @@ impl CliTurnReader {
             on_thinking: None,
             messages: Vec::new(),
             text: String::new(),
-            thinking: String::new(),
+            thinking: Vec::new(),
             result_meta: Map::new(),
             open_calls: HashMap::new(),
             used_ids: HashSet::new(),
             session_id: None,
+            replied: false,
         }
     }
 
@@ -140,7 +144,7 @@ impl CliTurnReader {
 
     /// Whether the agent has given a reply: text, or a `result` event.
     pub fn has_reply(&self) -> bool {
-        !self.text.is_empty() || !self.result_meta.is_empty()
+        self.replied || !self.text.is_empty()
     }
 
     /// Reads one line of output (without its newline). A line that is not
@@ -186,23 +190,18 @@ impl CliTurnReader {
         }
     }
 
-    /// Ends the turn: the held text becomes the final reply, carrying the
-    /// `result` events' usage (`model_response`), the thinking, and the
-    /// call record `api_call_meta` the caller built.
+    /// Ends the turn: the held text becomes the final reply, carrying what
+    /// no earlier reply took (see [`Self::reply`]) and the call record
+    /// `api_call_meta` the caller built. The reply is made even without
+    /// text, so the turn's usage and thinking are kept.
     pub fn finish(mut self, api_call_meta: Value) -> Result<CliTurn, CliStreamError> {
-        let mut meta = Map::new();
-        if !self.result_meta.is_empty() {
-            meta.insert(
-                "model_response".into(),
-                Value::Object(std::mem::take(&mut self.result_meta)),
-            );
-        }
-        if !self.thinking.is_empty() {
-            meta.insert("thinking".into(), std::mem::take(&mut self.thinking).into());
-        }
-        meta.insert("api_call_meta".into(), api_call_meta);
         let text = std::mem::take(&mut self.text);
-        self.push(self.reply(text, meta))?;
+        let mut reply = self.reply(text);
+        reply
+            .element
+            .metadata
+            .insert("api_call_meta".into(), api_call_meta);
+        self.push(reply)?;
         Ok(CliTurn {
             messages: self.messages,
             session_id: self.session_id,
@@ -236,7 +235,7 @@ impl CliTurnReader {
                 if let Some(hook) = &self.on_thinking {
                     hook.call(piece);
                 }
-                self.thinking.push_str(piece);
+                self.thinking.push(piece.trim().to_owned());
             }
             Some("tool_use") => {
                 let id = match block.get("id").and_then(Value::as_str) {
@@ -257,7 +256,8 @@ impl CliTurnReader {
                 }
                 if !self.text.is_empty() {
                     let text = std::mem::take(&mut self.text);
-                    self.push(self.reply(text, Map::new()))?;
+                    let reply = self.reply(text);
+                    self.push(reply)?;
                 }
                 let request = Message::action_request(name, arguments)
                     .with_sender(Participant::Id(self.branch))
@@ -267,6 +267,8 @@ impl CliTurnReader {
                 self.used_ids.insert(id.clone());
                 self.open_calls.insert(id, at);
             }
+            // Where an agent puts a result beside its own text.
+            Some("tool_result") => self.user_block(Value::Object(block))?,
             _ => {}
         }
         Ok(())
@@ -336,6 +338,7 @@ impl CliTurnReader {
     /// the reference sums them), an error, or the reply's text when the
     /// agent wrote none in text blocks.
     fn result(&mut self, mut event: Map<String, Value>) -> Result<(), CliStreamError> {
+        self.replied = true;
         for key in RESULT_META_KEYS {
             let Some(v) = event.remove(*key) else {
                 continue;
@@ -349,9 +352,14 @@ impl CliTurnReader {
         }
         let result = event.get("result").and_then(Value::as_str);
         if event.get("is_error").and_then(Value::as_bool) == Some(true) {
-            return Err(CliStreamError(
-                head(result.unwrap_or("the CLI agent reported an error")).to_owned(),
-            ));
+            // An error result names its failures in `errors`; its `result`
+            // may be the turn's own text.
+            let errors = error_messages(&event);
+            let said = match errors.is_empty() {
+                false => errors.as_str(),
+                true => result.unwrap_or("the CLI agent reported an error"),
+            };
+            return Err(CliStreamError(head(said).to_owned()));
         }
         if self.text.is_empty() {
             if let Some(r) = result {
@@ -361,11 +369,27 @@ impl CliTurnReader {
         Ok(())
     }
 
-    fn reply(&self, text: String, meta: Map<String, Value>) -> Message {
+    /// A reply of `text`, taking the thinking read since the last reply
+    /// (`thinking`, its blocks joined by newlines) and the usage of the
+    /// `result` events read since (`model_response`), as the reference
+    /// stamps each reply it records.
+    fn reply(&mut self, text: String) -> Message {
+        self.replied = true;
         let mut m = Message::assistant(text)
             .with_sender(Participant::Id(self.branch))
             .with_recipient(self.user.clone());
-        m.element.metadata.extend(meta);
+        if !self.thinking.is_empty() {
+            let thinking = std::mem::take(&mut self.thinking).join("\n");
+            m.element
+                .metadata
+                .insert("thinking".into(), thinking.into());
+        }
+        if !self.result_meta.is_empty() {
+            let usage = std::mem::take(&mut self.result_meta);
+            m.element
+                .metadata
+                .insert("model_response".into(), Value::Object(usage));
+        }
         m
     }
 
@@ -390,6 +414,37 @@ fn head(text: &str) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+/// The messages an error `result` lists in `errors` (strings, or objects
+/// with a `message`), trimmed, each once, joined by `; `, as far as the
+/// error keeps them ([`head`]); empty when none says anything.
+fn error_messages(event: &Map<String, Value>) -> String {
+    let mut seen = HashSet::new();
+    let mut said = String::new();
+    for e in event
+        .get("errors")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if said.len() > crate::limits::MAX_CLI_ERROR_BYTES {
+            break;
+        }
+        let text = e
+            .as_str()
+            .or_else(|| e.get("message").and_then(Value::as_str));
+        let Some(text) = text.map(str::trim).filter(|t| !t.is_empty()) else {
+            continue;
+        };
+        if seen.insert(text) {
+            if !said.is_empty() {
+                said.push_str("; ");
+            }
+            said.push_str(text);
+        }
+    }
+    said
 }
 
 /// The blocks of an `assistant` or `user` event's `message.content`, taken

@@ -388,3 +388,57 @@ async fn the_agents_own_error_text_is_cut_at_its_cap() {
     assert!(err.len() <= cap + 100, "an error of {} bytes", err.len());
     assert!(unchanged);
 }
+
+#[tokio::test]
+async fn thinking_and_usage_go_to_the_reply_they_precede() {
+    let (agent, _) = completed_turn(
+        "cli-thinking",
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"assistant","message":{"content":[{"type":"thinking","thinking":" First. "},{"type":"text","text":"Let me look."}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Read","input":{}}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"body"}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"Second."},{"type":"thinking","thinking":"Third."},{"type":"text","text":"Done."}]}}'
+echo '{"type":"result","subtype":"success","num_turns":2}'
+"#,
+    )
+    .await;
+    let v: Vec<Value> = agent
+        .branch
+        .messages()
+        .iter()
+        .skip(2)
+        .map(|m| m.to_value().unwrap())
+        .collect();
+    let kinds: Vec<_> = v
+        .iter()
+        .map(|m| m["metadata"]["lion_class"].clone())
+        .collect();
+    assert_eq!(v.len(), 4, "{kinds:?}");
+    let (first, request, response, last) = (&v[0], &v[1], &v[2], &v[3]);
+    assert_eq!(first["metadata"]["thinking"], "First.");
+    assert!(first["metadata"].get("model_response").is_none());
+    // A result inside an assistant event answers its call too.
+    assert_eq!(response["content"]["action_request_id"], request["id"]);
+    assert_eq!(request["content"]["action_response_id"], response["id"]);
+    assert_eq!(last["metadata"]["thinking"], "Second.\nThird.");
+    assert_eq!(last["metadata"]["model_response"]["num_turns"], 2);
+}
+
+#[tokio::test]
+async fn an_error_result_names_its_errors() {
+    let (err, unchanged) = failed_turn(
+        "cli-errors",
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"result","is_error":true,"result":"half a reply","errors":[{"message":"quota exceeded"},"quota exceeded"," network down ",3]}'
+"#,
+        None,
+    )
+    .await;
+    assert_eq!(
+        err,
+        "run failed: quota exceeded; network down (nothing was recorded)"
+    );
+    assert!(unchanged);
+}
