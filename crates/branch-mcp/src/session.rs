@@ -277,9 +277,10 @@ impl McpServer {
 
     /// Progress of this server's calls made for `branch_id` (inside one of
     /// its verbs) goes to its observer (whichever is attached to `slot`
-    /// when it arrives) as [`Signal::ToolProgress`]; other branches' calls'
-    /// progress never does. Once per branch, and only while the branch
-    /// lives: the server keeps a weak handle, never the branch's observer.
+    /// when it arrives) as [`branch_core::Signal::ToolProgress`]; other
+    /// branches' calls' progress never does. Once per branch, and only
+    /// while the branch lives: the server keeps a weak handle, never the
+    /// branch's observer.
     pub fn listen(&self, branch_id: uuid::Uuid, slot: ObserverSlot) {
         self.routes.listen(branch_id, &slot);
     }

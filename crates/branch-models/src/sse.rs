@@ -63,7 +63,7 @@ pub(crate) type ProtocolChunk = fn(&Value, &Map<String, Value>) -> Option<ChatCh
 
 /// Normalises one SSE event of any protocol (`event_name` is `message`
 /// when unnamed): every protocol's events are tried in turn. A dialect
-/// that knows its protocol uses [`normalize_with`] and only its own.
+/// that knows its protocol reads its events with that protocol alone.
 pub fn normalize(event_name: &str, data: &str) -> Result<Normalized, NotJson> {
     normalize_with(event_name, data, any_protocol)
 }

@@ -190,8 +190,8 @@ impl CliTurnReader {
         }
     }
 
-    /// Ends the turn: the held text becomes the final reply, carrying what
-    /// no earlier reply took (see [`Self::reply`]) and the call record
+    /// Ends the turn: the held text becomes the final reply, carrying the
+    /// thinking and the usage no earlier reply took and the call record
     /// `api_call_meta` the caller built. The reply is made even without
     /// text, so the turn's usage and thinking are kept.
     pub fn finish(mut self, api_call_meta: Value) -> Result<CliTurn, CliStreamError> {
