@@ -103,6 +103,9 @@ fn ci() -> Result<(), String> {
         "-D",
         "warnings",
     ]))?;
+    run(cargo()
+        .args(["doc", "--workspace", "--no-deps"])
+        .env("RUSTDOCFLAGS", "-D warnings"))?;
     // The fuzz targets' smoke run on stable: seeds and 20,000 mutations per
     // target through the same property checks (tests/fuzz_smoke.rs); the
     // million-execution runs are nightly-only (fuzz/README.md).
