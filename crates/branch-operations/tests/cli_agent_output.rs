@@ -54,6 +54,12 @@ impl Agent {
         self.branch.run(opts).collect().await
     }
 
+    /// The branch's messages after its system message, in stored form.
+    fn recorded(&self) -> Vec<Value> {
+        let messages = self.branch.messages().iter().skip(1);
+        messages.map(|m| m.to_value().unwrap()).collect()
+    }
+
     /// The branch as stored.
     fn stored(&self) -> Vec<u8> {
         self.branch.to_json_vec(&ToDictOptions::default()).unwrap()
@@ -196,7 +202,7 @@ echo '{"type":"result","subtype":"success","result":"done"}'
 "#,
     )
     .await;
-    let recorded: Vec<_> = agent.branch.messages().iter().skip(1).cloned().collect();
+    let recorded: Vec<_> = agent.branch.messages().iter().skip(1).collect();
     let kinds: Vec<_> = recorded.iter().map(|m| m.kind().class_name()).collect();
     assert_eq!(
         kinds,
@@ -210,7 +216,7 @@ echo '{"type":"result","subtype":"success","result":"done"}'
         ]
     );
     assert_eq!(yielded.len(), recorded.len());
-    let v: Vec<Value> = recorded.iter().map(|m| m.to_value().unwrap()).collect();
+    let v = agent.recorded();
     let (req_a, req_b, res_b, res_a) = (&v[1], &v[2], &v[3], &v[4]);
     assert_eq!(res_b["content"]["action_request_id"], req_b["id"]);
     assert_eq!(req_b["content"]["action_response_id"], res_b["id"]);
@@ -237,14 +243,7 @@ echo '{"type":"result","subtype":"success","num_turns":2,"total_cost_usd":0.25,"
 "#,
     )
     .await;
-    let reply = agent
-        .branch
-        .messages()
-        .iter()
-        .last()
-        .unwrap()
-        .to_value()
-        .unwrap();
+    let reply = agent.recorded().pop().unwrap();
     let usage = &reply["metadata"]["model_response"];
     assert_eq!(
         serde_json::to_string(usage).unwrap(),
@@ -403,13 +402,8 @@ echo '{"type":"result","subtype":"success","num_turns":2}'
 "#,
     )
     .await;
-    let v: Vec<Value> = agent
-        .branch
-        .messages()
-        .iter()
-        .skip(2)
-        .map(|m| m.to_value().unwrap())
-        .collect();
+    // The turn after its instruction.
+    let v = agent.recorded().split_off(1);
     let kinds: Vec<_> = v
         .iter()
         .map(|m| m["metadata"]["lion_class"].clone())
