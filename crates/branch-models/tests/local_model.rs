@@ -523,9 +523,13 @@ fn missing_model_names_the_fetch_command() {
 /// decode step evaluates it). Before, the stored format's reply (the
 /// default) was also llama.cpp's greedy reply token for token; it now
 /// leaves it after "As the last light" ("of" where llama.cpp takes "in", a
-/// near tie: llama.cpp's own attention reads its cache in f16).
-const RECORDED_GREEDY_Q8_0: &str = "The sun had set on a stormy night, casting a dappled gloom over the crumbling lighthouse on the coast of the island of Elba. The sound of the lapping waves against the weathered stone creaked the wooden beam,";
-const RECORDED_GREEDY_AS_STORED: &str = "As the last light of the day extinguished, the creaking of the old wooden lighthouse creaked in the gentle breeze, and the sound of the wind carried the message: \"Lighthouse keeper's last words: \"I am lost in the";
+/// near tie: llama.cpp's own attention reads its cache in f16). Recorded
+/// again when the softmax's exponential became our own (`exp_nonpositive`,
+/// within an ulp of libm's): the stored format's reply left the previous
+/// recording after "last words: \"", and the Q8_0 reply now opens as
+/// llama.cpp's does ("As the last light in the island").
+const RECORDED_GREEDY_Q8_0: &str = "As the last light in the island's crumbling lighthouse crept across the horizon, the sound of the lapping waves against the weathered stone seemed to whisper a message: \"Lost in the depths.\" The words seemed to dance across the";
+const RECORDED_GREEDY_AS_STORED: &str = "As the last light of the day extinguished, the creaking of the old wooden lighthouse creaked in the gentle breeze, and the sound of the wind carried the message: \"Lighthouse keeper's last words: \"The sea is the only";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn greedy_replies_equal_the_recorded_ones_in_both_weight_formats() {

@@ -15,12 +15,18 @@
 //! sum of the values, compiled for AVX2 when the CPU has it (pulp's
 //! dispatch, safe code), spread over candle's thread pool. A prompt's
 //! rows go four at a time, so each cached key and value is read once for
-//! four of them.
+//! four of them; a decode step's keys go eight at a time. The sums of
+//! eight products are finished together by shuffles, the softmax's
+//! exponential is our own (libm's `expf` cannot be vectorized), and the
+//! output stays in registers while the values are weighed: together 1.8×
+//! faster for a 33-token turn after 1,208 cached positions, 2.3× for a
+//! decode step there.
 //!
 //! The arithmetic is fixed: each of the `LANES` partial sums takes its own
 //! stride of a head's dimensions with fused multiply-adds (AVX2's, or
 //! `f32::mul_add` elsewhere: the same bits), the lanes are added in one
-//! order, the values weighed in position order. So the result does not
+//! order, the exponential is the same IEEE operations in either, the
+//! values weighed in position order. So the result does not
 //! depend on the CPU (gemm's does: it picks its kernels and blocking by
 //! CPU), and a position's output is the same bits whether a decode step
 //! evaluates it alone or a prompt with any others: for the attention, the
@@ -48,6 +54,7 @@ pub(super) fn attend_one(
     let what = "one-position attention";
     attention(q, k, v, what, Some(1), |s, q, keys, values, out| {
         let (hd, group) = (s.hd, s.n_head / s.n_kv);
+        let lanes = Lanes::detect();
         candle_core::utils::barrier_pool().execute_chunked(s.n_head, |heads| {
             for h in heads {
                 let kv = h / group;
@@ -57,6 +64,7 @@ pub(super) fn attend_one(
                     values: values.head(kv),
                     scale,
                     out: &out[h * hd..(h + 1) * hd],
+                    lanes,
                 });
             }
         });
@@ -228,6 +236,12 @@ struct Block<'a> {
 /// are computed a row at a time.
 const MAX_BLOCK_HD: usize = 256;
 
+/// Whether heads of `hd` take the kernels of whole lane groups: a
+/// [`Block`]'s, a [`Head`]'s `run_in_lanes`.
+fn in_lanes(hd: usize) -> bool {
+    hd != 0 && hd <= MAX_BLOCK_HD && hd % LANES == 0
+}
+
 /// Chunks of `LANES` values in a head of [`MAX_BLOCK_HD`].
 const MAX_CHUNKS: usize = MAX_BLOCK_HD / LANES;
 
@@ -241,19 +255,24 @@ impl Kernel for Block<'_> {
     fn run(self) {
         let hd = self.hd;
         let rows: [BlockRow<'_>; ROWS] = match self.rows {
-            [Some(a), Some(b), Some(c), Some(d)] if hd <= MAX_BLOCK_HD && hd % LANES == 0 => {
-                [a, b, c, d]
+            // A head's last block may hold fewer rows: its last row is
+            // computed again in the empty places (the same bits, stored
+            // again), which costs less than computing the rows alone.
+            [Some(a), b, c, d] if in_lanes(hd) => {
+                let b = b.unwrap_or(a);
+                let c = c.unwrap_or(b);
+                [a, b, c, d.unwrap_or(c)]
             }
-            // The last block of a head, or a head this does not take: each
-            // row alone.
-            partial => {
-                for row in partial.into_iter().flatten() {
+            // A head this does not take: each row alone.
+            other => {
+                for row in other.into_iter().flatten() {
                     Head {
                         q: row.q,
                         keys: &self.keys[..row.seen * hd],
                         values: &self.values[..row.seen * hd],
                         scale: self.scale,
                         out: row.out,
+                        lanes: self.lanes,
                     }
                     .run();
                 }
@@ -270,45 +289,35 @@ impl Kernel for Block<'_> {
             &rows[2].q.as_chunks::<LANES>().0[..chunks],
             &rows[3].q.as_chunks::<LANES>().0[..chunks],
         ];
-        let mut weights = [
-            Vec::with_capacity(rows[0].seen),
-            Vec::with_capacity(rows[1].seen),
-            Vec::with_capacity(rows[2].seen),
-            Vec::with_capacity(rows[3].seen),
-        ];
+        // Each row's scores written in place (no `push`: its length check
+        // and store of the length cost as much as the products).
+        let mut weights = rows.map(|row| vec![0.0f32; row.seen]);
         // Two keys at a time: eight independent sums keep the vector unit
         // busy where four would wait on their own additions.
         let pairs = keys[..common * chunks].chunks_exact(2 * chunks);
         let last = pairs.remainder();
-        for pair in pairs {
+        for (j, pair) in pairs.enumerate() {
             let (a, b) = pair.split_at(chunks);
             let [a, b] = self.lanes.dot_rows([a, b], queries);
             for r in 0..ROWS {
-                weights[r].push(finish(a[r], &[], &[]) * self.scale);
-                weights[r].push(finish(b[r], &[], &[]) * self.scale);
+                weights[r][2 * j] = a[r] * self.scale;
+                weights[r][2 * j + 1] = b[r] * self.scale;
             }
         }
         if !last.is_empty() {
             let [a, _] = self.lanes.dot_rows([last, last], queries);
             for r in 0..ROWS {
-                weights[r].push(finish(a[r], &[], &[]) * self.scale);
+                weights[r][common - 1] = a[r] * self.scale;
             }
         }
         for r in 0..ROWS {
-            for key in self.keys[common * hd..rows[r].seen * hd].chunks_exact(hd) {
-                weights[r].push(dot(rows[r].q, key) * self.scale);
+            let keys = self.keys[common * hd..rows[r].seen * hd].chunks_exact(hd);
+            for (w, key) in weights[r][common..].iter_mut().zip(keys) {
+                *w = dot(rows[r].q, key) * self.scale;
             }
         }
         for w in &mut weights {
-            let max = w.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for w in w.iter_mut() {
-                *w = (*w - max).exp();
-                sum += *w;
-            }
-            for w in w.iter_mut() {
-                *w /= sum;
-            }
+            softmax(w, self.lanes);
         }
         let mut y = [[[0.0f32; LANES]; MAX_CHUNKS]; ROWS];
         let common_values = &values[..common * chunks];
@@ -350,10 +359,9 @@ impl Lanes {
         Lanes::Portable
     }
 
-    /// Each query's lane sums against each of two keys, as [`dot`]
-    /// accumulates them.
+    /// Each query's product with each of two keys, as [`dot`] computes it.
     #[inline(always)]
-    fn dot_rows(self, keys: [&[Chunk]; 2], queries: [&[Chunk]; ROWS]) -> [[Chunk; ROWS]; 2] {
+    fn dot_rows(self, keys: [&[Chunk]; 2], queries: [&[Chunk]; ROWS]) -> [[f32; ROWS]; 2] {
         match self {
             #[cfg(target_arch = "x86_64")]
             Lanes::Avx2(simd) => avx2::dot_rows(simd, keys, queries),
@@ -366,8 +374,64 @@ impl Lanes {
                         }
                     }
                 }
-                acc
+                acc.map(|acc| finish(acc, &[], &[]))
             }),
+        }
+    }
+
+    /// `q`'s product with each of the eight keys of `keys` (rows of
+    /// `q.len()` chunks), as [`dot`] computes it.
+    #[inline(always)]
+    fn dot_keys(self, q: &[Chunk], keys: &[Chunk]) -> [f32; 8] {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Lanes::Avx2(simd) => avx2::dot_keys(simd, q, keys),
+            Lanes::Portable => {
+                let mut sums = [0.0f32; 8];
+                for (sum, key) in sums.iter_mut().zip(keys.chunks_exact(q.len())) {
+                    *sum = dot(q.as_flattened(), key.as_flattened());
+                }
+                sums
+            }
+        }
+    }
+
+    /// `y += weights[j] · values[j]` for each position `j` of `values`
+    /// (rows of `y.len()` chunks), in position order.
+    #[inline(always)]
+    fn weigh_row(self, y: &mut [Chunk], weights: &[f32], values: &[Chunk]) {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Lanes::Avx2(simd) => avx2::weigh_row(simd, y, weights, values),
+            Lanes::Portable => {
+                for (&w, value) in weights.iter().zip(values.chunks_exact(y.len())) {
+                    for (y, x) in y.iter_mut().zip(value) {
+                        for l in 0..LANES {
+                            y[l] = w.mul_add(x[l], y[l]);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Each value `w` of `chunks` replaced by [`exp_nonpositive`]`(w -
+    /// max)`; returns their sums by lane, each in position order.
+    #[inline(always)]
+    fn exp_less(self, chunks: &mut [Chunk], max: f32) -> Chunk {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Lanes::Avx2(simd) => avx2::exp_less(simd, chunks, max),
+            Lanes::Portable => {
+                let mut sums = [0.0f32; LANES];
+                for chunk in chunks {
+                    for l in 0..LANES {
+                        chunk[l] = exp_nonpositive(chunk[l] - max);
+                        sums[l] += chunk[l];
+                    }
+                }
+                sums
+            }
         }
     }
 
@@ -406,14 +470,17 @@ mod avx2 {
     use pulp::x86::V3;
     use std::arch::x86_64::__m256;
 
-    use super::{Chunk, MAX_CHUNKS, ROWS};
+    use std::arch::x86_64::_CMP_LT_OQ;
+    use std::f32::consts::LOG2_E;
+
+    use super::{Chunk, EXP_POLY, LN2_HIGH, LN2_LOW, LOWEST, MAX_CHUNKS, ROUND, ROUND_BITS, ROWS};
 
     #[inline(always)]
     pub(super) fn dot_rows(
         simd: V3,
         keys: [&[Chunk]; 2],
         queries: [&[Chunk]; ROWS],
-    ) -> [[Chunk; ROWS]; 2] {
+    ) -> [[f32; ROWS]; 2] {
         let avx = simd.avx;
         let [a, b] = keys;
         let b = &b[..a.len()];
@@ -426,8 +493,143 @@ mod avx2 {
                 acc[1][r] = simd.fma._mm256_fmadd_ps(q, kb, acc[1][r]);
             }
         }
-        let out = |a: [__m256; ROWS]| [cast(a[0]), cast(a[1]), cast(a[2]), cast(a[3])];
-        [out(acc[0]), out(acc[1])]
+        let [a, b] = acc;
+        let sums: [f32; 8] = cast(finish8(
+            simd,
+            [a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3]],
+        ));
+        [
+            [sums[0], sums[1], sums[2], sums[3]],
+            [sums[4], sums[5], sums[6], sums[7]],
+        ]
+    }
+
+    /// [`super::Lanes::dot_keys`]: eight sums, one per key, finished
+    /// together by [`finish8`].
+    #[inline(always)]
+    pub(super) fn dot_keys(simd: V3, q: &[Chunk], keys: &[Chunk]) -> [f32; 8] {
+        let avx = simd.avx;
+        let chunks = q.len();
+        let keys = &keys[..8 * chunks];
+        let mut acc = [avx._mm256_setzero_ps(); 8];
+        for (j, q) in q.iter().enumerate() {
+            let q: __m256 = cast(*q);
+            for (k, acc) in acc.iter_mut().enumerate() {
+                *acc = simd
+                    .fma
+                    ._mm256_fmadd_ps(q, cast(keys[k * chunks + j]), *acc);
+            }
+        }
+        cast(finish8(simd, acc))
+    }
+
+    /// [`super::Lanes::weigh_row`]: eight chunks of the output at a time
+    /// stay in registers over all positions (one at a time for the rest of
+    /// a head that is not a multiple of eight chunks).
+    #[inline(always)]
+    pub(super) fn weigh_row(simd: V3, y: &mut [Chunk], weights: &[f32], values: &[Chunk]) {
+        let chunks = y.len();
+        let mut c = 0;
+        while c + 8 <= chunks {
+            weigh_part::<8>(simd, y, weights, values, c);
+            c += 8;
+        }
+        while c < chunks {
+            weigh_part::<1>(simd, y, weights, values, c);
+            c += 1;
+        }
+    }
+
+    /// Chunks `c..c + N` of [`weigh_row`].
+    #[inline(always)]
+    fn weigh_part<const N: usize>(
+        simd: V3,
+        y: &mut [Chunk],
+        weights: &[f32],
+        values: &[Chunk],
+        c: usize,
+    ) {
+        let avx = simd.avx;
+        let chunks = y.len();
+        let mut acc = [avx._mm256_setzero_ps(); N];
+        for (acc, y) in acc.iter_mut().zip(&y[c..c + N]) {
+            *acc = cast(*y);
+        }
+        for (&w, value) in weights.iter().zip(values.chunks_exact(chunks)) {
+            let w = avx._mm256_set1_ps(w);
+            let part = &value[c..c + N];
+            for (acc, x) in acc.iter_mut().zip(part) {
+                *acc = simd.fma._mm256_fmadd_ps(w, cast(*x), *acc);
+            }
+        }
+        for (y, acc) in y[c..c + N].iter_mut().zip(acc) {
+            *y = cast(acc);
+        }
+    }
+
+    /// [`super::Lanes::exp_less`]: each operation of
+    /// [`super::exp_nonpositive`] on eight lanes, in the same order.
+    #[inline(always)]
+    pub(super) fn exp_less(simd: V3, chunks: &mut [Chunk], max: f32) -> Chunk {
+        let (avx, fma, avx2) = (simd.avx, simd.fma, simd.avx2);
+        let splat = |x: f32| avx._mm256_set1_ps(x);
+        let zero = avx._mm256_setzero_ps();
+        let max = splat(max);
+        let mut sums = zero;
+        for chunk in chunks {
+            let x = avx._mm256_sub_ps(cast(*chunk), max);
+            // `0 < x ? 0 : x`: NaN stays.
+            let x = avx._mm256_min_ps(zero, x);
+            let shifted = fma._mm256_fmadd_ps(x, splat(LOG2_E), splat(ROUND));
+            let n = avx._mm256_sub_ps(shifted, splat(ROUND));
+            let r = fma._mm256_fnmadd_ps(n, splat(LN2_HIGH), x);
+            let r = fma._mm256_fnmadd_ps(n, splat(LN2_LOW), r);
+            let mut p = splat(EXP_POLY[0]);
+            for c in &EXP_POLY[1..] {
+                p = fma._mm256_fmadd_ps(p, r, splat(*c));
+            }
+            let e_r = fma._mm256_fmadd_ps(p, avx._mm256_mul_ps(r, r), r);
+            let e_r = avx._mm256_add_ps(e_r, splat(1.0));
+            let bits = avx._mm256_castps_si256(shifted);
+            let biased = avx2._mm256_add_epi32(
+                avx2._mm256_sub_epi32(bits, avx._mm256_set1_epi32(ROUND_BITS)),
+                avx._mm256_set1_epi32(127),
+            );
+            let two_n = avx._mm256_castsi256_ps(avx2._mm256_slli_epi32::<23>(biased));
+            let y = avx._mm256_mul_ps(e_r, two_n);
+            let under = avx._mm256_cmp_ps::<_CMP_LT_OQ>(x, splat(LOWEST));
+            let y = avx._mm256_andnot_ps(under, y);
+            sums = avx._mm256_add_ps(sums, y);
+            *chunk = cast(y);
+        }
+        cast(sums)
+    }
+
+    /// Each vector's lanes summed as [`super::finish`] sums them (lane `i`
+    /// and `i + 4`, then `i` and `i + 2`, then the two left), eight
+    /// vectors at once: the same additions of the same pairs, so the same
+    /// bits, by shuffles instead of one lane at a time. Lane `i` of the
+    /// result is the sum of `v[i]`.
+    #[inline(always)]
+    pub(super) fn finish8(simd: V3, v: [__m256; 8]) -> __m256 {
+        let avx = simd.avx;
+        // Halves: lanes 0..4 of `v[i]` and of `v[i + 4]` side by side.
+        let halves = |i: usize| {
+            let low = avx._mm256_permute2f128_ps::<0x20>(v[i], v[i + 4]);
+            let high = avx._mm256_permute2f128_ps::<0x31>(v[i], v[i + 4]);
+            avx._mm256_add_ps(low, high)
+        };
+        let (s0, s1, s2, s3) = (halves(0), halves(1), halves(2), halves(3));
+        // Quarters: in each 128-bit half, lanes 0 + 2 and 1 + 3.
+        let quarters = |a: __m256, b: __m256| {
+            let low = avx._mm256_shuffle_ps::<0b01_00_01_00>(a, b);
+            let high = avx._mm256_shuffle_ps::<0b11_10_11_10>(a, b);
+            avx._mm256_add_ps(low, high)
+        };
+        let (t01, t23) = (quarters(s0, s1), quarters(s2, s3));
+        let even = avx._mm256_shuffle_ps::<0b10_00_10_00>(t01, t23);
+        let odd = avx._mm256_shuffle_ps::<0b11_01_11_01>(t01, t23);
+        avx._mm256_add_ps(even, odd)
     }
 
     #[inline(always)]
@@ -553,14 +755,17 @@ struct Head<'a> {
     values: &'a [f32],
     scale: f32,
     out: &'a [AtomicU32],
+    lanes: Lanes,
 }
 
 impl Kernel for Head<'_> {
-    /// Softmax of the scaled scores (as candle's: the maximum subtracted,
-    /// each exponential divided by their sum), then the values they weigh.
+    /// [`softmax`] of the scaled scores, then the values they weigh.
     #[inline(always)]
     fn run(self) {
         let hd = self.q.len();
+        if in_lanes(hd) {
+            return self.run_in_lanes();
+        }
         let mut weights = Vec::with_capacity(self.keys.len() / hd);
         let quads = self.keys.chunks_exact(4 * hd);
         let rest = quads.remainder();
@@ -573,20 +778,48 @@ impl Kernel for Head<'_> {
         for key in rest.chunks_exact(hd) {
             weights.push(dot(self.q, key) * self.scale);
         }
-        let max = weights.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut sum = 0.0;
-        for w in &mut weights {
-            *w = (*w - max).exp();
-            sum += *w;
-        }
+        softmax(&mut weights, self.lanes);
         let mut y = vec![0.0f32; hd];
         for (&w, value) in weights.iter().zip(self.values.chunks_exact(hd)) {
-            let w = w / sum;
             for (y, &x) in y.iter_mut().zip(value) {
                 *y = w.mul_add(x, *y);
             }
         }
         for (out, y) in self.out.iter().zip(y) {
+            out.store(y.to_bits(), Ordering::Relaxed);
+        }
+    }
+}
+
+impl Head<'_> {
+    /// What `run` computes, for a head of whole lane groups no wider than
+    /// [`MAX_BLOCK_HD`]: eight keys at a time, their sums finished
+    /// together, and the output's chunks kept in registers while the
+    /// values are weighed (as a [`Block`] computes a row).
+    #[inline(always)]
+    fn run_in_lanes(self) {
+        let hd = self.q.len();
+        let chunks = hd / LANES;
+        let q = &self.q.as_chunks::<LANES>().0[..chunks];
+        let (keys, _) = self.keys.as_chunks::<LANES>();
+        let (values, _) = self.values.as_chunks::<LANES>();
+        let mut weights = vec![0.0f32; keys.len() / chunks];
+        let octets = keys.chunks_exact(8 * chunks);
+        let rest = octets.remainder();
+        for (w, keys) in weights.chunks_exact_mut(8).zip(octets) {
+            let sums = self.lanes.dot_keys(q, keys);
+            for (w, sum) in w.iter_mut().zip(sums) {
+                *w = sum * self.scale;
+            }
+        }
+        let done = (keys.len() - rest.len()) / chunks;
+        for (w, key) in weights[done..].iter_mut().zip(rest.chunks_exact(chunks)) {
+            *w = dot(self.q, key.as_flattened()) * self.scale;
+        }
+        softmax(&mut weights, self.lanes);
+        let mut y = [[0.0f32; LANES]; MAX_CHUNKS];
+        self.lanes.weigh_row(&mut y[..chunks], &weights, values);
+        for (out, y) in self.out.iter().zip(y[..chunks].as_flattened()) {
             out.store(y.to_bits(), Ordering::Relaxed);
         }
     }
@@ -638,6 +871,91 @@ fn dot4(q: &[f32], keys: &[f32]) -> [f32; 4] {
         finish(acc[3], q_tail, &k3[tail..]),
     ]
 }
+
+/// Softmax of one row's scaled scores, in place, as candle's: each score's
+/// exponential of its difference from the row's maximum, divided by their
+/// sum. The maximum and the sum go by lanes, the sum's lanes added as
+/// [`finish`] adds them, so a row's weights are the same bits in a decode
+/// step and in a prompt.
+#[inline(always)]
+fn softmax(w: &mut [f32], lanes: Lanes) {
+    let (chunks, tail) = w.as_chunks_mut::<LANES>();
+    let mut maxima = [f32::NEG_INFINITY; LANES];
+    for chunk in chunks.iter() {
+        for l in 0..LANES {
+            maxima[l] = maxima[l].max(chunk[l]);
+        }
+    }
+    let max = maxima
+        .into_iter()
+        .chain(tail.iter().copied())
+        .fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = finish(lanes.exp_less(chunks, max), &[], &[]);
+    for w in tail.iter_mut() {
+        *w = exp_nonpositive(*w - max);
+        sum += *w;
+    }
+    for w in w.iter_mut() {
+        *w /= sum;
+    }
+}
+
+/// `e^x` for a softmax's `x ≤ 0` (a score less the row's maximum; larger
+/// `x` is taken as 0), within about an ulp of libm's `expf`, NaN for NaN.
+///
+/// libm's `expf` is a call per score that the compiler cannot vectorize:
+/// at 1,200 cached positions a 32-token turn of the default model took
+/// 10.7 M of them, about 37 ms of CPU, a third of its attention. This is
+/// plain arithmetic, written again in AVX2 for eight lanes at a time (the
+/// compiler took four), and each step is one IEEE operation, so the same
+/// bits on every CPU: `x = n·ln 2
+/// + r` with `n` rounded to the nearest integer by the 1.5·2²³ trick (the
+/// sum's own rounding), `ln 2` in two parts (Cody and Waite), `e^r` by a
+/// degree-6 minimax polynomial on `|r| ≤ ln 2 / 2` (Cephes' `expf`
+/// coefficients), and `2^n` written into an exponent field.
+#[inline(always)]
+fn exp_nonpositive(x: f32) -> f32 {
+    let x = if x > 0.0 { 0.0 } else { x };
+    let shifted = x.mul_add(std::f32::consts::LOG2_E, ROUND);
+    let n = shifted - ROUND;
+    let r = (-n).mul_add(LN2_HIGH, x);
+    let r = (-n).mul_add(LN2_LOW, r);
+    let mut p = EXP_POLY[0];
+    for c in &EXP_POLY[1..] {
+        p = p.mul_add(r, *c);
+    }
+    let e_r = p.mul_add(r * r, r) + 1.0;
+    // The low bits of `shifted` hold `n` (two's complement); `n + 127` is
+    // the biased exponent of `2^n`. Wrapping: NaN's garbage is multiplied
+    // by a NaN `e_r`.
+    let biased = shifted
+        .to_bits()
+        .wrapping_sub(ROUND_BITS.cast_unsigned())
+        .wrapping_add(127);
+    let y = e_r * f32::from_bits(biased << 23);
+    if x < LOWEST { 0.0 } else { y }
+}
+
+/// Below this `e^x` is under the smallest normal f32 (2⁻¹²⁶) and is taken
+/// as 0; `2^n` stays a normal number down to it.
+const LOWEST: f32 = -87.336_55;
+/// 1.5·2²³: adding it leaves an integer in the mantissa's low bits.
+const ROUND: f32 = 12_582_912.0;
+/// [`ROUND`]'s bits, as AVX2's integer lanes take them.
+const ROUND_BITS: i32 = 0x4B40_0000;
+const _: () = assert!(ROUND.to_bits() == ROUND_BITS.cast_unsigned());
+/// `ln 2` in two parts: `n · LN2_HIGH` is exact for the `n` here.
+const LN2_HIGH: f32 = 355.0 / 512.0;
+const LN2_LOW: f32 = -2.121_944_4e-4;
+/// `(e^r - 1 - r) / r²` on `|r| ≤ ln 2 / 2`, highest power first.
+const EXP_POLY: [f32; 6] = [
+    1.987_569_1e-4,
+    1.398_2e-3,
+    8.333_452e-3,
+    4.166_579_6e-2,
+    1.666_666_5e-1,
+    0.5,
+];
 
 /// The lanes summed pairwise in a fixed order, then the tail's products.
 #[inline(always)]
@@ -901,6 +1219,168 @@ mod tests {
             for (r, got) in four.iter().enumerate() {
                 let one = super::dot(&q, &keys[r * hd..(r + 1) * hd]);
                 assert_eq!(got.to_bits(), one.to_bits(), "head width {hd}, row {r}");
+            }
+        }
+    }
+
+    /// A softmax's exponentials: within one ulp of the correctly rounded
+    /// `e^x` wherever that is a normal number, 0 below, NaN for NaN, and 1
+    /// for `x ≥ 0` (a softmax's largest score).
+    #[test]
+    fn the_exponential_is_within_an_ulp_of_the_true_one() {
+        let mut worst = 0;
+        for i in 0..=92_000u32 {
+            let x = -(i as f32) / 1024.0;
+            let ours = super::exp_nonpositive(x);
+            let truth = f64::from(x).exp();
+            if x < super::LOWEST {
+                assert_eq!(ours.to_bits(), 0, "e^{x}");
+                assert!(truth < f64::from(f32::MIN_POSITIVE), "e^{x}");
+                continue;
+            }
+            let rounded = truth as f32;
+            let ulps = ours.to_bits().abs_diff(rounded.to_bits());
+            worst = worst.max(ulps);
+            assert!(ulps <= 1, "e^{x}: {ours} against {rounded} ({ulps} ulps)");
+        }
+        assert!(worst <= 1);
+        assert_eq!(super::exp_nonpositive(0.0), 1.0);
+        assert_eq!(super::exp_nonpositive(-0.0), 1.0);
+        assert_eq!(super::exp_nonpositive(3.5), 1.0);
+        assert_eq!(super::exp_nonpositive(f32::NEG_INFINITY), 0.0);
+        assert!(super::exp_nonpositive(f32::NAN).is_nan());
+    }
+
+    /// The AVX2 lanes compute what the portable code computes, bit for bit
+    /// (a NaN for a NaN), including infinities, the cut below `LOWEST` and
+    /// results that are not normal numbers.
+    #[test]
+    fn the_lanes_exponentials_are_the_portable_ones() {
+        struct Exp<'a> {
+            chunks: &'a mut [super::Chunk],
+            max: f32,
+            sums: &'a mut super::Chunk,
+        }
+        impl super::Kernel for Exp<'_> {
+            #[inline(always)]
+            fn run(self) {
+                *self.sums = super::Lanes::detect().exp_less(self.chunks, self.max);
+            }
+        }
+        let mut inputs: Vec<f32> = values(4096, 9).iter().map(|v| v * 30.0 - 40.0).collect();
+        inputs.extend([
+            f32::NAN,
+            f32::NEG_INFINITY,
+            f32::INFINITY,
+            0.0,
+            -0.0,
+            super::LOWEST,
+            super::LOWEST - 1e-5,
+            -87.0,
+            -87.3,
+            -103.0,
+            f32::MIN,
+            1e-30,
+            -1e-30,
+            88.0,
+        ]);
+        inputs.resize(inputs.len().next_multiple_of(super::LANES), -1.0);
+        for max in [0.0, 2.5, -3.0, f32::NEG_INFINITY, f32::NAN] {
+            let mut lanes = inputs.as_chunks::<{ super::LANES }>().0.to_vec();
+            let mut portable = lanes.clone();
+            let mut lane_sums = [0.0; super::LANES];
+            super::dispatch(Exp {
+                chunks: &mut lanes,
+                max,
+                sums: &mut lane_sums,
+            });
+            let portable_sums = super::Lanes::Portable.exp_less(&mut portable, max);
+            // A NaN's sign and payload are not specified (Rust's, nor the
+            // CPUs'): any NaN stands for all.
+            let bits = |c: &[super::Chunk]| -> Vec<u32> {
+                let nan = f32::NAN.to_bits();
+                let bits = |v: &f32| if v.is_nan() { nan } else { v.to_bits() };
+                c.as_flattened().iter().map(bits).collect()
+            };
+            assert_eq!(bits(&lanes), bits(&portable), "max {max}");
+            assert_eq!(bits(&[lane_sums]), bits(&[portable_sums]), "max {max}");
+        }
+    }
+
+    /// A block of `filled` query rows of `q` over `keys` and `values`, the
+    /// rows seeing up to three positions fewer than `positions`.
+    fn block_of<'a>(
+        filled: usize,
+        positions: usize,
+        hd: usize,
+        (q, keys, values): (&'a [f32], &'a [f32], &'a [f32]),
+        out: &'a [std::sync::atomic::AtomicU32],
+        lanes: super::Lanes,
+    ) -> super::Block<'a> {
+        let mut rows = [None; super::ROWS];
+        for (r, row) in rows.iter_mut().enumerate().take(filled) {
+            *row = Some(super::BlockRow {
+                q: &q[r * hd..(r + 1) * hd],
+                seen: positions.saturating_sub(3 - r).max(1),
+                out: &out[r * hd..(r + 1) * hd],
+            });
+        }
+        super::Block {
+            rows,
+            keys,
+            values,
+            hd,
+            scale: 0.3,
+            lanes,
+        }
+    }
+
+    /// The kernels' AVX2 code computes the bits of their portable code, for
+    /// heads of one, two, eight and nine lane groups (a part of eight
+    /// chunks and a part of one), single positions and blocks of rows,
+    /// whole and partial.
+    #[test]
+    fn the_portable_kernels_compute_the_lanes_bits() {
+        use super::{Head, Kernel, Lanes, dispatch};
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let outputs = |n: usize| -> Vec<AtomicU32> { (0..n).map(|_| AtomicU32::new(0)).collect() };
+        let bits = |out: &[AtomicU32]| -> Vec<u32> {
+            out.iter().map(|v| v.load(Ordering::Relaxed)).collect()
+        };
+        for hd in [8, 16, 64, 72] {
+            for positions in [1, 7, 8, 9, 300] {
+                let keys = values(positions * hd, 21);
+                let vals = values(positions * hd, 22);
+                let q = values(4 * hd, 23);
+                let head = |lanes, out| Head {
+                    q: &q[..hd],
+                    keys: &keys,
+                    values: &vals,
+                    scale: 0.3,
+                    out,
+                    lanes,
+                };
+                let (fast, portable) = (outputs(hd), outputs(hd));
+                dispatch(head(Lanes::detect(), &fast));
+                head(Lanes::Portable, &portable).run();
+                assert_eq!(
+                    bits(&fast),
+                    bits(&portable),
+                    "a head of {hd}, {positions} positions"
+                );
+                for filled in [4, 3, 1] {
+                    let (fast, portable) = (outputs(4 * hd), outputs(4 * hd));
+                    let block = |lanes, out| {
+                        block_of(filled, positions, hd, (&q, &keys, &vals), out, lanes)
+                    };
+                    dispatch(block(Lanes::detect(), &fast));
+                    block(Lanes::Portable, &portable).run();
+                    assert_eq!(
+                        bits(&fast),
+                        bits(&portable),
+                        "a block of {filled} rows of {hd}, {positions} positions"
+                    );
+                }
             }
         }
     }
