@@ -102,7 +102,8 @@ pub struct InvokeOptions {
     /// Per-call deadline; an overrun aborts the call and fails it.
     pub timeout: Option<Duration>,
     /// At most this many calls of a batch run at once (`Some(1)` is
-    /// sequential); `None` or `Some(0)` is unbounded.
+    /// sequential); `None`, `Some(0)` or a limit of at least the batch's
+    /// size is none.
     pub max_concurrency: Option<usize>,
 }
 
@@ -271,9 +272,12 @@ pub fn invoke_calls(
     calls: Vec<ToolCall>,
     opts: InvokeOptions,
 ) -> impl Future<Output = Vec<CallOutcome>> + Send + 'static {
+    // A limit of at least the batch's size limits nothing, and one past
+    // what a semaphore holds would panic (a stored paused turn can name any
+    // number): such a limit, as 0, is none.
     let limit = opts
         .max_concurrency
-        .filter(|n| *n > 0)
+        .filter(|n| (1..calls.len()).contains(n))
         .map(|n| Arc::new(Semaphore::new(n)));
     let runs: Vec<_> = calls
         .into_iter()

@@ -315,8 +315,25 @@ async fn a_bounded_batch_never_exceeds_its_limit() {
         .collect();
     assert_eq!(order, (0..6).map(|i| json!(i)).collect::<Vec<_>>());
     peak.store(0, Ordering::SeqCst);
-    acts.invoke_all(calls, InvokeOptions::default()).await;
+    acts.invoke_all(calls.clone(), InvokeOptions::default())
+        .await;
     assert_eq!(peak.load(Ordering::SeqCst), 6);
+    // A limit past what a semaphore holds (a stored paused turn can name
+    // any number) is no limit, not a panic; 0 is none either.
+    for limit in [usize::MAX, usize::MAX >> 3, 0] {
+        peak.store(0, Ordering::SeqCst);
+        let outs = acts
+            .invoke_all(
+                calls.clone(),
+                InvokeOptions {
+                    max_concurrency: Some(limit),
+                    ..Default::default()
+                },
+            )
+            .await;
+        assert!(outs.iter().all(|o| o.result.is_ok()), "limit {limit}");
+        assert_eq!(peak.load(Ordering::SeqCst), 6, "limit {limit}");
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -310,6 +310,42 @@ async fn expired_calls_and_the_gate_after_approval() {
     );
 }
 
+/// A stored pause may name any concurrency bound: one past what a
+/// semaphore holds (it panicked the resumed batch) runs the calls without
+/// a bound, as it would any bound of at least the batch's size.
+#[tokio::test]
+async fn a_stored_pause_naming_a_huge_concurrency_bound_resumes() {
+    let server = MockServer::start().await;
+    let mut b = branch_at(&server).await;
+    b.set_approval_policy(Some(ApprovalPolicy::new().default_policy(ToolPolicy::Ask)));
+    let calls = [
+        json!({"function": "multiply", "arguments": {"a": 3, "b": 4}}),
+        json!({"function": "multiply", "arguments": {"a": 5, "b": 6}}),
+    ]
+    .iter()
+    .map(|v| tool_call_from_value(v).unwrap())
+    .collect();
+    let e = b
+        .act(calls, ActOptions::default().max_concurrency(2))
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        e,
+        OperationError::ApprovalPending { calls: 2, .. }
+    ));
+    b.metadata_mut().get_mut(PENDING_KEY).unwrap()["max_concurrency"] = json!(u64::MAX);
+    let p = b.pending_approval().unwrap().unwrap();
+    assert_eq!(p.max_concurrency, Some(usize::MAX));
+    let decisions = p.calls.iter().map(|c| (c.call_id, Decision::Approve));
+    let res = b.resume(decisions.collect::<Vec<_>>()).await.unwrap();
+    let outputs: Vec<_> = res
+        .action_responses
+        .iter()
+        .map(|r| r.output.clone())
+        .collect();
+    assert_eq!(outputs, [Some(json!(12)), Some(json!(30))]);
+}
+
 /// Stored data is hostile: a malformed pending state is an error, never a
 /// silently dropped pause; a decision for an unknown call is refused.
 #[tokio::test]

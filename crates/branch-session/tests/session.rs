@@ -315,6 +315,15 @@ async fn run_each_respects_the_bound_and_keeps_order() {
         s.run_each(&ids, 0, |_, _| async {}).await,
         Err(SessionError::ZeroConcurrency)
     ));
+    // A bound past what a semaphore holds is no bound, not a panic.
+    let all = s.run_each(&ids, usize::MAX, |_, h| async move { h.lock().await.id() });
+    let all: Vec<Uuid> = all
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.result.unwrap())
+        .collect();
+    assert_eq!(all, ids);
     let unknown = [Uuid::new_v4()];
     assert!(matches!(
         s.run_each(&unknown, 1, |_, _| async {}).await,

@@ -14,8 +14,8 @@ use branch_core::{
     Branch, Log, MemoryItem, MemoryQuery, MemoryStore, Message, Progression, ToDictOptions,
 };
 use branch_session::{
-    BranchStore, SqliteStore, StoreError, export_file, import_file, read_branch_file,
-    read_branch_file_capped,
+    BranchStore, SqliteOptions, SqliteStore, StoreError, export_file, import_file,
+    read_branch_file, read_branch_file_capped,
 };
 use common::TempDir;
 use common::stores::UnderTest;
@@ -374,6 +374,25 @@ async fn a_newer_schema_is_refused_and_left_alone() {
             .unwrap(),
         99
     );
+}
+
+/// Any connection count opens a working store: 0 is one connection, and
+/// one past what a semaphore holds (it panicked) is as many as asked for.
+#[tokio::test]
+async fn any_connection_count_opens_a_working_store() {
+    let dir = TempDir::new("connections");
+    for (i, max_connections) in [0, usize::MAX].into_iter().enumerate() {
+        let opts = SqliteOptions {
+            max_connections,
+            ..SqliteOptions::default()
+        };
+        let store = SqliteStore::open_with(dir.join(&format!("s{i}.db")), opts)
+            .await
+            .unwrap();
+        let mut b = Branch::new().unwrap();
+        b.msgs_mut().add_message(Message::assistant("kept"));
+        roundtrip(&store, &b).await;
+    }
 }
 
 #[tokio::test]

@@ -111,7 +111,8 @@ impl Session {
                     .ok_or(SessionError::UnknownBranch(*id))
             })
             .collect::<Result<_, _>>()?;
-        let limit = Arc::new(Semaphore::new(max_concurrent));
+        // A bound past what a semaphore holds bounds nothing.
+        let limit = Arc::new(Semaphore::new(max_concurrent.min(Semaphore::MAX_PERMITS)));
         let mut tasks = JoinSet::new();
         let mut slot_of = HashMap::with_capacity(targets.len());
         for (slot, (id, handle)) in targets.iter().cloned().enumerate() {

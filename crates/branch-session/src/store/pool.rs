@@ -20,7 +20,8 @@ pub(crate) struct Pool {
 
 impl Pool {
     pub(crate) fn new(path: PathBuf, opts: SqliteOptions, first: Connection) -> Self {
-        let permits = Arc::new(Semaphore::new(opts.max_connections.max(1)));
+        let permits = opts.max_connections.clamp(1, Semaphore::MAX_PERMITS);
+        let permits = Arc::new(Semaphore::new(permits));
         Self {
             path,
             opts,

@@ -49,7 +49,8 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// When a commit is durable. Default [`Durability::Full`].
     pub durability: Durability,
-    /// Most connections (and blocking threads) in use at once. Default 4.
+    /// Most connections (and blocking threads) in use at once (0 is taken
+    /// as 1). Default 4.
     pub max_connections: usize,
     /// Open the file without writing anything to it (no journal change,
     /// no migration, no new file): for listing and exporting a store this
