@@ -27,7 +27,11 @@
 //! `cache_prompt: true`; ours uses its prompt cache (the default).
 //! - `ttft_turn1_ms`, `ttft_turn20_ms`;
 //! - `ttft_turn20_over_turn1`: the growth of each side (unit ×), the
-//!   target being ≤ 1.2 for ours.
+//!   target being ≤ 1.2 for ours;
+//! - `decode_tokens_per_s_turn20`: turn 20's reply, its tokens after the
+//!   first over the time from its first text chunk to the stream's end
+//!   (both sides streamed, so llama.cpp's includes its HTTP chunks), the
+//!   decode speed after about 1,200 positions of context.
 //!
 //! Tokenizing (ours only, the model's own tokenizer): 64 KiB of text that
 //! is one word to the pre-tokenizer (pseudo-random letters), against 64
@@ -143,17 +147,26 @@ const TURNS: usize = 20;
 const REPLY_TOKENS: u64 = 32;
 const CONVERSATIONS: usize = 3;
 
-/// Milliseconds to the first text chunk of each turn of one conversation.
-/// `model` gives the client of each turn (see [`llamacpp`] for why).
+/// One turn of a conversation, as the caller sees its stream.
+struct Turn {
+    /// Milliseconds to the first text chunk.
+    ttft_ms: f64,
+    /// The reply's tokens after the first over the time from the first
+    /// text chunk to the stream's end.
+    decode_per_s: f64,
+}
+
+/// Each turn of one conversation. `model` gives the client of each turn
+/// (see [`llamacpp`] for why).
 async fn conversation<M: ChatModel>(
     model: impl Fn() -> M,
     run: usize,
     cache_field: bool,
-) -> Vec<f64> {
+) -> Vec<Turn> {
     let mut history = vec![ChatMessage::system(format!(
         "Conversation {run}. You answer in a few sentences."
     ))];
-    let mut ttft = Vec::with_capacity(TURNS);
+    let mut turns = Vec::with_capacity(TURNS);
     for turn in 1..=TURNS {
         history.push(ChatMessage::user(format!(
             "Question {turn} of conversation {run}: tell me one fact about the number {}.",
@@ -174,30 +187,31 @@ async fn conversation<M: ChatModel>(
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.expect("chunk");
             if chunk.kind == ChunkKind::Text {
-                first.get_or_insert_with(|| start.elapsed().as_secs_f64() * 1e3);
+                first.get_or_insert_with(Instant::now);
                 text.push_str(chunk.content.as_deref().unwrap_or(""));
             }
         }
-        ttft.push(first.expect("a text chunk"));
+        let first = first.expect("a text chunk");
+        turns.push(Turn {
+            ttft_ms: (first - start).as_secs_f64() * 1e3,
+            decode_per_s: (REPLY_TOKENS - 1) as f64 / first.elapsed().as_secs_f64().max(1e-9),
+        });
         history.push(ChatMessage::assistant(text));
     }
-    ttft
+    turns
 }
 
-/// Per-turn medians over several conversations.
-fn medians(runs: &[Vec<f64>], side: &str) -> Vec<f64> {
+/// Per-turn medians of `what` over several conversations.
+fn medians(runs: &[Vec<Turn>], what: fn(&Turn) -> f64, name: &str) -> Vec<f64> {
     let medians: Vec<f64> = (0..TURNS)
         .map(|t| {
-            let mut v: Vec<f64> = runs.iter().map(|r| r[t]).collect();
+            let mut v: Vec<f64> = runs.iter().map(|r| what(&r[t])).collect();
             v.sort_by(f64::total_cmp);
             v[v.len() / 2]
         })
         .collect();
     let shown: Vec<String> = medians.iter().map(|m| format!("{m:.1}")).collect();
-    eprintln!(
-        "bench_local: {side} TTFT per turn (ms): {}",
-        shown.join(" ")
-    );
+    eprintln!("bench_local: {name} per turn: {}", shown.join(" "));
     medians
 }
 
@@ -297,8 +311,14 @@ async fn main() {
             base_runs.push(conversation(|| llamacpp(url), run, true).await);
         }
     }
-    let ours_ttft = medians(&ours_runs, "ours");
-    let base_ttft = (!base_runs.is_empty()).then(|| medians(&base_runs, "llama.cpp"));
+    let ttft = |t: &Turn| t.ttft_ms;
+    let decode = |t: &Turn| t.decode_per_s;
+    let ours_ttft = medians(&ours_runs, ttft, "ours TTFT (ms)");
+    let base_ttft =
+        (!base_runs.is_empty()).then(|| medians(&base_runs, ttft, "llama.cpp TTFT (ms)"));
+    let ours_decode_turns = medians(&ours_runs, decode, "ours decode tokens/s");
+    let base_decode_turns =
+        (!base_runs.is_empty()).then(|| medians(&base_runs, decode, "llama.cpp decode tokens/s"));
 
     let base_total =
         (!baseline.is_empty()).then(|| best(&baseline.iter().map(|r| r.0).collect::<Vec<_>>()));
@@ -338,6 +358,11 @@ async fn main() {
         last(&ours_ttft) / first(&ours_ttft),
         base_ttft.as_ref().map(|b| last(b) / first(b)),
         "x",
+    );
+    line(
+        "decode_tokens_per_s_turn20",
+        last(&ours_decode_turns),
+        base_decode_turns.as_ref().map(last),
     );
     let (word_ms, prose_ms) = encode_times();
     line_in("encode_one_word_64k_ms", word_ms, Some(prose_ms), "ms");
