@@ -934,3 +934,103 @@ pub fn uuid_text(data: &[u8]) {
     let want = Uuid::parse_str(text.trim()).ok();
     assert_eq!(branch_core::element::parse_uuid(text), want, "{text:?}");
 }
+
+/// A paused turn read back from a store (`pending_approval` in a branch's
+/// metadata, any JSON), every waiting call approved and the turn resumed:
+/// nothing panics, and the resume ends within a deadline (the tools answer
+/// at once; a stored timeout or concurrency bound may be anything). A
+/// state `pending_approval` refuses is refused by `resume` too, and a
+/// refused resume leaves the branch as it was; a resumed turn answers
+/// every call and clears the pause.
+pub fn pending_approval(data: &[u8]) {
+    use branch_operations::{Decision, OperationError, PENDING_KEY};
+    let Ok(stored) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let runtime = pending_runtime();
+    let mut branch = Branch::builder()
+        .system("Use tools.")
+        .tools([echo_tool(), failing_tool()])
+        .build()
+        .expect("a branch");
+    branch.metadata_mut().insert(PENDING_KEY.into(), stored);
+    let opts = ToDictOptions::default();
+    let before = branch.to_dict(&opts).expect("a branch serializes");
+    let read = branch_operations::pending_approval(&branch);
+    let decisions: Vec<(Uuid, Decision)> = match &read {
+        Ok(Some(p)) => p
+            .waiting()
+            .map(|c| (c.call_id, Decision::Approve))
+            .collect(),
+        Ok(None) => unreachable!("the pause was just stored"),
+        Err(_) => Vec::new(),
+    };
+    let resumed = runtime
+        .block_on(async {
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                branch_operations::resume(&mut branch, decisions),
+            )
+            .await
+        })
+        .expect("a resume of instant tools ends within 10 s");
+    let after = branch.to_dict(&opts).expect("a branch serializes");
+    match (read, resumed) {
+        (Err(_), Ok(_)) => panic!("a pause pending_approval refuses was resumed"),
+        (Ok(Some(p)), Ok(r)) => {
+            assert_eq!(
+                r.action_responses.len(),
+                p.calls.len(),
+                "a resumed turn answers every call"
+            );
+            assert!(
+                branch.metadata().get(PENDING_KEY).is_none(),
+                "a resumed turn leaves its pause"
+            );
+        }
+        // A tool that failed, with errors not suppressed: the calls that
+        // reached their tool are recorded, as `act` records them, and the
+        // batch has run, so the pause is gone.
+        (Ok(Some(_)), Err(OperationError::Action { .. })) => assert!(
+            branch.metadata().get(PENDING_KEY).is_none(),
+            "a batch that ran left its pause"
+        ),
+        (_, Err(e)) => assert_eq!(after, before, "a refused resume ({e}) changed the branch"),
+        (Ok(None), Ok(_)) => unreachable!(),
+    }
+}
+
+/// One runtime for the process: timers on, one thread.
+fn pending_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+    })
+}
+
+/// `echo(**kwargs)`: its arguments back.
+fn echo_tool() -> std::sync::Arc<dyn branch_core::Tool> {
+    branch_actions::DynamicTool::new(
+        "echo",
+        None,
+        serde_json::json!({"type": "object"}),
+        |args: Value| async move { Ok::<_, String>(args) },
+    )
+    .expect("a tool")
+    .into_tool()
+}
+
+/// `fail()`: always an error.
+fn failing_tool() -> std::sync::Arc<dyn branch_core::Tool> {
+    branch_actions::DynamicTool::new(
+        "fail",
+        None,
+        serde_json::json!({"type": "object"}),
+        |_: Value| async move { Err::<Value, _>("it fails".to_owned()) },
+    )
+    .expect("a tool")
+    .into_tool()
+}

@@ -133,6 +133,11 @@ fn store_roundtrip() {
 }
 
 #[test]
+fn pending_approval() {
+    smoke("pending_approval", checks::pending_approval);
+}
+
+#[test]
 fn cli_stream() {
     smoke("cli_stream", checks::cli_stream);
 }

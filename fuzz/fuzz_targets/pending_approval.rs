@@ -1,0 +1,9 @@
+//! Fuzzes `checks::pending_approval` (see `fuzz/checks.rs` for the
+//! properties).
+
+#![no_main]
+
+#[path = "../checks.rs"]
+mod checks;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::pending_approval(data));
