@@ -924,6 +924,124 @@ pub fn gguf_header(data: &[u8]) {
     }
 }
 
+/// A GGUF's tokenizer (`branch_models::local::tokenizer`), built from any
+/// vocabulary, token types and merges, then fed any text and any token ids.
+/// The input is a flag byte, then lines up to a NUL (`!x` a control token
+/// `x`, `+a b` a merge, any other line an ordinary token, added after the
+/// 256 byte symbols, some of which the flags leave out), then the text.
+/// Nothing panics or loops; plain text never becomes a control token or an
+/// id outside the vocabulary, and decodes back to itself less the bytes
+/// the vocabulary lacks; text spelling no control token reads the same
+/// with them recognised; a stream of any ids decodes, piece by piece,
+/// to what they decode to at once.
+#[cfg(feature = "embedded")]
+pub fn gguf_tokenizer(data: &[u8]) {
+    use branch_models::local::tokenizer::{PreTokenizer, StreamDecoder, Tokenizer};
+
+    let Some((&flags, rest)) = data.split_first() else {
+        return;
+    };
+    let (spec, text) = match rest.iter().position(|&b| b == 0) {
+        Some(at) => (&rest[..at], &rest[at + 1..]),
+        None => (rest, &[][..]),
+    };
+    // GPT-2's byte symbols, written out here rather than taken from the
+    // tokenizer: printable bytes stand for themselves, the others for
+    // U+0100 onwards in byte order.
+    let mut next = 0x100u32;
+    let symbol = |b: u8, next: &mut u32| {
+        if matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF) {
+            char::from(b)
+        } else {
+            let c = char::from_u32(*next).unwrap_or('\0');
+            *next += 1;
+            c
+        }
+    };
+    let symbols: Vec<String> = (0..=255u8)
+        .map(|b| symbol(b, &mut next).to_string())
+        .collect();
+    // Every fourth byte, from one the flags pick, left out when bit 1 says.
+    let left_out = |b: u8| flags & 2 != 0 && b % 4 == (flags >> 2) % 4;
+    let (mut tokens, mut types) = (Vec::new(), Vec::new());
+    for (b, s) in (0..=255u8).zip(&symbols) {
+        if !left_out(b) {
+            tokens.push(s.clone());
+            types.push(1);
+        }
+    }
+    let mut merges = Vec::new();
+    for line in String::from_utf8_lossy(spec).split('\n') {
+        if let Some(control) = line.strip_prefix('!') {
+            tokens.push(control.to_owned());
+            types.push(3);
+        } else if let Some(merge) = line.strip_prefix('+') {
+            merges.push(merge.to_owned());
+        } else {
+            tokens.push(line.to_owned());
+            types.push(1);
+        }
+    }
+    let pre = if flags & 1 == 0 {
+        PreTokenizer::Gpt2
+    } else {
+        PreTokenizer::DigitsThenGpt2
+    };
+    let specials: Vec<String> = tokens
+        .iter()
+        .zip(&types)
+        .filter(|(t, ty)| **ty == 3 && !t.is_empty())
+        .map(|(t, _)| t.clone())
+        .collect();
+    // A line may spell a left-out symbol: the vocabulary has it then.
+    let spelled: std::collections::HashSet<&str> = tokens.iter().map(String::as_str).collect();
+    let has: Vec<bool> = symbols
+        .iter()
+        .map(|s| spelled.contains(s.as_str()))
+        .collect();
+    drop(spelled);
+    let Ok(tok) = Tokenizer::new(tokens, &types, &merges, pre) else {
+        return;
+    };
+    let vocab = tok.vocab_size();
+    let text = String::from_utf8_lossy(text);
+    let ids = tok.encode(&text);
+    for &id in &ids {
+        assert!(
+            usize::try_from(id).is_ok_and(|i| i < vocab),
+            "id {id} of {vocab}"
+        );
+        assert!(!tok.is_control(id), "plain text became control token {id}");
+    }
+    let kept: Vec<u8> = text.bytes().filter(|&b| has[usize::from(b)]).collect();
+    assert_eq!(tok.decode(&ids), String::from_utf8_lossy(&kept), "{text:?}");
+    let with_special = tok.encode_with_special(&text);
+    for &id in &with_special {
+        assert!(
+            usize::try_from(id).is_ok_and(|i| i < vocab),
+            "id {id} of {vocab}"
+        );
+    }
+    if !specials.iter().any(|s| text.contains(s.as_str())) {
+        assert_eq!(with_special, ids, "{text:?}");
+    }
+    // Any ids, as a model's output may be: two bytes each.
+    let any: Vec<u32> = text
+        .as_bytes()
+        .chunks(2)
+        .map(|p| u32::from(p[0]) | p.get(1).map_or(0, |&b| u32::from(b) << 8))
+        .collect();
+    let mut stream = StreamDecoder::new();
+    let mut pieces = String::new();
+    for &id in &any {
+        if !tok.is_control(id) {
+            pieces.push_str(&stream.push(tok.token_bytes(id)));
+        }
+    }
+    pieces.push_str(&stream.finish());
+    assert_eq!(pieces, tok.decode(&any));
+}
+
 /// Ids (`branch_core::element::parse_uuid`): any text reads as
 /// `Uuid::parse_str` reads it once trimmed, the same id or refused alike,
 /// whichever path (the canonical form's or the general one) reads it.

@@ -187,6 +187,14 @@ fn gguf_header() {
     smoke("gguf_header", checks::gguf_header);
 }
 
+/// Only with the embedded model's feature, which CI's release run of the
+/// embedded model's tests turns on.
+#[cfg(feature = "embedded")]
+#[test]
+fn gguf_tokenizer() {
+    smoke("gguf_tokenizer", checks::gguf_tokenizer);
+}
+
 #[test]
 fn uuid_text() {
     smoke("uuid_text", checks::uuid_text);

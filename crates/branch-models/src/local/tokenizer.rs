@@ -51,6 +51,10 @@ pub struct Tokenizer {
     merges: super::bpe::Merges,
     /// Control tokens by text, longest first (for [`Tokenizer::encode_with_special`]).
     specials: Vec<(String, u32)>,
+    /// Control tokens by text (the lowest id of a repeated spelling): the
+    /// chat template's are looked up on every turn, and a vocabulary may
+    /// hold millions.
+    control_ids: HashMap<String, u32>,
     pre: PreTokenizer,
 }
 
@@ -116,7 +120,11 @@ impl Tokenizer {
             control.push(is_control);
             if is_control {
                 token_bytes.push(text.as_bytes().to_vec());
-                specials.push((text.clone(), id));
+                // An empty spelling would match at every position of a
+                // text without consuming any of it.
+                if !text.is_empty() {
+                    specials.push((text.clone(), id));
+                }
             } else {
                 // Byte-level tokens are spelled in GPT-2's printable alphabet;
                 // a character outside it stands for itself.
@@ -130,10 +138,23 @@ impl Tokenizer {
                 token_bytes.push(bytes);
             }
         }
+        let mut control_ids = HashMap::with_capacity(specials.len());
+        for (text, id) in &specials {
+            control_ids.entry(text.clone()).or_insert(*id);
+        }
         specials.sort_by_key(|s| std::cmp::Reverse(s.0.len()));
+        let is_control = |id: u32| slot(&control, id).copied().unwrap_or(false);
         let mut byte_ids = [None; 256];
         for (b, c) in byte_chars().iter().enumerate() {
             byte_ids[b] = ids.get(c.to_string().as_str()).copied();
+            // Plain text is made of these: one that is a control token
+            // would let any text spell it.
+            if byte_ids[b].is_some_and(is_control) {
+                return Err(LocalModelError::bad_metadata(
+                    "tokenizer.ggml.token_type",
+                    "a byte symbol is a control token",
+                ));
+            }
         }
         if byte_ids.iter().filter(|i| i.is_some()).count() < 128 {
             return Err(LocalModelError::UnsupportedTokenizer {
@@ -156,6 +177,14 @@ impl Tokenizer {
                     "a merge names a token missing from the vocabulary",
                 ));
             };
+            // Merges build plain text's tokens: one making a control
+            // token would turn text that spells it into the token itself.
+            if is_control(m) {
+                return Err(LocalModelError::bad_metadata(
+                    "tokenizer.ggml.merges",
+                    "a merge makes a control token",
+                ));
+            }
             let rank = u32::try_from(rank).unwrap_or(u32::MAX);
             merge_map.entry((l, r)).or_insert((rank, m));
         }
@@ -165,6 +194,7 @@ impl Tokenizer {
             byte_ids,
             merges: merge_map,
             specials,
+            control_ids,
             pre,
         })
     }
@@ -176,15 +206,12 @@ impl Tokenizer {
 
     /// The id of a control token spelled `text` (`<|im_end|>` ...).
     pub fn control_id(&self, text: &str) -> Option<u32> {
-        self.specials
-            .iter()
-            .find(|(t, _)| t == text)
-            .map(|(_, id)| *id)
+        self.control_ids.get(text).copied()
     }
 
     /// Whether `id` is a control token.
     pub fn is_control(&self, id: u32) -> bool {
-        self.control.get(id as usize).copied().unwrap_or(false)
+        slot(&self.control, id).copied().unwrap_or(false)
     }
 
     /// Encodes plain text: control-token spellings in it are ordinary text
@@ -196,7 +223,10 @@ impl Tokenizer {
     }
 
     /// Encodes text in which control-token spellings are the control tokens
-    /// (what llama.cpp does with a rendered prompt).
+    /// (what llama.cpp does with a rendered prompt), the longest spelling
+    /// at the leftmost place first. Each place is compared with every
+    /// spelling: for tests and tools. The prompt path never searches text
+    /// for control tokens; the chat template places them.
     pub fn encode_with_special(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::new();
         let mut rest = text;
@@ -236,7 +266,7 @@ impl Tokenizer {
     /// The bytes of one token (control tokens: their spelling); empty for an
     /// id outside the vocabulary.
     pub fn token_bytes(&self, id: u32) -> &[u8] {
-        self.token_bytes.get(id as usize).map_or(&[], Vec::as_slice)
+        slot(&self.token_bytes, id).map_or(&[], Vec::as_slice)
     }
 
     /// Decodes ids to text, skipping control tokens; invalid UTF-8 becomes U+FFFD.
@@ -248,6 +278,11 @@ impl Tokenizer {
             .collect();
         String::from_utf8_lossy(&bytes).into_owned()
     }
+}
+
+/// The entry of token `id`, if the vocabulary has one.
+fn slot<T>(per_token: &[T], id: u32) -> Option<&T> {
+    per_token.get(usize::try_from(id).ok()?)
 }
 
 /// The GPT-2 split without its `\s+(?!\S)` look-ahead, which the `regex`
@@ -352,5 +387,71 @@ impl StreamDecoder {
         let out = String::from_utf8_lossy(&self.pending).into_owned();
         self.pending.clear();
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 256 byte symbols, then `extra` (`!` first: a control token).
+    fn vocab(extra: &[&str]) -> (Vec<String>, Vec<i64>) {
+        let mut tokens: Vec<String> = byte_chars().iter().map(char::to_string).collect();
+        let mut types = vec![1; tokens.len()];
+        for t in extra {
+            match t.strip_prefix('!') {
+                Some(control) => {
+                    tokens.push(control.to_owned());
+                    types.push(TOKEN_TYPE_CONTROL);
+                }
+                None => {
+                    tokens.push((*t).to_owned());
+                    types.push(1);
+                }
+            }
+        }
+        (tokens, types)
+    }
+
+    fn tokenizer(extra: &[&str], merges: &[&str]) -> Result<Tokenizer, LocalModelError> {
+        let (tokens, types) = vocab(extra);
+        let merges: Vec<String> = merges.iter().map(|m| (*m).to_owned()).collect();
+        Tokenizer::new(tokens, &types, &merges, PreTokenizer::Gpt2)
+    }
+
+    #[test]
+    fn an_empty_control_token_is_never_found_in_text() {
+        let tok = tokenizer(&["!", "!<c>", "!<c>"], &[]).unwrap();
+        // A repeated spelling is its first token.
+        let c = tok.control_id("<c>").unwrap();
+        assert_eq!(c, 257);
+        assert_eq!(tok.control_id(""), None);
+        // Looped for ever, pushing the empty token's id, before it was
+        // left out of the spellings searched for.
+        let ids = tok.encode_with_special("a<c>b");
+        assert_eq!(ids, [u32::from(b'a'), c, u32::from(b'b')]);
+        assert_eq!(tok.decode(&ids), "ab");
+    }
+
+    #[test]
+    fn plain_text_never_becomes_a_control_token() {
+        // A merge making one: text spelling `ab` would be the control
+        // token `ab`.
+        let err = tokenizer(&["!ab"], &["a b"]).unwrap_err();
+        assert!(
+            err.to_string().contains("a merge makes a control token"),
+            "{err}"
+        );
+        // A byte symbol that is one (the vocabulary spells `a` twice, the
+        // second time as a control token, which the lookup by text finds).
+        let err = tokenizer(&["!a"], &[]).unwrap_err();
+        assert!(
+            err.to_string().contains("a byte symbol is a control token"),
+            "{err}"
+        );
+        // The same merge to an ordinary token is taken.
+        let tok = tokenizer(&["ab"], &["a b"]).unwrap();
+        assert_eq!(tok.encode("ab"), [256]);
+        assert!(!tok.is_control(256));
     }
 }
