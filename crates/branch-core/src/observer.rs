@@ -90,12 +90,23 @@ impl Default for RunUsage {
     }
 }
 
+/// A token count: a whole number of at least zero, written as an integer
+/// or as a float without a fraction (`12.0`). Anything else (`3.7`,
+/// `1e30`, `-1`, text) is unreadable, not rounded into a count.
 fn count(v: Option<&Value>) -> Option<u64> {
+    /// 2^64: the first float past `u64::MAX`.
+    const PAST_U64: f64 = 18_446_744_073_709_551_616.0;
     match v {
         None | Some(Value::Null) => Some(0),
-        Some(v) => v
-            .as_u64()
-            .or_else(|| v.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
+        Some(v) => v.as_u64().or_else(|| {
+            let f = v
+                .as_f64()
+                .filter(|f| (0.0..PAST_U64).contains(f) && f.fract() == 0.0)?;
+            // Exact: whole and inside u64's range.
+            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+            let n = f as u64;
+            Some(n)
+        }),
     }
 }
 
@@ -735,6 +746,19 @@ mod tests {
         assert!(u.usage_valid);
         u.add_usage(&json!({"prompt_tokens": "many"}));
         assert!(!u.usage_valid);
+        // A float is a count only when whole: 3.7 tokens, or a count past
+        // u64, was truncated into one.
+        for (prompt, valid, input) in [
+            (json!(12.0), true, 12),
+            (json!(3.7), false, 0),
+            (json!(1e30), false, 0),
+            (json!(-0.0), true, 0),
+        ] {
+            let usage = json!({"prompt_tokens": prompt, "completion_tokens": 1});
+            let mut u = RunUsage::default();
+            u.add_usage(&usage);
+            assert_eq!((u.usage_valid, u.input_tokens), (valid, input), "{usage}");
+        }
     }
 
     #[test]
