@@ -15,6 +15,7 @@ use tokio::sync::{Notify, mpsc};
 use uuid::Uuid;
 
 use crate::message::{Message, MessageKind};
+use crate::model::token_count;
 
 /// A capability block that mixes granted and ungranted keys.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -90,23 +91,11 @@ impl Default for RunUsage {
     }
 }
 
-/// A token count: a whole number of at least zero, written as an integer
-/// or as a float without a fraction (`12.0`). Anything else (`3.7`,
-/// `1e30`, `-1`, text) is unreadable, not rounded into a count.
+/// A token count ([`token_count`]); absent or `null` is zero.
 fn count(v: Option<&Value>) -> Option<u64> {
-    /// 2^64: the first float past `u64::MAX`.
-    const PAST_U64: f64 = 18_446_744_073_709_551_616.0;
     match v {
         None | Some(Value::Null) => Some(0),
-        Some(v) => v.as_u64().or_else(|| {
-            let f = v
-                .as_f64()
-                .filter(|f| (0.0..PAST_U64).contains(f) && f.fract() == 0.0)?;
-            // Exact: whole and inside u64's range.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let n = f as u64;
-            Some(n)
-        }),
+        Some(v) => token_count(v),
     }
 }
 

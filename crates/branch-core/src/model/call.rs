@@ -257,6 +257,24 @@ pub struct TokenDetails {
     pub reasoning_tokens: Option<u64>,
 }
 
+/// A token count as a provider writes it: a whole number of at least
+/// zero, as an integer or as a float without a fraction (`12.0`, which
+/// some servers write). Anything else (`3.7`, `1e30`, `-1`, text) is no
+/// count: rounding it would invent one.
+pub(crate) fn token_count(v: &Value) -> Option<u64> {
+    /// 2^64: the first float past `u64::MAX`.
+    const PAST_U64: f64 = 18_446_744_073_709_551_616.0;
+    v.as_u64().or_else(|| {
+        let f = v
+            .as_f64()
+            .filter(|f| (0.0..PAST_U64).contains(f) && f.fract() == 0.0)?;
+        // Exact: whole and inside u64's range.
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let n = f as u64;
+        Some(n)
+    })
+}
+
 impl Usage {
     /// Reads an OpenAI chat (`prompt_tokens` ...), OpenAI Responses or
     /// Anthropic (`input_tokens` ...) usage object, normalised to one
@@ -264,13 +282,16 @@ impl Usage {
     /// cache (Anthropic's meaning; OpenAI's cached tokens, which its
     /// `prompt_tokens` include, are moved to `cache_read_input_tokens`),
     /// so [`Self::input_tokens`] is the whole input for every protocol.
+    ///
+    /// A count that is not a whole number of at least zero
+    /// ([`token_count`]) is passed over, as if absent.
     pub fn from_provider(value: &Value) -> Option<Self> {
         let obj = value.as_object()?;
-        let n = |k: &str| obj.field(k).and_then(Value::as_u64);
+        let n = |k: &str| obj.field(k).and_then(token_count);
         let details = |k: &str| {
             obj.field(k).map(|d| TokenDetails {
-                cached_tokens: d.field("cached_tokens").and_then(Value::as_u64),
-                reasoning_tokens: d.field("reasoning_tokens").and_then(Value::as_u64),
+                cached_tokens: d.field("cached_tokens").and_then(token_count),
+                reasoning_tokens: d.field("reasoning_tokens").and_then(token_count),
             })
         };
         Self::from_report(&UsageReport {
@@ -1166,6 +1187,24 @@ mod tests {
         .unwrap();
         assert_eq!((a.input_tokens(), a.total_tokens), (8, 7));
         assert!(Usage::from_provider(&json!({})).is_none());
+        // A whole float is a count; a fraction, a negative or a float past
+        // u64 is none, and the report falls back as if it were absent.
+        let f = Usage::from_provider(
+            &json!({"prompt_tokens": 12.0, "completion_tokens": 3.7, "total_tokens": 1e30,
+                    "prompt_tokens_details": {"cached_tokens": 2.0},
+                    "completion_tokens_details": {"reasoning_tokens": -1.0}}),
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                f.prompt_tokens,
+                f.cache_read_input_tokens,
+                f.completion_tokens,
+                f.total_tokens,
+                f.reasoning_tokens
+            ),
+            (10, 2, 0, 12, 0)
+        );
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub use call::{
     TokenDetails, ToolCall, Usage, UsageReport, api_call_execution, api_call_execution_head,
     extract_text, stream_chunk, thinking_chunk,
 };
-pub(crate) use call::{execution_error, execution_record};
+pub(crate) use call::{execution_error, execution_record, token_count};
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,
     ModelConfig, ModelConfigBuilder, ProcessorConfig, RequestOptions, RetryConfig, Seconds,
