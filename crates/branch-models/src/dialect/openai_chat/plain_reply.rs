@@ -218,6 +218,7 @@ mod tests {
             r#"{"choices":[{"message":{"content":["a"]}}]}"#,
             r#"{"choices":[{"message":{"content":"x"}}],"model":7}"#,
             r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":1.5}}"#,
+            r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":12.0}}"#,
             r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":-1}}"#,
             r#"{"choices":[{"message":{"content":"x"}}],"error":null}"#,
             r#"{"choices":[{"message":{"content":"x"}}],"output":[]}"#,
@@ -244,6 +245,10 @@ mod tests {
         for text in declined {
             assert!(!same(text), "{text} was taken");
         }
+        // Declined, a whole float is still a count the general way.
+        let float = r#"{"choices":[{"message":{"content":"x"}}],"usage":{"prompt_tokens":12.0}}"#;
+        let usage = general(float).and_then(|r| r.usage);
+        assert_eq!(usage.map(|u| u.prompt_tokens), Some(12));
         let deep = format!(
             r#"{{"choices":[{{"message":{{"content":"x"}}}}],"n":{}{}}}"#,
             "[".repeat(200),
