@@ -283,8 +283,9 @@ impl Usage {
     /// `prompt_tokens` include, are moved to `cache_read_input_tokens`),
     /// so [`Self::input_tokens`] is the whole input for every protocol.
     ///
-    /// A count that is not a whole number of at least zero
-    /// ([`token_count`]) is passed over, as if absent.
+    /// A count is a whole number of at least zero, written as an integer
+    /// or as a float without a fraction (`12.0`); anything else is passed
+    /// over, as if absent.
     pub fn from_provider(value: &Value) -> Option<Self> {
         let obj = value.as_object()?;
         let n = |k: &str| obj.field(k).and_then(token_count);
