@@ -338,6 +338,61 @@ async fn fault_429_retry_after_beyond_policy_gives_up() {
     assert_eq!(e.message, "come back later");
 }
 
+/// An HTTP-date `Retry-After` is read against the reply's own `Date`,
+/// whatever this machine's clock says (both name 2030 here): a date 30 s
+/// after it is beyond this policy and reported as 30 s; one 1 s after it,
+/// within a policy that allows 2 s, is waited for, then retried.
+#[tokio::test]
+async fn fault_429_retry_after_as_a_date() {
+    let server = MockServer::start().await;
+    server.push(
+        MockReply::error(429, "come back later")
+            .header("Date", "Tue, 01 Jan 2030 00:00:00 GMT")
+            .header("Retry-After", "Tue, 01 Jan 2030 00:00:30 GMT"),
+    );
+    let model = mock_model(&server, "gpt-4.1-mini");
+    let e = model.chat(user("q")).await.unwrap_err();
+    assert_eq!((e.kind, e.attempts), (ModelErrorKind::RateLimited, 1));
+    assert_eq!(e.retry_after, Some(Duration::from_secs(30)));
+
+    let server = MockServer::start().await;
+    server.push(
+        MockReply::error(429, "slow down")
+            .header("Date", "Tue, 01 Jan 2030 00:00:00 GMT")
+            .header("Retry-After", "Tue, 01 Jan 2030 00:00:01 GMT"),
+    );
+    server.push(MockReply::text("ok"));
+    let mut c = mock_config(&server, "gpt-4.1-mini");
+    c.set_retry_config(Some(RetryConfig {
+        max_delay: 2.0,
+        ..fast_retry()
+    }));
+    let start = Instant::now();
+    let r = IModel::with_api_key(c, "test")
+        .unwrap()
+        .chat(user("q"))
+        .await
+        .unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_secs(1),
+        "the date honoured"
+    );
+    assert_eq!((r.text.as_str(), r.attempts), ("ok", 2));
+
+    // Without a `Date`, against the clock: a date already past asks for no
+    // wait (the policy's backoff is not added to it).
+    let server = MockServer::start().await;
+    server.push(
+        MockReply::error(429, "slow down").header("Retry-After", "Wed, 21 Oct 2015 07:28:00 GMT"),
+    );
+    server.push(MockReply::text("ok"));
+    let r = mock_model(&server, "gpt-4.1-mini")
+        .chat(user("q"))
+        .await
+        .unwrap();
+    assert_eq!((r.text.as_str(), r.attempts), ("ok", 2));
+}
+
 #[tokio::test]
 async fn fault_insufficient_quota_is_not_retried() {
     let server = MockServer::start().await;

@@ -20,6 +20,7 @@ use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
 use crate::limits::{self, CallLimits};
 use crate::reply_stream::ReplyStream;
+use crate::retry_after::retry_after;
 use crate::secret::ApiKey;
 use crate::target::{Target, put_header};
 use crate::traced;
@@ -954,35 +955,6 @@ pub(crate) fn empty_reply_message(finish_reason: Option<&str>) -> String {
         }
         None => "the reply has no text and no tool calls".to_owned(),
     }
-}
-
-/// The wait a reply asks for (`retry-after-ms`, else `retry-after` in
-/// seconds). Negative, NaN, infinite and non-numeric values are treated as
-/// absent; huge ones saturate at [`limits::MAX_RETRY_AFTER`]. An HTTP-date
-/// `Retry-After` is treated as absent too (the policy's own backoff applies).
-fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let get = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-            .and_then(|v| v.parse::<f64>().ok())
-    };
-    get("retry-after-ms")
-        .and_then(|ms| retry_after_secs(ms / 1000.0))
-        .or_else(|| get("retry-after").and_then(retry_after_secs))
-}
-
-/// A server-requested wait in seconds as a duration: `None` for nonsense,
-/// saturated at [`limits::MAX_RETRY_AFTER`].
-fn retry_after_secs(secs: f64) -> Option<Duration> {
-    if !(secs.is_finite() && secs >= 0.0) {
-        return None;
-    }
-    Some(
-        Duration::try_from_secs_f64(secs)
-            .map_or(limits::MAX_RETRY_AFTER, |d| d.min(limits::MAX_RETRY_AFTER)),
-    )
 }
 
 /// The boxed future of a [`ChatModel`] call, as `async_trait` declares it.

@@ -38,8 +38,9 @@ pub const MAX_SSE_LINE_BYTES: usize = 8 * 1024 * 1024;
 pub const MAX_SSE_EVENT_BYTES: usize = 8 * 1024 * 1024;
 
 /// Longest wait a `Retry-After`-style header may ask for, whatever the
-/// retry policy says: a day. Larger values (and negative, NaN or
-/// non-numeric ones) are treated as absent.
+/// retry policy says: a day. Larger waits saturate here (and are then
+/// reported, not slept); negative, NaN and unreadable values are treated
+/// as absent.
 pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// Longest delay, timeout or recovery time the model layer will ever
