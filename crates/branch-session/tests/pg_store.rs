@@ -1,6 +1,7 @@
 //! What only the PostgreSQL store has: migrations shared by workers that
 //! start together, the outbox and its watch, a connection dropped in the
-//! middle of a turn, and a password that never shows. Runs against the
+//! middle of a turn, a password that never shows, and rows damaged by hand
+//! (SQLite's are in `store_files.rs`). Runs against the
 //! database `LIONAGI_PG_URL` names (each test in a schema of its own);
 //! skips without one locally, fails without one in CI.
 #![cfg(feature = "postgres")]
@@ -131,6 +132,180 @@ async fn a_password_never_shows() {
     for text in [err.to_string(), format!("{err:?}")] {
         assert!(!text.contains(SECRET), "{text}");
     }
+}
+
+/// Rows are data someone else may have written, by hand or by a botched
+/// migration: a malformed or oversized body, a negative count, a time no
+/// clock gives, and columns altered to hold NULL or another type are each
+/// refused as `Corrupt`, naming the table and the row, and never panic
+/// the store (`Row::get` would); an oversized row is refused unread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn damaged_rows_are_refused_by_name_and_never_panic() {
+    use branch_core::{MemoryItem, MemoryQuery, MemoryStore};
+    use branch_session::limits::MAX_STORED_ROW_BYTES;
+    let Some(url) = pg_url() else { return };
+    let schema = fresh_schema("damaged");
+    let store = &PgStore::connect_with(&url, opts(&schema)).await.unwrap();
+    let c = raw(&url, &schema).await;
+    let corrupt = |e: StoreError, table: &str, id: &str| {
+        let text = e.to_string();
+        assert!(
+            matches!(&e, StoreError::Corrupt { table: t, .. } if *t == table),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("`{table}`")) && text.contains(id),
+            "{text}"
+        );
+        text
+    };
+    let saved = |n| async move {
+        let b = common::conversation(n);
+        store.save(&b).await.unwrap();
+        b.id()
+    };
+
+    // A body that is not a message, and one over the row cap.
+    let a = saved(1).await;
+    c.execute(
+        "UPDATE messages SET body = '{\"not\": \"a message\"' WHERE branch_id = $1 AND seq = 1",
+        &[&a],
+    )
+    .await
+    .unwrap();
+    corrupt(store.load(a).await.unwrap_err(), "messages", &a.to_string());
+    corrupt(
+        store.load_since(a, 0).await.unwrap_err(),
+        "messages",
+        &a.to_string(),
+    );
+    let b = saved(1).await;
+    let over = i32::try_from(MAX_STORED_ROW_BYTES + 1).unwrap();
+    c.execute(
+        "UPDATE messages SET body = repeat('x', $2) WHERE branch_id = $1 AND seq = 2",
+        &[&b, &over],
+    )
+    .await
+    .unwrap();
+    for e in [
+        store.load(b).await.unwrap_err(),
+        store.load_since(b, 0).await.unwrap_err(),
+    ] {
+        let text = corrupt(e, "messages", &b.to_string());
+        assert!(text.contains("cap") && text.contains("seq 2"), "{text}");
+    }
+    store.delete(a).await.unwrap();
+    store.delete(b).await.unwrap();
+
+    // A negative count: refused by every reading, and no turn is appended
+    // after it.
+    let d = saved(1).await;
+    c.execute(
+        "UPDATE branches SET message_count = -1 WHERE id = $1",
+        &[&d],
+    )
+    .await
+    .unwrap();
+    let id = d.to_string();
+    let text = corrupt(store.list().await.unwrap_err(), "branches", &id);
+    assert!(text.contains("message_count is -1"), "{text}");
+    corrupt(store.load_since(d, 0).await.unwrap_err(), "branches", &id);
+    let turn = [Message::assistant("after the damage")];
+    corrupt(
+        store.append_turn(d, &turn).await.unwrap_err(),
+        "branches",
+        &id,
+    );
+    let rows: i64 = c
+        .query_one("SELECT COUNT(*) FROM messages WHERE branch_id = $1", &[&d])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(rows, 3, "the refused turn wrote nothing");
+    c.execute("UPDATE branches SET message_count = 3 WHERE id = $1", &[&d])
+        .await
+        .unwrap();
+
+    // A time no clock gives.
+    c.execute(
+        "UPDATE branches SET updated_at = 'Infinity' WHERE id = $1",
+        &[&d],
+    )
+    .await
+    .unwrap();
+    let text = corrupt(store.list().await.unwrap_err(), "branches", &id);
+    assert!(text.contains("updated_at is inf"), "{text}");
+    store.delete(d).await.unwrap();
+
+    // Columns altered by hand: a NULL where the schema had NOT NULL, and
+    // another type.
+    let eb = common::conversation(1);
+    store.save(&eb).await.unwrap();
+    let e = eb.id();
+    let id = e.to_string();
+    c.batch_execute("ALTER TABLE branches ALTER COLUMN version DROP NOT NULL")
+        .await
+        .unwrap();
+    c.execute("UPDATE branches SET version = NULL WHERE id = $1", &[&e])
+        .await
+        .unwrap();
+    for err in [
+        store.list().await.unwrap_err(),
+        store.load(e).await.unwrap_err(),
+        store.load_since(e, 0).await.unwrap_err(),
+        store.append_turn(e, &turn).await.unwrap_err(),
+        store.save_at(&eb, 1).await.unwrap_err(),
+        // A save writes `version + 1`, NULL too: refused and rolled back.
+        store.save(&eb).await.unwrap_err(),
+    ] {
+        let text = corrupt(err, "branches", &id);
+        assert!(
+            text.contains("`version`") && text.contains("NULL"),
+            "{text}"
+        );
+    }
+    store.delete(e).await.unwrap();
+    let f = saved(1).await;
+    c.batch_execute("ALTER TABLE messages ALTER COLUMN pos TYPE numeric")
+        .await
+        .unwrap();
+    // The pool's prepared statements fail at the server ("cached plan must
+    // not change result type"); a store with fresh connections reads the
+    // column and refuses its type.
+    assert!(store.load(f).await.is_err());
+    let fresh = PgStore::connect_with(&url, opts(&schema)).await.unwrap();
+    let text = corrupt(fresh.load(f).await.unwrap_err(), "messages", &f.to_string());
+    assert!(text.contains("`pos`"), "{text}");
+    corrupt(
+        fresh.load_since(f, 0).await.unwrap_err(),
+        "messages",
+        &f.to_string(),
+    );
+
+    // Memory items: a time no clock gives, and content over the cap.
+    let mem = store.memory("m");
+    let item = MemoryItem::new("small");
+    mem.store(item.clone()).await.unwrap();
+    c.execute("UPDATE memory_items SET created_at = 'NaN'", &[])
+        .await
+        .unwrap();
+    let err = mem.retrieve(item.id()).await.unwrap_err().to_string();
+    assert!(
+        err.contains("memory_items") && err.contains("created_at is NaN"),
+        "{err}"
+    );
+    c.execute(
+        "UPDATE memory_items SET created_at = 1, content = repeat('x', $1)",
+        &[&over],
+    )
+    .await
+    .unwrap();
+    let err = mem
+        .search(&MemoryQuery::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("memory_items") && err.contains("cap"), "{err}");
 }
 
 /// A trigger that fails any turn which brings a branch past `limit`

@@ -219,3 +219,70 @@ async fn an_oversized_memory_item_is_refused_unread() {
         .to_string();
     assert!(err.contains("cap"), "{err}");
 }
+
+/// Numbers no write of ours makes are faults, not values to report or to
+/// build on: a negative `message_count` (reported as 0 before, and the
+/// next turn's rows numbered from it) and a time that is not finite.
+#[tokio::test]
+async fn impossible_numbers_are_refused() {
+    use branch_core::{MemoryItem, MemoryStore, Message};
+    let dir = TempDir::new("numbers");
+    let path = dir.join("s.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let b = common::conversation(1);
+    store.save(&b).await.unwrap();
+    let id = b.id().to_string();
+    let c = rusqlite::Connection::open(&path).unwrap();
+    c.execute(
+        "UPDATE branches SET message_count = -1 WHERE id = ?1",
+        [&id],
+    )
+    .unwrap();
+    let turn = [Message::assistant("after the damage")];
+    for err in [
+        store.list().await.unwrap_err(),
+        store.load_since(b.id(), 0).await.unwrap_err(),
+        store.append_turn(b.id(), &turn).await.unwrap_err(),
+    ] {
+        let text = err.to_string();
+        assert!(
+            matches!(
+                err,
+                StoreError::Corrupt {
+                    table: "branches",
+                    ..
+                }
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(&id) && text.contains("message_count is -1"),
+            "{text}"
+        );
+    }
+    let rows: i64 = c
+        .query_row("SELECT COUNT(*) FROM messages", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 3, "the refused turn wrote nothing");
+    c.execute(
+        "UPDATE branches SET message_count = 3, updated_at = 9e999 WHERE id = ?1",
+        [&id],
+    )
+    .unwrap();
+    let text = store.list().await.unwrap_err().to_string();
+    assert!(
+        text.contains(&id) && text.contains("updated_at is inf"),
+        "{text}"
+    );
+
+    let mem = store.memory("m");
+    let item = MemoryItem::new("small");
+    mem.store(item.clone()).await.unwrap();
+    c.execute("UPDATE memory_items SET created_at = -9e999", [])
+        .unwrap();
+    let err = mem.retrieve(item.id()).await.unwrap_err().to_string();
+    assert!(
+        err.contains("memory_items") && err.contains("created_at is -inf"),
+        "{err}"
+    );
+}

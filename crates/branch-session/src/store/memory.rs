@@ -80,6 +80,7 @@ fn decode(
         reason,
     };
     let uuid = Uuid::parse_str(&id).map_err(|e| corrupt(e.to_string()))?;
+    let created_at = super::sqlite::finite_time("created_at", created_at).map_err(corrupt)?;
     let too_big = || corrupt(format!("over the {MAX_STORED_ROW_BYTES}-byte row cap"));
     let (metadata, content, tags) = (
         metadata.ok_or_else(too_big)?,

@@ -412,7 +412,7 @@ impl BranchStore for SqliteStore {
                 tx.finish().map_err(err)?;
                 Ok(Since {
                     version: version_of(p, branch_id, version)?,
-                    message_count: u64::try_from(count).unwrap_or(0),
+                    message_count: count_of(p, branch_id, count)?,
                     messages,
                 })
             })
@@ -454,8 +454,15 @@ impl BranchStore for SqliteStore {
                     out.push(BranchSummary {
                         id: uuid,
                         name,
-                        message_count: u64::try_from(count).unwrap_or(0),
-                        updated_at,
+                        message_count: count_of(p, uuid, count)?,
+                        updated_at: finite_time("updated_at", updated_at).map_err(|reason| {
+                            StoreError::Corrupt {
+                                path: p.to_owned(),
+                                table: "branches",
+                                what: format!("branch {uuid}"),
+                                reason,
+                            }
+                        })?,
                         version: version_of(p, uuid, version)?,
                     });
                 }
@@ -531,6 +538,7 @@ fn append_rows(
         reason: too_big("its skeleton", skeleton_len, MAX_STORED_ROW_BYTES),
     })?;
     let found = version_of(p, branch_id, version)?;
+    count_of(p, branch_id, count)?;
     if let Some(expected) = expected {
         if expected != found {
             return Err(StoreError::Conflict {
@@ -599,6 +607,25 @@ fn version_of(p: &Path, id: Uuid, v: i64) -> Result<u64, StoreError> {
         what: format!("branch {id}"),
         reason: format!("its version is {v}"),
     })
+}
+
+fn count_of(p: &Path, id: Uuid, n: i64) -> Result<u64, StoreError> {
+    u64::try_from(n).map_err(|_| StoreError::Corrupt {
+        path: p.to_owned(),
+        table: "branches",
+        what: format!("branch {id}"),
+        reason: format!("its message_count is {n}"),
+    })
+}
+
+/// A stored time (seconds since the epoch) read back: a value no clock
+/// gives (NaN, infinite) is a fault, not a time to report or write.
+pub(crate) fn finite_time(column: &str, t: f64) -> Result<f64, String> {
+    if t.is_finite() {
+        Ok(t)
+    } else {
+        Err(format!("its {column} is {t}, not a time"))
+    }
 }
 
 fn stored_message(

@@ -10,9 +10,10 @@ use futures_util::{StreamExt, pin_mut};
 use serde_json::Value;
 use uuid::Uuid;
 
-use super::{Shared, pg_err};
+use super::{Shared, column, pg_err};
 use crate::limits::MAX_STORED_ROW_BYTES;
 use crate::store::error::StoreError;
+use crate::store::sqlite::finite_time;
 
 /// A [`MemoryStore`] whose items live in PostgreSQL under one scope.
 /// Insertion order is kept and replacing an item keeps its place; the
@@ -59,17 +60,19 @@ impl PgMemoryStore {
     }
 
     fn decode(&self, row: &tokio_postgres::Row) -> Result<MemoryItem, StoreError> {
-        let id: Uuid = row.get(0);
-        let corrupt = |reason: String| StoreError::Corrupt {
+        let corrupt_as = |what: String, reason: String| StoreError::Corrupt {
             path: self.shared.label.clone().into(),
             table: "memory_items",
-            what: format!("memory item {id}"),
+            what,
             reason,
         };
-        let created_at: f64 = row.get(1);
-        let metadata: Option<String> = row.get(2);
-        let content: Option<String> = row.get(3);
-        let tags: Vec<String> = row.get(4);
+        let id: Uuid = column(row, 0).map_err(|r| corrupt_as("a memory item".into(), r))?;
+        let corrupt = |reason: String| corrupt_as(format!("memory item {id}"), reason);
+        let created_at: f64 = column(row, 1).map_err(corrupt)?;
+        let created_at = finite_time("created_at", created_at).map_err(corrupt)?;
+        let metadata: Option<String> = column(row, 2).map_err(corrupt)?;
+        let content: Option<String> = column(row, 3).map_err(corrupt)?;
+        let tags: Vec<String> = column(row, 4).map_err(corrupt)?;
         let too_big = || corrupt(format!("over the {MAX_STORED_ROW_BYTES}-byte row cap"));
         let metadata: branch_core::Metadata = serde_json::from_str(&metadata.ok_or_else(too_big)?)
             .map_err(|e| corrupt(e.to_string()))?;

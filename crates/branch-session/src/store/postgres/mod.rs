@@ -22,6 +22,7 @@ use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use futures_util::{StreamExt, pin_mut};
 use serde_json::Value;
 use tokio_postgres::IsolationLevel;
+use tokio_postgres::types::FromSql;
 use uuid::Uuid;
 
 pub use memory::PgMemoryStore;
@@ -30,7 +31,7 @@ pub use watch::{Watch, WatchEvent};
 
 use super::error::StoreError;
 use super::layout::{self, SplitBranch};
-use super::sqlite::{Durability, too_big};
+use super::sqlite::{Durability, finite_time, too_big};
 use super::{BranchStore, BranchSummary, Since, StoredMessage};
 use crate::limits::{
     MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_NAME_BYTES, MAX_STORED_ROW_BYTES,
@@ -224,7 +225,7 @@ impl PgStore {
             .query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[])
             .await
             .map_err(|e| pg_err(label, "read schema version", e))?;
-        Ok(row.get(0))
+        column(&row, 0).map_err(|r| self.corrupt("schema_version", "the version".into(), r))
     }
 
     /// A durable [`branch_core::MemoryStore`] in this database. Stores with
@@ -265,11 +266,11 @@ impl PgStore {
         ];
         let mut problems = Vec::new();
         for (what, sql) in checks {
-            let n: i64 = c
+            let n = c
                 .query_one(sql, &[])
                 .await
-                .map_err(|e| pg_err(label, "check consistency", e))?
-                .get(0);
+                .map_err(|e| pg_err(label, "check consistency", e))?;
+            let n: i64 = column(&n, 0).map_err(|r| self.corrupt("branches", what.into(), r))?;
             if n != 0 {
                 problems.push(format!("{n} {what}"));
             }
@@ -344,9 +345,11 @@ impl PgStore {
         let Some(head) = head else {
             return Err(StoreError::NotFound(branch_id));
         };
-        let has_view: bool = head.get(0);
-        let count: i64 = head.get(1);
-        let found = self.version_of(branch_id, head.get(2))?;
+        let bad = |r| self.corrupt("branches", format!("branch {branch_id}"), r);
+        let has_view: bool = column(&head, 0).map_err(bad)?;
+        let count: i64 = column(&head, 1).map_err(bad)?;
+        self.count_of(branch_id, count)?;
+        let found = self.version_of(branch_id, column(&head, 2).map_err(bad)?)?;
         if let Some(expected) = expected {
             if expected != found {
                 return Err(StoreError::Conflict {
@@ -356,7 +359,11 @@ impl PgStore {
                 });
             }
         }
-        let stored: HashSet<Uuid> = stored.iter().map(|r| r.get(0)).collect();
+        let stored: HashSet<Uuid> = stored
+            .iter()
+            .map(|r| column(r, 0))
+            .collect::<Result<_, _>>()
+            .map_err(|r| self.corrupt("messages", format!("branch {branch_id}"), r))?;
         // In order, as if one by one: a message seen again in the same
         // turn (a request completed by its response) replaces the body
         // it was written with.
@@ -426,7 +433,8 @@ impl PgStore {
                 )
                 .await
                 .map_err(err)?;
-            let (text, len) = capped(&row, 0);
+            let (text, len) = capped(&row, 0)
+                .map_err(|r| self.corrupt("branches", format!("branch {branch_id}"), r))?;
             let text = text.ok_or_else(|| {
                 self.corrupt(
                     "branches",
@@ -481,6 +489,16 @@ impl PgStore {
         })
     }
 
+    fn count_of(&self, id: Uuid, n: i64) -> Result<u64, StoreError> {
+        u64::try_from(n).map_err(|_| {
+            self.corrupt(
+                "branches",
+                format!("branch {id}"),
+                format!("its message_count is {n}"),
+            )
+        })
+    }
+
     /// Writes the whole branch; with `expected`, only if the stored branch
     /// is at that version (checked under the row's lock). Returns the new
     /// version.
@@ -504,7 +522,9 @@ impl PgStore {
             let Some(head) = head else {
                 return Err(StoreError::NotFound(id));
             };
-            let found = self.version_of(id, head.get(0))?;
+            let found = column(&head, 0)
+                .map_err(|r| self.corrupt("branches", format!("branch {id}"), r))?;
+            let found = self.version_of(id, found)?;
             if found != expected {
                 return Err(StoreError::Conflict {
                     branch: id,
@@ -514,7 +534,7 @@ impl PgStore {
             }
         }
         let count = i64::try_from(split.rows.len()).unwrap_or(i64::MAX);
-        let version: i64 = tx
+        let version = tx
             .query_one(
                 &tx.prepare_cached("INSERT INTO branches (id, name, skeleton, has_view, message_count, version, updated_at)
                  VALUES ($1, $2, $3, $4, $5, 1, $6)
@@ -526,8 +546,9 @@ impl PgStore {
                 &[&id, &split.name, &split.skeleton, &split.has_view, &count, &now],
             )
             .await
-            .map_err(err)?
-            .get(0);
+            .map_err(err)?;
+        let version: i64 =
+            column(&version, 0).map_err(|r| self.corrupt("branches", format!("branch {id}"), r))?;
         let mut stored: HashMap<Uuid, (i64, i64, i64)> = tx
             .query(
                 &tx.prepare_cached(
@@ -540,8 +561,9 @@ impl PgStore {
             .await
             .map_err(err)?
             .iter()
-            .map(|r| (r.get(0), (r.get(1), r.get(2), r.get(3))))
-            .collect();
+            .map(|r| Ok((column(r, 0)?, (column(r, 1)?, column(r, 2)?, column(r, 3)?))))
+            .collect::<Result<_, String>>()
+            .map_err(|r| self.corrupt("messages", format!("branch {id}"), r))?;
         let mut seqs = Vec::new();
         let mut poss = Vec::new();
         let mut mids = Vec::new();
@@ -641,8 +663,23 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 }
 
 /// Reads capped text columns: `(text or NULL when over the cap, length)`.
-fn capped(row: &tokio_postgres::Row, at: usize) -> (Option<String>, i64) {
-    (row.get(at), row.get(at + 1))
+fn capped(row: &tokio_postgres::Row, at: usize) -> Result<(Option<String>, i64), String> {
+    Ok((column(row, at)?, column(row, at + 1)?))
+}
+
+/// Column `i` of a row read from the database. Rows are data others may
+/// have written, and a column altered by hand may hold NULL or another
+/// type: such a value is a fault that names its column, never a panic
+/// (`Row::get` panics).
+pub(super) fn column<'a, T: FromSql<'a>>(
+    row: &'a tokio_postgres::Row,
+    i: usize,
+) -> Result<T, String> {
+    row.try_get(i).map_err(|e| {
+        let name = row.columns().get(i).map_or("?", |c| c.name());
+        let why = std::error::Error::source(&e).map_or_else(|| e.to_string(), ToString::to_string);
+        format!("its column `{name}` does not read: {why}")
+    })
 }
 
 #[async_trait]
@@ -698,9 +735,11 @@ impl BranchStore for PgStore {
         let Some(head) = head else {
             return Err(StoreError::NotFound(id));
         };
-        let (skeleton, skeleton_len) = capped(&head, 0);
-        let version = self.version_of(id, head.get(2))?;
         let what = || format!("branch {id}");
+        let (skeleton, skeleton_len) =
+            capped(&head, 0).map_err(|r| self.corrupt("branches", what(), r))?;
+        let version = column(&head, 2).map_err(|r| self.corrupt("branches", what(), r))?;
+        let version = self.version_of(id, version)?;
         let skeleton = skeleton.ok_or_else(|| {
             self.corrupt(
                 "branches",
@@ -722,10 +761,11 @@ impl BranchStore for PgStore {
         let mut total = 0usize;
         while let Some(r) = stream.next().await {
             let r = r.map_err(err)?;
-            let mid: Uuid = r.get(0);
-            let pos: i64 = r.get(1);
-            let (body, len) = capped(&r, 2);
-            let seq: i64 = r.get(4);
+            let bad = |reason| self.corrupt("messages", what(), reason);
+            let mid: Uuid = column(&r, 0).map_err(bad)?;
+            let pos: i64 = column(&r, 1).map_err(bad)?;
+            let (body, len) = capped(&r, 2).map_err(bad)?;
+            let seq: i64 = column(&r, 4).map_err(bad)?;
             let body = body.ok_or_else(|| {
                 self.corrupt(
                     "messages",
@@ -781,8 +821,9 @@ impl BranchStore for PgStore {
         let Some(head) = head else {
             return Err(StoreError::NotFound(branch_id));
         };
-        let version = self.version_of(branch_id, head.get(0))?;
-        let count: i64 = head.get(1);
+        let bad = |r| self.corrupt("branches", format!("branch {branch_id}"), r);
+        let version = self.version_of(branch_id, column(&head, 0).map_err(bad)?)?;
+        let count = self.count_of(branch_id, column(&head, 1).map_err(bad)?)?;
         let rows = tx
             .query(
                 &tx.prepare_cached("SELECT seq, pos, CASE WHEN octet_length(body)::bigint > $3 THEN NULL ELSE body END,
@@ -795,14 +836,15 @@ impl BranchStore for PgStore {
         tx.commit().await.map_err(err)?;
         let mut messages = Vec::with_capacity(rows.len());
         for r in &rows {
-            let seq: i64 = r.get(0);
-            let pos: i64 = r.get(1);
-            let (body, len) = capped(r, 2);
+            let bad = |reason| self.corrupt("messages", format!("branch {branch_id}"), reason);
+            let seq: i64 = column(r, 0).map_err(bad)?;
+            let pos: i64 = column(r, 1).map_err(bad)?;
+            let (body, len) = capped(r, 2).map_err(bad)?;
             messages.push(self.stored_message(branch_id, seq, pos, body, len)?);
         }
         Ok(Since {
             version,
-            message_count: u64::try_from(count).unwrap_or(0),
+            message_count: count,
             messages,
         })
     }
@@ -821,14 +863,15 @@ impl BranchStore for PgStore {
             .map_err(|e| pg_err(label, "list branches", e))?;
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
-            let id: Uuid = r.get(0);
-            let count: i64 = r.get(2);
+            let id: Uuid = column(&r, 0)
+                .map_err(|reason| self.corrupt("branches", "a branch".into(), reason))?;
+            let bad = |reason| self.corrupt("branches", format!("branch {id}"), reason);
             out.push(BranchSummary {
                 id,
-                name: r.get(1),
-                message_count: u64::try_from(count).unwrap_or(0),
-                updated_at: r.get(3),
-                version: self.version_of(id, r.get(4))?,
+                name: column(&r, 1).map_err(bad)?,
+                message_count: self.count_of(id, column(&r, 2).map_err(bad)?)?,
+                updated_at: finite_time("updated_at", column(&r, 3).map_err(bad)?).map_err(bad)?,
+                version: self.version_of(id, column(&r, 4).map_err(bad)?)?,
             });
         }
         Ok(out)

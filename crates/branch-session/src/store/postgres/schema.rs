@@ -86,11 +86,16 @@ pub(crate) async fn migrate(
     tx.batch_execute("CREATE TABLE IF NOT EXISTS schema_version (version bigint NOT NULL)")
         .await
         .map_err(err("create schema_version"))?;
-    let found: i64 = tx
+    let found = tx
         .query_one("SELECT COALESCE(MAX(version), 0) FROM schema_version", &[])
         .await
-        .map_err(err("read schema version"))?
-        .get(0);
+        .map_err(err("read schema version"))?;
+    let found: i64 = super::column(&found, 0).map_err(|reason| StoreError::Corrupt {
+        path: PathBuf::from(label),
+        table: "schema_version",
+        what: "the version".into(),
+        reason,
+    })?;
     if found > CURRENT_VERSION {
         return Err(StoreError::NewerSchema {
             path: PathBuf::from(label),

@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_postgres::AsyncMessage;
 use uuid::Uuid;
 
-use super::{Shared, pg_err};
+use super::{Shared, column, pg_err};
 use crate::limits::{
     MAX_ROWS_PER_BATCH, MAX_STORED_ROW_BYTES, WATCH_MAX_BACKOFF, WATCH_POLL_INTERVAL,
 };
@@ -192,16 +192,23 @@ impl Watch {
             .await
             .map_err(|e| FetchError::Connection(pg_err(label, "read the outbox", e)))?;
         for r in &rows {
-            let (id, seq, version): (i64, i64, i64) = (r.get(0), r.get(1), r.get(2));
-            let body: Option<String> = r.get(3);
-            let corrupt = |reason: String| {
+            let corrupt_as = |what: String, reason: String| {
                 FetchError::Data(StoreError::Corrupt {
                     path: label.into(),
                     table: "events",
-                    what: format!("event {id} of branch {}", self.branch_id),
+                    what,
                     reason,
                 })
             };
+            let id: i64 = column(r, 0).map_err(|reason| {
+                corrupt_as(format!("an event of branch {}", self.branch_id), reason)
+            })?;
+            let corrupt = |reason: String| {
+                corrupt_as(format!("event {id} of branch {}", self.branch_id), reason)
+            };
+            let seq: i64 = column(r, 1).map_err(corrupt)?;
+            let version: i64 = column(r, 2).map_err(corrupt)?;
+            let body: Option<String> = column(r, 3).map_err(corrupt)?;
             let body = body.ok_or_else(|| corrupt("the body is over the row cap".into()))?;
             let value: Value = serde_json::from_str(&body).map_err(|e| corrupt(e.to_string()))?;
             let message = Message::from_value(&value).map_err(|e| corrupt(e.to_string()))?;
