@@ -46,6 +46,29 @@ fn every_crate_states_its_charter() {
     }
 }
 
+/// Every crate reads something from outside (replies, rows, files,
+/// stdin, model output), and an `unwrap` on it is a panic a hostile input
+/// can cause: each crate root, the CLI's included, refuses them outside
+/// tests, so that an exception is an `allow` with its reason beside it.
+#[test]
+fn every_crate_root_denies_unwrap_outside_tests() {
+    const DENY: &str = "#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]";
+    let mut roots: Vec<PathBuf> = workspace_crates()
+        .iter()
+        .map(|k| root().join("crates").join(k).join("src/lib.rs"))
+        .collect();
+    roots.push(root().join("crates/lionagi/src/main.rs"));
+    for f in roots {
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(
+            text.contains(DENY)
+                || text.contains("#![deny(clippy::unwrap_used, clippy::expect_used)]"),
+            "{}: add `{DENY}`",
+            f.display()
+        );
+    }
+}
+
 #[test]
 fn the_code_map_names_every_crate() {
     let arch = std::fs::read_to_string(root().join("docs/architecture.md")).unwrap();

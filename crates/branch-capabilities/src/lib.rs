@@ -17,6 +17,9 @@
 //! `MessageAdded` signal. [`observe_assistant_message`] is the same step
 //! as a pure function, for tests and custom paths.
 
+// Grants are read from model output: nothing outside tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod emission;
 mod error;
 mod ext;

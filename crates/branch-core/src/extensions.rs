@@ -58,6 +58,10 @@ impl Extensions {
     }
 
     /// The value of type `T`, created with `init` on first use.
+    #[allow(
+        clippy::expect_used,
+        reason = "the map is keyed by each value's own TypeId"
+    )]
     pub fn get_or_insert_with<T: Send + Sync + 'static>(
         &mut self,
         init: impl FnOnce() -> T,

@@ -13,6 +13,10 @@
 //! [`Operation`]s. It must not know HTTP, tool implementations, the verbs'
 //! algorithms, storage engines or sessions' membership rules.
 
+// Stored documents, model replies and tool arguments reach this crate's
+// readers: nothing outside tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod action;
 pub mod branch;
 mod canonical_uuid;

@@ -43,6 +43,10 @@
 //! assert_eq!(request[0].to_value()["role"], "user");
 //! ```
 
+// Messages come from stored documents and model replies: nothing outside
+// tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod compile;
 mod error;
 pub mod render;

@@ -39,6 +39,10 @@
 //! refused ones are appended to `skipped`. Admitted blocks are reported in
 //! registration order.
 
+// Providers' blocks come from user code and stored data: nothing outside
+// tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod ext;
 mod fold;
 mod gather;

@@ -8,6 +8,9 @@
 //! by many workers (`PgStore`, feature `postgres`). It must not know the verbs'
 //! algorithms.
 
+// Stored rows and files are hostile: nothing outside tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod limits;
 pub mod session;
 pub mod store;

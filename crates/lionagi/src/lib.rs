@@ -17,6 +17,9 @@
 //! # Ok::<(), lionagi::core::BranchError>(())
 //! ```
 
+// The CLI reads stdin, files and stores: nothing outside tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 //! A turn with a model (this is the README's example, compiled here so it
 //! stays true):
 //!

@@ -1,5 +1,8 @@
 //! The `lionagi` command.
 
+// It reads stdin, files and stores: nothing outside tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 fn main() {
     // With the `otel` feature, spans go to an OTLP collector when
     // OTEL_EXPORTER_OTLP_ENDPOINT is set; the guard flushes them before the

@@ -39,6 +39,10 @@ const OPENAI_CHAT_SCHEMA_TEXT: &str = include_str!("openai_chat_request_schema.j
 /// exactly as `to_dict(include_request_options=True)` writes it.
 pub fn openai_chat_request_schema() -> &'static Value {
     static SCHEMA: OnceLock<Value> = OnceLock::new();
+    #[allow(
+        clippy::expect_used,
+        reason = "compiled-in text, parsed by a test; not input"
+    )]
     SCHEMA.get_or_init(|| {
         serde_json::from_str(OPENAI_CHAT_SCHEMA_TEXT).expect("embedded schema is valid JSON")
     })
