@@ -206,6 +206,15 @@ pub fn expected_keys(format: &ResponseFormat) -> Vec<String> {
     }
 }
 
+/// `f` as the `i64` it equals, when there is one.
+fn exact_i64(f: f64) -> Option<i64> {
+    // 2^63: every whole float of smaller magnitude (and -2^63 itself)
+    // converts exactly.
+    const BOUND: f64 = 9_223_372_036_854_775_808.0;
+    #[allow(clippy::cast_possible_truncation, reason = "whole and within range")]
+    (f.fract() == 0.0 && (-BOUND..BOUND).contains(&f)).then_some(f as i64)
+}
+
 /// Lax coercion before validation, as pydantic's lax mode does for the
 /// common cases: numeric strings to numbers, `"true"`/`"false"` to
 /// booleans, for top-level fields whose schema asks for them.
@@ -242,8 +251,12 @@ pub fn coerce(obj: &mut Map<String, Value>, schema: &Value) {
             }
         } else if let Value::Number(n) = v {
             if types.iter().any(|t| t == "integer") && !types.iter().any(|t| t == "number") {
-                if let Some(f) = n.as_f64().filter(|f| f.fract() == 0.0 && !n.is_i64()) {
-                    *v = (f as i64).into();
+                // Only a float is rewritten, and only to the integer it
+                // equals: a whole integer too large for i64 (an unsigned
+                // one, or 1e30) stays as written, which JSON Schema's
+                // `integer` accepts, instead of being clamped to i64::MAX.
+                if let Some(i) = n.as_f64().filter(|_| n.is_f64()).and_then(exact_i64) {
+                    *v = i.into();
                 }
             }
         }
@@ -341,5 +354,36 @@ mod tests {
         assert!(validate(&Value::Object(o), &schema).is_ok());
         let err = validate(&json!({"v": "x"}), &schema).unwrap_err();
         assert!(err.contains("/v"), "{err}");
+    }
+
+    /// A model's number for an integer field: a whole float becomes the
+    /// integer it equals; nothing else changes value (a large whole number
+    /// was clamped to i64::MAX before).
+    #[test]
+    fn integers_are_never_clamped() {
+        let schema = json!({"type": "object", "properties": {"v": {"type": "integer"}}});
+        let big: Value = serde_json::from_str("18446744073709551615").unwrap();
+        let two_63 = 2f64.powi(63);
+        for (given, expected) in [
+            (json!(3.0), json!(3)),
+            (json!(-0.0), json!(0)),
+            (json!(-two_63), json!(i64::MIN)),
+            (json!(two_63), json!(two_63)),
+            (json!(1e30), json!(1e30)),
+            (big.clone(), big),
+            (json!(2.5), json!(2.5)),
+            (json!(i64::MAX), json!(i64::MAX)),
+        ] {
+            let mut o = Map::new();
+            o.insert("v".into(), given.clone());
+            coerce(&mut o, &schema);
+            assert_eq!(o["v"], expected, "{given}");
+            let whole = expected.as_f64().is_some_and(|f| f.fract() == 0.0);
+            assert_eq!(
+                validate(&Value::Object(o), &schema).is_ok(),
+                whole,
+                "{given}"
+            );
+        }
     }
 }
