@@ -154,7 +154,13 @@ fn bench(args: &[String]) -> Result<(), String> {
         .join(example);
     let mut cmd = std::process::Command::new(&binary);
     if matches!(name.as_str(), "turns" | "model") && find_nginx().is_none() {
-        // No nginx: our own static responder serves in its place.
+        // No nginx: our own static responder serves in its place. The
+        // timed rows of `docs/benchmarks.md` were taken against nginx, and
+        // the same code reads higher against the responder: say so.
+        eprintln!(
+            "xtask: nginx not found; serving with our static responder (timed turns read \
+             higher against it; `apt-get install -y nginx` for the figures of docs/benchmarks.md)"
+        );
         run(cargo()
             .args([
                 "build",
