@@ -601,20 +601,20 @@ fn append_rows(
 
 /// A stored version, which is never negative in an intact store.
 fn version_of(p: &Path, id: Uuid, v: i64) -> Result<u64, StoreError> {
-    u64::try_from(v).map_err(|_| StoreError::Corrupt {
-        path: p.to_owned(),
-        table: "branches",
-        what: format!("branch {id}"),
-        reason: format!("its version is {v}"),
-    })
+    branch_number(p, id, "version", v)
 }
 
+/// A stored message count, which is never negative in an intact store.
 fn count_of(p: &Path, id: Uuid, n: i64) -> Result<u64, StoreError> {
+    branch_number(p, id, "message_count", n)
+}
+
+fn branch_number(p: &Path, id: Uuid, column: &str, n: i64) -> Result<u64, StoreError> {
     u64::try_from(n).map_err(|_| StoreError::Corrupt {
         path: p.to_owned(),
         table: "branches",
         what: format!("branch {id}"),
-        reason: format!("its message_count is {n}"),
+        reason: format!("its {column} is {n}"),
     })
 }
 

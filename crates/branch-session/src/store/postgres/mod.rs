@@ -480,21 +480,20 @@ impl PgStore {
     }
 
     fn version_of(&self, id: Uuid, v: i64) -> Result<u64, StoreError> {
-        u64::try_from(v).map_err(|_| {
-            self.corrupt(
-                "branches",
-                format!("branch {id}"),
-                format!("its version is {v}"),
-            )
-        })
+        self.branch_number(id, "version", v)
     }
 
     fn count_of(&self, id: Uuid, n: i64) -> Result<u64, StoreError> {
+        self.branch_number(id, "message_count", n)
+    }
+
+    /// A branch's version or count, never negative in an intact store.
+    fn branch_number(&self, id: Uuid, column: &str, n: i64) -> Result<u64, StoreError> {
         u64::try_from(n).map_err(|_| {
             self.corrupt(
                 "branches",
                 format!("branch {id}"),
-                format!("its message_count is {n}"),
+                format!("its {column} is {n}"),
             )
         })
     }
