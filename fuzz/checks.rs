@@ -1152,3 +1152,84 @@ fn failing_tool() -> std::sync::Arc<dyn branch_core::Tool> {
     .expect("a tool")
     .into_tool()
 }
+
+/// A failed reply's wait headers (`branch_models::retry_after`): the
+/// input is up to three header values, split at `\n` (`retry-after-ms`,
+/// `Retry-After`, `Date`; a value a header cannot hold is left out).
+/// Nothing panics and no wait passes the cap; a number of seconds reads as
+/// that many, as `str::parse` reads it; text that is neither a number nor
+/// a date asks for no wait; and a date is read against the reply's `Date`
+/// (the time from one to the other, none when past), so it depends only on
+/// the two instants' distance: both moved by the same amount and written
+/// afresh, the wait is the same.
+pub fn retry_after(data: &[u8]) {
+    use branch_models::limits::MAX_RETRY_AFTER;
+    use branch_models::retry_after::requested_wait;
+    use reqwest::header::{HeaderMap, HeaderValue};
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+    let mut parts = data.splitn(3, |&b| b == b'\n');
+    let (ms, ra, date) = (parts.next(), parts.next(), parts.next());
+    let build = |ms: Option<&[u8]>, ra: Option<&[u8]>, date: Option<&[u8]>| {
+        let mut h = HeaderMap::new();
+        for (name, v) in [("retry-after-ms", ms), ("retry-after", ra), ("date", date)] {
+            if let Some(v) = v.and_then(|v| HeaderValue::from_bytes(v).ok()) {
+                h.insert(name, v);
+            }
+        }
+        h
+    };
+    let headers = build(ms, ra, date);
+    let wait = requested_wait(&headers);
+    assert!(wait.is_none_or(|w| w <= MAX_RETRY_AFTER), "{wait:?}");
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let counts = |v: f64| v.is_finite() && v >= 0.0;
+    if text("retry-after-ms")
+        .and_then(|v| v.parse::<f64>().ok())
+        .is_some_and(counts)
+    {
+        return;
+    }
+    let Some(ra_text) = text("retry-after") else {
+        assert_eq!(wait, None, "no header asks for a wait");
+        return;
+    };
+    if let Ok(secs) = ra_text.parse::<f64>() {
+        let want = counts(secs).then(|| {
+            Duration::try_from_secs_f64(secs).map_or(MAX_RETRY_AFTER, |d| d.min(MAX_RETRY_AFTER))
+        });
+        assert_eq!(wait, want, "{ra_text:?}");
+        return;
+    }
+    let Ok(at) = httpdate::parse_http_date(ra_text) else {
+        assert_eq!(wait, None, "{ra_text:?} is neither a number nor a date");
+        return;
+    };
+    assert!(wait.is_some(), "{ra_text:?} is a date");
+    let Some(Ok(now)) = text("date").map(httpdate::parse_http_date) else {
+        // Read against this machine's clock, which the check cannot hold.
+        return;
+    };
+    let want = at
+        .duration_since(now)
+        .map_or(Duration::ZERO, |d| d.min(MAX_RETRY_AFTER));
+    assert_eq!(wait, Some(want), "{ra_text:?} against {:?}", text("date"));
+    // Both instants moved by the same whole number of days, while the
+    // later one stays within the four-digit years a date can write.
+    let last = UNIX_EPOCH + Duration::from_secs(253_402_300_799);
+    let days = u64::try_from(data.len() % 1_000).unwrap_or(0) + 1;
+    let shift = Duration::from_secs(days * 86_400);
+    let moved = |t: SystemTime| {
+        let later = t + shift;
+        (later <= last).then(|| httpdate::fmt_http_date(later))
+    };
+    let (Some(at2), Some(now2)) = (moved(at), moved(now)) else {
+        return;
+    };
+    let moved_wait = requested_wait(&build(None, Some(at2.as_bytes()), Some(now2.as_bytes())));
+    assert_eq!(wait, moved_wait, "{ra_text:?} against {:?}", text("date"));
+}

@@ -199,3 +199,8 @@ fn gguf_tokenizer() {
 fn uuid_text() {
     smoke("uuid_text", checks::uuid_text);
 }
+
+#[test]
+fn retry_after() {
+    smoke("retry_after", checks::retry_after);
+}

@@ -20,7 +20,7 @@ use crate::guard::{self, GuardedResolver};
 use crate::limiter::Limiter;
 use crate::limits::{self, CallLimits};
 use crate::reply_stream::ReplyStream;
-use crate::retry_after::retry_after;
+use crate::retry_after::requested_wait;
 use crate::secret::ApiKey;
 use crate::target::{Target, put_header};
 use crate::traced;
@@ -437,7 +437,7 @@ impl IModel {
         let mut resp = sent.await.map_err(|e| self.map_transport(&e))?;
         let status = resp.status().as_u16();
         if !(200..300).contains(&status) {
-            let retry_after = retry_after(resp.headers());
+            let retry_after = requested_wait(resp.headers());
             // An error body is only kept for the message: its head is enough.
             let (bytes, _cut) = read_capped(&mut resp, limits::MAX_ERROR_BODY_BYTES)
                 .await
@@ -499,7 +499,7 @@ impl IModel {
                 .err(kind, message)
                 .with_status(eff)
                 .with_body(self.error_body(text.as_str()));
-            e.retry_after = retry_after(resp.headers());
+            e.retry_after = requested_wait(resp.headers());
             return Err(e);
         }
         let mut response = self.inner.dialect.decode_reply(value);
@@ -781,7 +781,7 @@ impl IModel {
         let status = resp.status().as_u16();
         telemetry::record_int(&span, telemetry::HTTP_RESPONSE_STATUS_CODE, status.into());
         if !(200..300).contains(&status) {
-            let retry_after = retry_after(resp.headers());
+            let retry_after = requested_wait(resp.headers());
             let (bytes, _cut) = read_capped(&mut resp, limits::MAX_ERROR_BODY_BYTES)
                 .await
                 .unwrap_or_default();

@@ -47,7 +47,7 @@ pub mod mock;
 #[cfg(any(test, feature = "test-support"))]
 pub mod mock_messages;
 mod reply_stream;
-mod retry_after;
+pub mod retry_after;
 mod secret;
 pub mod sse;
 pub mod sse_frame;

@@ -19,8 +19,10 @@ use reqwest::header::{DATE, HeaderMap, RETRY_AFTER};
 
 use crate::limits;
 
-/// The wait `headers` ask for; `None` when they ask for none that reads.
-pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+/// The wait a failed reply's `headers` ask for; `None` when they ask for
+/// none that reads (see the module docs). Public for other clients of the
+/// same servers, and for the `retry_after` fuzz target.
+pub fn requested_wait(headers: &HeaderMap) -> Option<Duration> {
     if let Some(ms) = header(headers, "retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         if let Some(wait) = from_secs(ms / 1000.0) {
             return Some(wait);
@@ -93,7 +95,7 @@ mod tests {
             ("Fri, 31 Dec 9999 23:59:59 GMT", 86_400),
         ] {
             let h = headers(&[("retry-after", at), ("date", DATE_NOW)]);
-            assert_eq!(retry_after(&h), Some(Duration::from_secs(wait)), "{at}");
+            assert_eq!(requested_wait(&h), Some(Duration::from_secs(wait)), "{at}");
         }
     }
 
@@ -104,7 +106,7 @@ mod tests {
         for date in [None, Some("yesterday"), Some("")] {
             let mut pairs = vec![("retry-after", at.as_str())];
             pairs.extend(date.map(|d| ("date", d)));
-            let wait = retry_after(&headers(&pairs)).unwrap();
+            let wait = requested_wait(&headers(&pairs)).unwrap();
             // The formatted date drops the fraction of a second, and the
             // clock moves on between formatting and reading.
             assert!(
@@ -136,7 +138,7 @@ mod tests {
             (&[("retry-after", "1e300")], limits::MAX_RETRY_AFTER),
             (&[("retry-after-ms", "1e300")], limits::MAX_RETRY_AFTER),
         ] {
-            assert_eq!(retry_after(&headers(pairs)), Some(wait), "{pairs:?}");
+            assert_eq!(requested_wait(&headers(pairs)), Some(wait), "{pairs:?}");
         }
     }
 
@@ -171,7 +173,7 @@ mod tests {
             let value = String::from_utf8(v).unwrap();
             for name in ["retry-after", "retry-after-ms", "date"] {
                 let h = headers(&[(name, &value), ("retry-after", DATE_NOW)]);
-                if let Some(wait) = retry_after(&h) {
+                if let Some(wait) = requested_wait(&h) {
                     assert!(wait <= limits::MAX_RETRY_AFTER, "{name}: {value:?}");
                 }
             }
@@ -193,14 +195,14 @@ mod tests {
             "Sun, 06 Dec 2026 25:30:30 GMT",
         ] {
             let h = headers(&[("retry-after", value), ("date", DATE_NOW)]);
-            assert_eq!(retry_after(&h), None, "{value:?}");
+            assert_eq!(requested_wait(&h), None, "{value:?}");
         }
-        assert_eq!(retry_after(&HeaderMap::new()), None);
+        assert_eq!(requested_wait(&HeaderMap::new()), None);
         let mut h = HeaderMap::new();
         h.insert(
             RETRY_AFTER,
             HeaderValue::from_bytes(b"30\xff").expect("obs-text is a valid header value"),
         );
-        assert_eq!(retry_after(&h), None, "not visible ASCII");
+        assert_eq!(requested_wait(&h), None, "not visible ASCII");
     }
 }
