@@ -17,9 +17,6 @@
 //! # Ok::<(), lionagi::core::BranchError>(())
 //! ```
 
-// The CLI reads stdin, files and stores: nothing outside tests may unwrap.
-#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
-
 //! A turn with a model (this is the README's example, compiled here so it
 //! stays true):
 //!
@@ -42,6 +39,9 @@
 //! # let _ = (restored, copy);
 //! # Ok(()) }
 //! ```
+
+// The CLI reads stdin, files and stores: nothing outside tests may unwrap.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod cli;
 pub mod limits;
