@@ -260,6 +260,7 @@ pub(crate) fn communicate_inner<'a, 'm>(
                 retries,
                 &messages,
                 cleared.as_deref(),
+                middle.react_context,
             ))
             .await?;
             if let Some(repair) = &repaired.repair_response {

@@ -340,7 +340,8 @@ async fn run_and_collect(
                 None => branch.parse_model().clone(),
             });
             let retries = opts.num_parse_retries.min(5);
-            let repaired = parse_with_repairs(branch, &text, &popts, retries, &[], None).await?;
+            let repaired =
+                parse_with_repairs(branch, &text, &popts, retries, &[], None, None).await?;
             Some(repaired.result)
         }
         _ => None,

@@ -287,7 +287,9 @@ pub(crate) struct Repaired {
 
 /// Parses `text`; on failure asks `model` to reformat it, up to
 /// `1 + retries` times. `pending` are this call's messages not yet in the
-/// branch (the repair request shows them as history).
+/// branch (the repair request shows them as history); `react_context` is
+/// the ReAct context the turn's own request de-duplicated, and the repair
+/// request shows the same history, so it de-duplicates it alike.
 pub(crate) async fn parse_with_repairs(
     branch: &mut Branch,
     text: &str,
@@ -295,6 +297,7 @@ pub(crate) async fn parse_with_repairs(
     retries: usize,
     pending: &[Message],
     base_progression: Option<&[uuid::Uuid]>,
+    react_context: Option<&[Value]>,
 ) -> Result<Repaired> {
     let progression: Option<Vec<uuid::Uuid>> = base_progression.map(|b| {
         b.iter()
@@ -331,6 +334,7 @@ pub(crate) async fn parse_with_repairs(
             SendOptions {
                 pending,
                 progression: progression.as_deref(),
+                react_context,
                 ..SendOptions::default()
             },
         )
@@ -424,6 +428,7 @@ pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -
             &requested,
             retries,
             &[],
+            None,
             None,
         ))
         .await?;
