@@ -10,8 +10,10 @@
 //!   and `--callgrind --cache-sim` their cache misses too.
 //! - `cargo xtask fetch-model`: puts the default embedded model into the
 //!   model cache and prints its path.
-//! - `cargo xtask refdiff [NAME...]`: the differential harness against
-//!   Python lionagi 0.36.0 (tests/refdiff/README.md).
+//! - `cargo xtask refdiff [--random N [--seed S]] [NAME...]`: the
+//!   differential harness against Python lionagi 0.36.0
+//!   (tests/refdiff/README.md), on the committed scenarios or on N random
+//!   ones.
 //! - `cargo xtask demo [STORE.db]`: the README's first command. Fetches the
 //!   embedded model when absent, builds in release mode and runs a short
 //!   conversation with it (`crates/lionagi/examples/demo.rs`).
@@ -42,7 +44,7 @@ fn main() -> ExitCode {
         Some("refdiff") => refdiff::refdiff(&args[1..]),
         _ => Err(format!(
             "usage: cargo xtask ci | cargo xtask demo [STORE.db] | cargo xtask fetch-model | \
-             cargo xtask refdiff [NAME...] | \
+             cargo xtask refdiff [--random N [--seed S]] [NAME...] | \
              cargo xtask bench <{}> [args]",
             BENCHES.iter().map(|b| b.0).collect::<Vec<_>>().join("|")
         )),

@@ -1,9 +1,10 @@
-//! `cargo xtask refdiff [NAME...]`: the differential harness
-//! (tests/refdiff/README.md). Runs every scenario of tests/refdiff/scenarios
-//! in Python lionagi 0.36.0 (a venv created on first use under the target
-//! dir) and in lionagi-rs (`crates/lionagi/examples/refdiff`), one process
-//! each, and prints the comparison; fails when a difference is neither
-//! fixed nor documented.
+//! `cargo xtask refdiff [--random N [--seed S]] [NAME...]`: the
+//! differential harness (tests/refdiff/README.md). Runs every scenario of
+//! tests/refdiff/scenarios, or with `--random` N scenarios that
+//! tests/refdiff/randomized.py makes from the seed, in Python lionagi 0.36.0
+//! (a venv created on first use under the target dir) and in lionagi-rs
+//! (`crates/lionagi/examples/refdiff`), one process each, and prints the
+//! comparison; fails when a difference is neither fixed nor documented.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -99,7 +100,57 @@ fn send(child: &mut Child, line: &str, who: &str) -> Result<(), String> {
     stdin.flush().map_err(|e| format!("{who}: {e}"))
 }
 
-pub fn refdiff(names: &[String]) -> Result<(), String> {
+/// What to run: the committed scenarios, or random ones.
+struct Plan {
+    random: Option<(u32, u64)>,
+    names: Vec<String>,
+}
+
+fn plan(args: &[String]) -> Result<Plan, String> {
+    let mut count = None;
+    let mut seed = None;
+    let mut names = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |what: &str| {
+            it.next()
+                .ok_or_else(|| format!("{a} needs {what}"))
+                .cloned()
+        };
+        match a.as_str() {
+            "--random" => {
+                let n = value("a count")?;
+                count = Some(
+                    n.parse()
+                        .map_err(|_| format!("--random {n}: not a count"))?,
+                );
+            }
+            "--seed" => {
+                let s = value("a number")?;
+                seed = Some(s.parse().map_err(|_| format!("--seed {s}: not a number"))?);
+            }
+            _ => names.push(a.clone()),
+        }
+    }
+    let random = match (count, seed) {
+        (Some(n), seed) => Some((n, seed.unwrap_or_else(clock_seed))),
+        (None, Some(_)) => return Err("--seed is given with --random".into()),
+        (None, None) => None,
+    };
+    Ok(Plan { random, names })
+}
+
+/// A seed when none is given: the clock's nanoseconds, printed with the
+/// report so that the run can be made again.
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::from(d.subsec_nanos()) ^ d.as_secs())
+}
+
+pub fn refdiff(args: &[String]) -> Result<(), String> {
+    let Plan { random, names } = plan(args)?;
+    let names = &names[..];
     let root = std::env::current_dir().map_err(|e| e.to_string())?;
     let suite = root.join("tests/refdiff");
     let target = target_dir();
@@ -131,7 +182,23 @@ pub fn refdiff(names: &[String]) -> Result<(), String> {
     let out = work.join("out");
     let _ = std::fs::remove_dir_all(&out);
     let (py_out, rs_out) = (out.join("reference"), out.join("ours"));
-    let scenarios = suite.join("scenarios");
+    let scenarios = match random {
+        None => suite.join("scenarios"),
+        Some((count, seed)) => {
+            let dir = work.join("random");
+            run(Command::new(&python)
+                .arg(suite.join("randomized.py"))
+                .args(["--count", &count.to_string(), "--seed", &seed.to_string()])
+                .arg("--out")
+                .arg(&dir))?;
+            println!(
+                "refdiff: {count} random scenarios of seed {seed} in {} \
+                 (again: cargo xtask refdiff --random {count} --seed {seed})",
+                dir.display()
+            );
+            dir
+        }
+    };
 
     // The reference's working directory is a scratch dir, so nothing it
     // might write lands in the repository.

@@ -1,0 +1,391 @@
+"""Random scenarios for the differential harness: conversations that no one
+wrote down, so that parity is checked beyond the fixed matrix of
+`generate.py`. `cargo xtask refdiff --random N [--seed S]` writes N of them
+with this script into the target dir and runs them like the committed ones;
+CI runs a set seeded by the commit it tests, so each commit explores
+conversations the ones before it did not.
+
+    python3 tests/refdiff/randomized.py --count N --seed S --out DIR
+
+A scenario is a function of the seed and its number alone (Python's
+`random.Random` with an integer seed gives the same draws on every
+version), so `random_S_I` is made again by the same command; a scenario
+that differs can be copied into `scenarios/` as a regression test.
+
+A scenario strings together one to four steps of the verbs a conversation
+uses (chat, communicate, operate, parse, interpret, act, ReAct,
+ReActStream, with context providers and capability grants), each with a
+random subset of its keywords, on a branch with random tools, user, system
+message and parse model, and scripts replies of every kind: plain text,
+well-formed, fenced, near-miss and unparseable structured replies, tool
+calls, and provider errors. Where a departure is documented in
+docs/compat.md and needs a declaration (`expect_deviation`), the generator
+stays out of its way rather than declare it, so that every difference it
+finds is one nobody has written down:
+
+- a provider error is scripted only in a conversation that parses no
+  structure, and a dozen replies to spare that every format reads end
+  every script, so that no repair call fails at the provider (§18 O2);
+- a branch's own parse model is left out where operate parses a
+  structure or ReAct runs (their repairs go to the chat model in the
+  reference, §18 O1);
+- operate's actions are offered only with a response format (without one
+  the reference fills missing action fields with false and `[]`, §21 H6);
+- no call is asked for twice in one batch (§21 H8), no tool result passes
+  64 bits (§21 H9), no ReAct analysis is empty (§21 H10);
+- no reply is empty (an empty reply fails the call, §13);
+- `act` is followed only by steps that send no history (§15 M3);
+- `clone`, `run`, sessions and ReAct's `return_analysis` are left to the
+  matrix (§5, §18 O4, §7, §18).
+"""
+
+import argparse
+import json
+import os
+import random
+
+TEXTS = [
+    "What is the capital of France?",
+    "Summarise the plan in one line.",
+    "Résumé — ça va? 日本語で答えて",
+    "Line one\nLine two\n\n- item",
+    "Quote \"this\" and a back\\slash",
+    "  padded  ",
+    "Tabs\tand {braces} and [brackets]: key: value",
+    "x" * 300,
+]
+REPLY_TEXTS = [
+    "Paris.", "Done.", "Très bien — 元気", "A\nB\n\nC", "Sure: {not json}",
+    "```\nplain fence\n```", "null", "42", "[1, 2, 3]",
+]
+CONTEXTS = [
+    "The user is in Paris.", ["Europe", "2024"], {"city": "Paris", "n": 3},
+    [{"a": [1, 2]}, "x"], {"nested": {"deep": [True, None, 1.5]}},
+]
+GUIDANCE = ["One word.", "Be exact.", "Answer in French.", {"tone": "dry"}]
+SYSTEMS = ["You are terse.", "Use tools when helpful.", "Système — 日本", "Line 1\nLine 2"]
+FORMATS = ["Answer", "Plan", "Person", "Summary"]
+TOOLS = ["multiply", "add", "lookup_capital", "fail_tool", "echo"]
+MODES = [
+    {"mode": "json"}, {"mode": "db"}, {"mode": "python"},
+    {"mode": "db", "db_meta_key": "meta"},
+    {"mode": "json", "include_request_options": True},
+    {"mode": "json", "include_logs": False},
+    {"mode": "json", "include_log_config": True},
+    {"mode": "json", "include_processor_config": True},
+]
+# A reply every format and ReAct's analysis read.
+SPARE = {"answer": "done", "confidence": 0.5, "goal": "done", "steps": [], "name": "Ada",
+         "age": 36, "title": "Done", "summary": "Done.", "analysis": "done",
+         "extension_needed": False}
+F = lambda n: {"$format": n}  # noqa: E731
+M = lambda n: {"$model": n}  # noqa: E731
+
+
+class Gen:
+    """One scenario's draws; `broken` says whether its structured replies
+    may fail to parse, `errors` whether the provider may fail (never both:
+    see the module docs)."""
+
+    def __init__(self, rng):
+        self.r = rng
+        self.errors = rng.random() < 0.35
+        self.broken = not self.errors and rng.random() < 0.6
+        self.tools = rng.sample(TOOLS, rng.randint(0, 3))
+
+    def maybe(self, p=0.5):
+        return self.r.random() < p
+
+    # ---------------------------------------------------------- values
+    def word(self):
+        return self.r.choice(["ok", "Paris", "ship", "Ada", "日本", "a b", "", "x\ny"])
+
+    def number(self):
+        # Products stay inside 64 bits: the reference fails the whole turn
+        # on a tool result past them (compat.md §21 H9).
+        return self.r.choice([0, 1, -3, 36, 2.5, 1e-3, 10**6])
+
+    def structured(self, fmt):
+        """A reply for `fmt`: well-formed, or (when broken) near-missing."""
+        r = self.r
+        good = {
+            "Answer": lambda: {"answer": self.word(), "confidence": r.choice([0.1, 0.5, 1.0, 0])},
+            "Plan": lambda: {"goal": self.word(), "steps": [self.word() for _ in range(r.randint(0, 3))],
+                             **({"priority": r.randint(1, 3)} if self.maybe() else {}),
+                             **({"notes": self.word()} if self.maybe(0.3) else {})},
+            "Person": lambda: {"name": self.word(), "age": r.choice([36, 0, 101]),
+                               **({"verified": self.maybe()} if self.maybe() else {})},
+            "Summary": lambda: {"title": self.word(), "summary": self.word()},
+        }[fmt]()
+        if self.broken and self.maybe(0.4):
+            k = r.choice(sorted(good))
+            how = r.randrange(4)
+            if how == 0:
+                del good[k]
+            elif how == 1:
+                good[k.capitalize() if k.islower() else k.lower()] = good.pop(k)
+            elif how == 2:
+                good[k] = str(good[k])
+            else:
+                good["extra"] = self.word()
+        return good
+
+    def reply_for(self, fmt, actions=False, reason=False):
+        """The replies of one structured call (and its repairs, if broken)."""
+        r = self.r
+        if self.broken and self.maybe(0.3):
+            bad = r.choice([{"text": "four, I am quite sure"}, {"text": "```json\n{\"a\": \n```"},
+                            {"text": "{'single': 'quotes'}"}])
+            return [bad] + [self.reply_for(fmt, actions, reason)[0] for _ in range(r.randint(0, 2))]
+        body = self.structured(fmt) if fmt else {}
+        if reason and self.maybe(0.8):
+            body["reason"] = {"title": self.word(), "content": self.word(),
+                              "confidence_score": r.choice([0.9, 0.1])}
+        if actions and self.maybe(0.7):
+            body["action_required"] = self.maybe(0.8)
+            body["action_requests"] = self.calls(r.randint(0, 2))
+        if not body:
+            return [{"text": r.choice(REPLY_TEXTS)}]
+        if self.maybe(0.2):
+            fence = "```json\n" + json.dumps(body, ensure_ascii=False) + "\n```"
+            return [{"text": r.choice(["Sure:\n", "", "Here you go. "]) + fence}]
+        return [{"json": body}]
+
+    def calls(self, n):
+        """`n` calls, no two alike: the reference runs a repeated call once
+        (compat.md §21 H8)."""
+        out = []
+        for _ in range(n):
+            c = self.call()
+            if c not in out:
+                out.append(c)
+        return out
+
+    def call(self):
+        r = self.r
+        pool = self.tools or TOOLS
+        name = r.choice(pool + (["does_not_exist"] if self.maybe(0.1) else []))
+        args = {"multiply": lambda: {"a": self.number(), "b": self.number()},
+                "add": lambda: {"a": self.number(), "b": self.number()},
+                "lookup_capital": lambda: {"country": r.choice(["France", "Japan", "Atlantis"])},
+                "fail_tool": lambda: {"reason": self.word()},
+                "echo": lambda: {"text": self.word()},
+                "does_not_exist": lambda: {"x": 1}}[name]()
+        return {"function": name, "arguments": args}
+
+    def text_reply(self):
+        if self.errors and self.maybe(0.25):
+            return self.r.choice([{"status": 400, "error": "bad request"},
+                                  {"status": 404, "error": "no such model"}])
+        return {"text": self.r.choice(REPLY_TEXTS)}
+
+    # ---------------------------------------------------------- steps
+    def turn_args(self, a):
+        r = self.r
+        a["instruction"] = r.choice(TEXTS)
+        if self.maybe(0.3):
+            a["guidance"] = r.choice(GUIDANCE)
+        if self.maybe(0.4):
+            a["context"] = r.choice(CONTEXTS)
+        if self.maybe(0.2):
+            a["temperature"] = r.choice([0, 0.5, 1.2])
+        if self.maybe(0.2):
+            a["include_token_usage_to_model"] = self.maybe()
+        return a
+
+    def step(self, op):
+        """One step and its replies."""
+        r = self.r
+        a = {}
+        replies = []
+        if op == "chat":
+            self.turn_args(a)
+            if self.maybe(0.3):
+                a["record"] = True
+            if self.maybe(0.2):
+                a["imodel"] = M("gpt-4o")
+            replies.append(self.text_reply())
+        elif op == "communicate":
+            self.turn_args(a)
+            if not self.errors and self.maybe(0.5):
+                fmt = r.choice(FORMATS)
+                a["response_format"] = F(fmt)
+                if self.maybe(0.3):
+                    a["num_parse_retries"] = r.randint(0, 2)
+                if self.maybe(0.1):
+                    a["skip_validation"] = True
+                replies += self.reply_for(fmt)
+            elif not self.errors and self.maybe(0.15):
+                a["request_fields"] = r.sample(["title", "year", "author"], r.randint(1, 2))
+                replies.append({"json": {"title": self.word(), "year": 1815}})
+            elif self.tools and self.maybe(0.1):
+                replies.append({"tool_calls": [{"id": f"call_{k}", "name": c["function"],
+                                                "arguments": c["arguments"]}
+                                               for k, c in enumerate([self.call()])]})
+            else:
+                replies.append(self.text_reply())
+            if self.maybe(0.1):
+                a["clear_messages"] = True
+        elif op == "operate":
+            self.turn_args(a)
+            fmt = r.choice(FORMATS + [None])
+            if fmt:
+                a["response_format"] = F(fmt)
+            # Without a format the reference fills missing action fields
+            # with false and [] (with one, with null): found by this
+            # generator, not yet matched (compat.md §21 H6).
+            actions = bool(self.tools) and fmt is not None and self.maybe(0.6)
+            if actions:
+                a["actions"] = True
+                if self.maybe(0.2):
+                    a["action_strategy"] = r.choice(["sequential", "concurrent"])
+                if self.maybe(0.15):
+                    a["invoke_actions"] = False
+            reason = self.maybe(0.3)
+            if reason:
+                a["reason"] = True
+            if self.broken and self.maybe(0.5):
+                a["handle_validation"] = r.choice(["return_value", "return_none", "raise"])
+            replies += self.reply_for(fmt, actions, reason)
+        elif op == "parse":
+            fmt = r.choice(FORMATS)
+            a["response_format"] = F(fmt)
+            body = self.structured(fmt)
+            a["text"] = r.choice([json.dumps(body, ensure_ascii=False),
+                                  "Here:\n```json\n" + json.dumps(body) + "\n```",
+                                  "the answer is four"])
+            if not self.broken and a["text"] != "the answer is four":
+                # It parses as it is: no call, so no reply of its own.
+                return {"op": op, "args": a}, replies
+            if self.maybe(0.3):
+                a["handle_unmatched"] = r.choice(["ignore", "remove", "fill", "force"])
+            if self.maybe(0.3):
+                a["max_retries"] = r.randint(0, 2)
+            if self.broken and self.maybe(0.4):
+                a["handle_validation"] = r.choice(["return_value", "return_none", "raise"])
+            replies += self.reply_for(fmt)
+        elif op == "interpret":
+            a["text"] = r.choice(TEXTS)
+            if self.maybe(0.4):
+                a["domain"] = r.choice(["math", "travel"])
+            if self.maybe(0.4):
+                a["style"] = r.choice(["precise", "casual"])
+            if self.maybe(0.2):
+                a["sample_writing"] = "Concise, formal prose."
+            replies.append(self.text_reply())
+        elif op == "act":
+            calls = self.calls(r.randint(1, 3))
+            a["action_request"] = calls[0] if len(calls) == 1 and self.maybe() else calls
+            if self.maybe(0.3):
+                a["strategy"] = r.choice(["sequential", "concurrent"])
+            if self.maybe(0.3):
+                a["suppress_errors"] = self.maybe()
+        elif op in ("ReAct", "ReActStream"):
+            self.turn_args(a)
+            ext = r.randint(0, 2)
+            if self.maybe(0.6):
+                a["max_extensions"] = ext
+            if self.maybe(0.2):
+                a["extension_allowed"] = self.maybe()
+            fmt = r.choice(FORMATS + [None, None])
+            if fmt:
+                a["response_format"] = F(fmt)
+            for i in range(r.randint(1, 3)):
+                # Never empty: the reference keeps an empty analysis as
+                # "", here it reads as null (compat.md §21 H10).
+                d = {"analysis": self.word() or "none", "extension_needed": self.maybe(0.5)}
+                if self.tools and self.maybe(0.4):
+                    d["action_required"] = True
+                    d["action_requests"] = [self.call()]
+                if self.maybe(0.7):
+                    d["reason"] = {"title": "plan", "content": "go", "confidence_score": 0.9}
+                replies.append({"json": d})
+            replies += self.reply_for(fmt) if fmt else [{"json": {"answer": self.word()}}]
+        elif op == "register_provider":
+            a.update(r.choice([{"text": "Remember: the user likes tea.", "name": "prefs"},
+                               {"text": "low", "name": "a", "priority": 1},
+                               {"text": "", "kind": "none", "name": "empty"},
+                               {"text": "", "kind": "fail", "name": "broken"},
+                               {"text": "word " * 50, "name": "big", "max_tokens": 5}]))
+        elif op == "grant_capabilities":
+            a.update({"name": "Reviewer", "prompt": self.maybe(0.8),
+                      "fields": [{"name": "note", "type": "str", "description": "A short note"},
+                                 {"name": "score", "type": "int", "description": "0 to 10"}]})
+        return {"op": op, "args": a}, replies
+
+
+# Steps that parse a structured reply, and so may repair it (see §18 O2).
+STRUCTURED = {"operate", "parse", "ReAct", "ReActStream"}
+# Steps that send the conversation's history to the model (see §15 M3).
+HISTORY = {"chat", "communicate", "operate", "interpret", "ReAct", "ReActStream"}
+OPS = (["communicate"] * 5 + ["operate"] * 4 + ["chat"] * 2 + ["parse"] * 2
+       + ["interpret", "act", "ReAct", "ReActStream", "register_provider", "grant_capabilities"])
+
+
+def scenario(seed, i):
+    rng = random.Random(seed * 1_000_003 + i)
+    g = Gen(rng)
+    branch = {}
+    if g.maybe(0.85):
+        branch["system"] = rng.choice(SYSTEMS)
+    if g.maybe(0.3):
+        branch["user"] = "alice"
+    if g.maybe(0.15):
+        branch["use_lion_system_message"] = True
+    if g.tools:
+        branch["tools"] = g.tools
+    if g.maybe(0.2):
+        branch["parse_model"] = "gpt-4.1-nano"
+    if g.maybe(0.1):
+        branch["memory"] = True
+    steps, replies = [], []
+    acted = False
+    for _ in range(rng.randint(1, 4)):
+        # A step may take more or fewer calls than scripted (a repair,
+        # ReAct's rounds), so a provider error could land on a repair:
+        # a conversation with errors parses no structure at all.
+        op = rng.choice([o for o in OPS if not (acted and o in HISTORY)
+                         and not (g.errors and o in STRUCTURED)])
+        if op == "act" and not g.tools:
+            op = "parse"
+        s, rs = g.step(op)
+        acted = acted or op == "act"
+        steps.append(s)
+        replies += rs
+    # Replies to spare, so that a step taking more calls than scripted (a
+    # repair of a reply scripted for another step) is answered rather than
+    # refused (a refused repair is §18 O2): one object that every format
+    # reads, so that a repair ends at the first spare reply.
+    replies += [{"json": SPARE}] * 12
+    # Repairs of operate's structure (ReAct's rounds are operates) go to
+    # the chat model in the reference and to the parse model here (§18
+    # O1): a branch's own parse model is kept only where neither runs.
+    if any(s["op"].startswith("ReAct") or (s["op"] == "operate" and "response_format" in s["args"])
+           for s in steps):
+        branch.pop("parse_model", None)
+    d = {"about": f"random scenario {i} of seed {seed}", "branch": branch, "steps": steps,
+         "replies": replies}
+    if g.maybe(0.4):
+        d["to_dict"] = [dict(m, key=f"m{k}") for k, m in enumerate(rng.sample(MODES, 2))]
+    return d
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--count", type=int, required=True)
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    for f in os.listdir(a.out):
+        if f.endswith(".json"):
+            os.remove(os.path.join(a.out, f))
+    for i in range(a.count):
+        with open(os.path.join(a.out, f"random_{a.seed}_{i:03}.json"), "w") as f:
+            json.dump(scenario(a.seed, i), f, indent=2, ensure_ascii=False)
+            f.write("\n")
+    print(f"{a.count} random scenarios of seed {a.seed} written to {a.out}")
+
+
+if __name__ == "__main__":
+    main()
