@@ -33,6 +33,8 @@ finds is one nobody has written down:
   the reference fills missing action fields with false and `[]`, §21 H6);
 - no call is asked for twice in one batch (§21 H8), no tool result passes
   64 bits (§21 H9), no ReAct analysis is empty (§21 H10);
+- `clear_messages` only where no call fails (the reference clears before
+  the call, §18 O2);
 - no reply is empty (an empty reply fails the call, §13);
 - `act` is followed only by steps that send no history (§15 M3);
 - `clone`, `run`, sessions and ReAct's `return_analysis` are left to the
@@ -224,7 +226,9 @@ class Gen:
                                                for k, c in enumerate([self.call()])]})
             else:
                 replies.append(self.text_reply())
-            if self.maybe(0.1):
+            # A failed turn with clear_messages has cleared the history in
+            # the reference, and records nothing here (§18 O2).
+            if not self.errors and self.maybe(0.1):
                 a["clear_messages"] = True
         elif op == "operate":
             self.turn_args(a)
