@@ -356,6 +356,22 @@ async fn run_and_collect(
     })
 }
 
+/// The action fields a structure left out (read as `null`) set to "no
+/// action": `false`, no requests, no responses. The reference does this
+/// for its own structures (operate's without a response format, ReAct's
+/// analyses), not for one built on the caller's format.
+pub(crate) fn no_action_defaults(m: &mut Map<String, Value>) {
+    for (k, default) in [
+        ("action_required", Value::Bool(false)),
+        ("action_requests", Value::Array(Vec::new())),
+        ("action_responses", Value::Array(Vec::new())),
+    ] {
+        if let Some(v) = m.get_mut(k).filter(|v| v.is_null()) {
+            *v = default;
+        }
+    }
+}
+
 /// Everything after the middle: the parse outcome, tool calls, writeback.
 async fn finish(
     branch: &mut Branch,
@@ -371,7 +387,14 @@ async fn finish(
     let (parsed, mut structured) = match (c.parsed, rendered.as_ref()) {
         (Some(result), Some(format)) => {
             match outcome(&text, result, opts.on_parse_failure, format) {
-                Ok(Parsed::Value(v)) => (Parsed::Value(v.clone()), Some(v)),
+                Ok(Parsed::Value(mut v)) => {
+                    if opts.response_format.is_none() {
+                        if let Value::Object(m) = &mut v {
+                            no_action_defaults(m);
+                        }
+                    }
+                    (Parsed::Value(v.clone()), Some(v))
+                }
                 Ok(other) => (other, None),
                 Err(e) => {
                     let n = commit_turn(branch, c.clear_first, messages);

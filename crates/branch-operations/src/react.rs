@@ -287,6 +287,15 @@ pub struct ReActOutcome {
     pub analyses: Option<Vec<Value>>,
 }
 
+/// Which analysis round a request is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Round {
+    First,
+    /// Text from `between_rounds` in place of an extension prompt.
+    Injected,
+    Extension,
+}
+
 struct State<'b> {
     branch: &'b mut Branch,
     opts: ReActOptions,
@@ -339,7 +348,8 @@ impl State<'_> {
         }
     }
 
-    fn round_options(&self, instruction: String, first: bool) -> OperateOptions {
+    fn round_options(&self, instruction: String, round: Round) -> OperateOptions {
+        let first = round == Round::First;
         let o = &self.opts;
         let mut turn = o.turn.clone();
         turn.instruction = Some(Value::String(instruction));
@@ -348,13 +358,17 @@ impl State<'_> {
         // round instructions do; the reasoning effort applies to the
         // extension rounds only.
         if !first {
+            // A guidance that is not text (a map, a list) is kept as it
+            // is, without the prefix: the reference fails the round on
+            // it, and dropping it would lose what the caller asked.
             if let Some(p) = effort_prefix(o.reasoning_effort.as_deref()) {
-                let g = turn
-                    .guidance
-                    .as_ref()
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
-                turn.guidance = Some(Value::String(format!("{p}{g}")));
+                match &turn.guidance {
+                    None => turn.guidance = Some(Value::String(p.to_owned())),
+                    Some(Value::String(g)) => {
+                        turn.guidance = Some(Value::String(format!("{p}{g}")))
+                    }
+                    Some(_) => {}
+                }
             }
             if let Some(e) = &o.reasoning_effort {
                 turn.fields
@@ -365,7 +379,10 @@ impl State<'_> {
             turn,
             response_format: Some(ResponseFormat::Schema(react_analysis_schema())),
             reason: true,
-            actions: self.actions,
+            // The extension rounds offer actions even on a branch
+            // without tools, as the reference's do (its default action
+            // parameters name every tool, of which there may be none).
+            actions: self.actions || round == Round::Extension,
             tools: o.tools.clone(),
             chat_model: o.analysis_model.clone(),
             parse_model: o.analysis_model.clone(),
@@ -413,7 +430,7 @@ impl State<'_> {
             if extending {
                 instruction = format!("{instruction}\n\n{}", first_ext_prompt(max));
             }
-            let opts = self.round_options(instruction, true);
+            let opts = self.round_options(instruction, Round::First);
             return self.analysis_round(opts).await;
         }
         if extending && self.extensions > 0 && self.last_needs_extension {
@@ -423,7 +440,7 @@ impl State<'_> {
                 .as_ref()
                 .and_then(|cb| (cb.0)(self.branch, self.round));
             if let Some(text) = injected {
-                let opts = self.round_options(text, false);
+                let opts = self.round_options(text, Round::Injected);
                 self.extensions -= 1;
                 return self.analysis_round(opts).await;
             }
@@ -432,7 +449,7 @@ impl State<'_> {
             } else {
                 continue_ext_prompt(self.extensions)
             };
-            let opts = self.round_options(instruction, false);
+            let opts = self.round_options(instruction, Round::Extension);
             self.extensions -= 1;
             let r = self.analysis_round(opts).await?;
             if let Parsed::Value(Value::Object(o)) = &r.result {
@@ -450,18 +467,14 @@ impl State<'_> {
 
     async fn analysis_round(&mut self, opts: OperateOptions) -> Result<ReActRound> {
         let mut o = operate(self.branch, opts).await?;
-        // The reference's analysis defaults its action fields to "no
-        // action": `false`, no requests, no responses.
+        // The reference's analysis defaults its text to empty and its
+        // action fields to "no action": `false`, no requests, no
+        // responses (defaults its request schema does not show).
         if let Parsed::Value(Value::Object(m)) = &mut o.parsed {
-            for (k, default) in [
-                ("action_required", Value::Bool(false)),
-                ("action_requests", Value::Array(Vec::new())),
-                ("action_responses", Value::Array(Vec::new())),
-            ] {
-                if m.get(k).is_some_and(Value::is_null) {
-                    m.insert(k.into(), default);
-                }
+            if let Some(v) = m.get_mut("analysis").filter(|v| v.is_null()) {
+                *v = Value::String(String::new());
             }
+            crate::operate::no_action_defaults(m);
         }
         self.round += 1;
         self.last_needs_extension = o

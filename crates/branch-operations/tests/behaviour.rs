@@ -1151,3 +1151,133 @@ async fn react_stream_runs_under_its_own_agent_span() {
         assert_eq!(chat.conversation.as_deref(), Some(conversation.as_str()));
     }
 }
+
+/// How often `needle` occurs in the messages of a request body.
+fn occurrences(body: &Value, needle: &str) -> usize {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            m["content"]
+                .as_str()
+                .unwrap_or_default()
+                .matches(needle)
+                .count()
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn a_repair_inside_react_shows_the_callers_context_once() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": true})),
+        MockReply::json(json!({"analysis": "b", "extension_needed": false})),
+        MockReply::text("not a structure"),
+        MockReply::json(json!({"answer": "done"})),
+    ]);
+    let mut b = branch(&server);
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .context("the sky is teal")
+                .max_extensions(1)
+                .include_token_usage_to_model(false),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.answer, json!("done"));
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 4);
+    // The first round shows it; each later request (the extension, the
+    // answer and the answer's repair) shows it once, in the first round's
+    // instruction, though three stored instructions carry it.
+    for (i, body) in bodies.iter().enumerate() {
+        assert_eq!(occurrences(body, "the sky is teal"), 1, "request {i}");
+    }
+}
+
+#[tokio::test]
+async fn structures_of_our_own_read_what_the_reply_left_out_as_the_reference_does() {
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    b.acts_mut().register(tool("echo", |v| v), false).unwrap();
+    // operate's own structure (actions, no response format): no action.
+    server.script([MockReply::json(json!({"x": 1}))]);
+    let o = b
+        .operate(OperateOptions::new("go").actions(true))
+        .await
+        .unwrap();
+    let Parsed::Value(v) = &o.parsed else {
+        panic!("{:?}", o.parsed)
+    };
+    assert_eq!(v["action_required"], json!(false));
+    assert_eq!(v["action_requests"], json!([]));
+    assert_eq!(v["action_responses"], json!([]));
+    // On the caller's format the same fields stay null (the reference's
+    // model has no default for them there).
+    let answer = json!({"type": "object", "title": "Answer",
+        "properties": {"answer": {"type": "string"}}, "required": ["answer"]});
+    server.script([MockReply::json(json!({"answer": "4"}))]);
+    let o = b
+        .operate(
+            OperateOptions::new("2+2?")
+                .actions(true)
+                .response_format(branch_operations::ResponseFormat::Schema(answer)),
+        )
+        .await
+        .unwrap();
+    let Parsed::Value(v) = &o.parsed else {
+        panic!("{:?}", o.parsed)
+    };
+    assert_eq!(v["action_required"], Value::Null);
+    // A ReAct analysis without its text reads it as empty.
+    server.script([
+        MockReply::json(json!({"extension_needed": false})),
+        MockReply::json(json!({"answer": "x"})),
+    ]);
+    let r = b.ReAct(ReActOptions::new("t")).await.unwrap();
+    assert_eq!(r.rounds[0].result_value()["analysis"], json!(""));
+}
+
+#[tokio::test]
+async fn react_extension_rounds_offer_actions_and_keep_a_guidance_that_is_not_text() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": true})),
+        MockReply::json(json!({"analysis": "b", "extension_needed": false})),
+        MockReply::json(json!({"answer": "x"})),
+    ]);
+    // A branch without tools.
+    let mut b = branch(&server);
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .guidance(json!({"tone": "dry"}))
+                .reasoning_effort("high")
+                .max_extensions(1)
+                .include_token_usage_to_model(false),
+        )
+        .await
+        .unwrap();
+    let bodies = server.bodies();
+    let last = |i: usize| {
+        bodies[i]["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    // The first round offers no actions; the extension round does.
+    assert!(!last(0).contains("action_requests"), "{}", last(0));
+    assert!(last(1).contains("action_requests"), "{}", last(1));
+    assert_eq!(r.rounds[1].result_value()["action_required"], json!(false));
+    assert_eq!(r.rounds[1].result_value()["action_requests"], json!([]));
+    // The extension round keeps the map and sends the effort as a field.
+    assert!(
+        last(1).starts_with("Guidance:\n  tone: dry\n"),
+        "{}",
+        last(1)
+    );
+    assert_eq!(bodies[1]["reasoning_effort"], json!("high"));
+}
