@@ -29,14 +29,14 @@ finds is one nobody has written down:
 - a branch's own parse model is left out where operate parses a
   structure or ReAct runs (their repairs go to the chat model in the
   reference, §18 O1);
-- operate's actions are offered only with a response format (without one
-  the reference fills missing action fields with false and `[]`, §21 H6);
-- no call is asked for twice in one batch (§21 H8), no tool result passes
-  64 bits (§21 H9), no ReAct analysis is empty (§21 H10);
+- no call is asked for twice in one batch (§21 H7), no tool result
+  passes 64 bits (§21 H8), and no ReAct with a reasoning effort has a
+  guidance that is not text (§21 H9);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
 - no reply is empty (an empty reply fails the call, §13);
-- `act` is followed only by steps that send no history (§15 M3);
+- `act` is followed only by steps that call no model (§15 M3: a parse's
+  repair sends the history too);
 - `clone`, `run`, sessions and ReAct's `return_analysis` are left to the
   matrix (§5, §18 O4, §7, §18).
 """
@@ -104,7 +104,7 @@ class Gen:
 
     def number(self):
         # Products stay inside 64 bits: the reference fails the whole turn
-        # on a tool result past them (compat.md §21 H9).
+        # on a tool result past them (compat.md §21 H8).
         return self.r.choice([0, 1, -3, 36, 2.5, 1e-3, 10**6])
 
     def structured(self, fmt):
@@ -155,7 +155,7 @@ class Gen:
 
     def calls(self, n):
         """`n` calls, no two alike: the reference runs a repeated call once
-        (compat.md §21 H8)."""
+        (compat.md §21 H7)."""
         out = []
         for _ in range(n):
             c = self.call()
@@ -193,7 +193,17 @@ class Gen:
             a["temperature"] = r.choice([0, 0.5, 1.2])
         if self.maybe(0.2):
             a["include_token_usage_to_model"] = self.maybe()
+        if self.maybe(0.15):
+            k = r.choice(["max_tokens", "top_p", "seed"])
+            a[k] = {"max_tokens": 64, "top_p": 0.9, "seed": 7}[k]
         return a
+
+    def models(self, a):
+        """A chat or parse model for this call only (communicate, operate)."""
+        if self.maybe(0.1):
+            a["chat_model"] = M("gpt-4o")
+        if self.maybe(0.1):
+            a["parse_model"] = M("gpt-4o-mini")
 
     def step(self, op):
         """One step and its replies."""
@@ -209,6 +219,9 @@ class Gen:
             replies.append(self.text_reply())
         elif op == "communicate":
             self.turn_args(a)
+            self.models(a)
+            if self.maybe(0.05):
+                a["plain_content"] = "Plain text, sent as it is."
             if not self.errors and self.maybe(0.5):
                 fmt = r.choice(FORMATS)
                 a["response_format"] = F(fmt)
@@ -232,15 +245,19 @@ class Gen:
                 a["clear_messages"] = True
         elif op == "operate":
             self.turn_args(a)
+            self.models(a)
+            if "chat_model" in a:
+                # Otherwise its repairs go to that model in the reference
+                # and to the branch's parse model here (§18 O1).
+                a.setdefault("parse_model", a["chat_model"])
             fmt = r.choice(FORMATS + [None])
             if fmt:
                 a["response_format"] = F(fmt)
-            # Without a format the reference fills missing action fields
-            # with false and [] (with one, with null): found by this
-            # generator, not yet matched (compat.md §21 H6).
-            actions = bool(self.tools) and fmt is not None and self.maybe(0.6)
+            actions = bool(self.tools) and self.maybe(0.6)
             if actions:
                 a["actions"] = True
+                if self.maybe(0.2):
+                    a["tools"] = r.sample(self.tools, 1)
                 if self.maybe(0.2):
                     a["action_strategy"] = r.choice(["sequential", "concurrent"])
                 if self.maybe(0.15):
@@ -294,10 +311,17 @@ class Gen:
             fmt = r.choice(FORMATS + [None, None])
             if fmt:
                 a["response_format"] = F(fmt)
+            # The reference fails a round that prefixes its effort to a
+            # guidance that is not text (compat.md §21 H9).
+            if self.maybe(0.15) and not isinstance(a.get("guidance"), dict):
+                a["reasoning_effort"] = r.choice(["low", "high"])
+            if self.tools and self.maybe(0.15):
+                a["tools"] = r.sample(self.tools, 1)
+            if op == "ReAct" and self.maybe(0.1):
+                a["interpret"] = True
+                replies.append({"text": r.choice(TEXTS)})
             for i in range(r.randint(1, 3)):
-                # Never empty: the reference keeps an empty analysis as
-                # "", here it reads as null (compat.md §21 H10).
-                d = {"analysis": self.word() or "none", "extension_needed": self.maybe(0.5)}
+                d = {"analysis": self.word(), "extension_needed": self.maybe(0.5)}
                 if self.tools and self.maybe(0.4):
                     d["action_required"] = True
                     d["action_requests"] = [self.call()]
@@ -320,8 +344,9 @@ class Gen:
 
 # Steps that parse a structured reply, and so may repair it (see §18 O2).
 STRUCTURED = {"operate", "parse", "ReAct", "ReActStream"}
-# Steps that send the conversation's history to the model (see §15 M3).
-HISTORY = {"chat", "communicate", "operate", "interpret", "ReAct", "ReActStream"}
+# Steps that send the conversation's history to the model (see §15 M3;
+# a parse repair compiles it too).
+HISTORY = {"chat", "communicate", "operate", "interpret", "parse", "ReAct", "ReActStream"}
 OPS = (["communicate"] * 5 + ["operate"] * 4 + ["chat"] * 2 + ["parse"] * 2
        + ["interpret", "act", "ReAct", "ReActStream", "register_provider", "grant_capabilities"])
 
