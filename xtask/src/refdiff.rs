@@ -262,3 +262,34 @@ pub fn refdiff(args: &[String]) -> Result<(), String> {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn the_command_line_names_random_runs_and_scenarios() {
+        let p = plan(&args(&["--random", "5", "--seed", "3", "act_single"])).unwrap();
+        assert_eq!(p.random, Some((5, 3)));
+        assert_eq!(p.names, ["act_single"]);
+        let p = plan(&args(&["chat_plain"])).unwrap();
+        assert_eq!(p.random, None);
+        // Without a seed the clock gives one; the count is kept.
+        assert_eq!(
+            plan(&args(&["--random", "2"])).unwrap().random.map(|r| r.0),
+            Some(2)
+        );
+        for bad in [
+            &["--seed", "3"][..],
+            &["--random", "x"],
+            &["--random"],
+            &["--random", "1", "--seed", "-1"],
+        ] {
+            assert!(plan(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+}
