@@ -30,8 +30,9 @@ finds is one nobody has written down:
   structure or ReAct runs (their repairs go to the chat model in the
   reference, §18 O1);
 - no call is asked for twice in one batch (§21 H7), no tool result
-  passes 64 bits (§21 H8), and no ReAct with a reasoning effort has a
-  guidance that is not text (§21 H9);
+  passes 64 bits (§21 H8), no ReAct with a reasoning effort has a
+  guidance that is not text (§21 H9), and operate's own structure never
+  gets JSON that is not an object (§21 H10);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
 - no reply is empty (an empty reply fails the call, §13);
@@ -60,6 +61,8 @@ REPLY_TEXTS = [
     "Paris.", "Done.", "Très bien — 元気", "A\nB\n\nC", "Sure: {not json}",
     "```\nplain fence\n```", "null", "42", "[1, 2, 3]",
 ]
+# Reply texts that are JSON but not an object.
+NOT_OBJECTS = {"null", "42", "[1, 2, 3]"}
 CONTEXTS = [
     "The user is in Paris.", ["Europe", "2024"], {"city": "Paris", "n": 3},
     [{"a": [1, 2]}, "x"], {"nested": {"deep": [True, None, 1.5]}},
@@ -147,6 +150,10 @@ class Gen:
             body["action_required"] = self.maybe(0.8)
             body["action_requests"] = self.calls(r.randint(0, 2))
         if not body:
+            if fmt or actions or reason:
+                # operate's own structure reads JSON that is not an object
+                # as an empty one in the reference (compat.md §21 H10).
+                return [{"text": r.choice([t for t in REPLY_TEXTS if t not in NOT_OBJECTS])}]
             return [{"text": r.choice(REPLY_TEXTS)}]
         if self.maybe(0.2):
             fence = "```json\n" + json.dumps(body, ensure_ascii=False) + "\n```"
@@ -246,13 +253,19 @@ class Gen:
         elif op == "operate":
             self.turn_args(a)
             self.models(a)
-            if "chat_model" in a:
-                # Otherwise its repairs go to that model in the reference
-                # and to the branch's parse model here (§18 O1).
-                a.setdefault("parse_model", a["chat_model"])
             fmt = r.choice(FORMATS + [None])
             if fmt:
                 a["response_format"] = F(fmt)
+            # Where the reference sends operate's repairs (§18 O1): with a
+            # format to the parse model argument, else the chat model
+            # argument; without one to the branch's parse model, whatever
+            # the arguments. Here: the parse model argument, else the
+            # branch's. So a per-call model comes with its parse model,
+            # and without a format with neither.
+            if fmt is None:
+                a.pop("parse_model", None)
+            elif "chat_model" in a:
+                a.setdefault("parse_model", a["chat_model"])
             actions = bool(self.tools) and self.maybe(0.6)
             if actions:
                 a["actions"] = True
