@@ -65,8 +65,9 @@ pub struct ReActOptions {
     pub interpret: bool,
     /// Options of that rewrite.
     pub interpret_options: InterpretOptions,
-    /// Offer only these tools (→ all registered; actions are on when the
-    /// branch has any tool).
+    /// Offer only these tools (→ all registered). The first round offers
+    /// actions when there is a tool to offer; the extension rounds always
+    /// do, as the reference's.
     pub tools: Option<Vec<String>>,
     /// The final answer's structure (→ `{answer: string | null}`).
     pub response_format: Option<ResponseFormat>,
