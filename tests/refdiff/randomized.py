@@ -8,8 +8,8 @@ conversations the ones before it did not.
     python3 tests/refdiff/randomized.py --count N --seed S --out DIR
 
 A scenario is a function of the seed and its number alone (Python's
-`random.Random` with an integer seed gives the same draws on every
-version), so `random_S_I` is made again by the same command; a scenario
+`random.Random` with an integer seed has given the same draws since 3.2),
+so `random_S_I` is made again by the same command; a scenario
 that differs can be copied into `scenarios/` as a regression test.
 
 A scenario strings together one to four steps of the verbs a conversation
@@ -26,9 +26,10 @@ finds is one nobody has written down:
 - a provider error is scripted only in a conversation that parses no
   structure, and a dozen replies to spare that every format reads end
   every script, so that no repair call fails at the provider (§18 O2);
-- a branch's own parse model is left out where operate parses a
-  structure or ReAct runs (their repairs go to the chat model in the
-  reference, §18 O1);
+- operate's repairs go where both sides send them (§18 O1): a branch's
+  own parse model is left out where operate parses a structure or ReAct
+  runs, a per-call chat model comes with its parse model, and operate
+  without a format gets no per-call parse model;
 - no call is asked for twice in one batch (§21 H7), no tool result
   passes 64 bits (§21 H8), no ReAct with a reasoning effort has a
   guidance that is not text (§21 H9), and operate's own structure never
