@@ -24,8 +24,9 @@ stays out of its way rather than declare it, so that every difference it
 finds is one nobody has written down:
 
 - a provider error is scripted only in a conversation that parses no
-  structure, and a dozen replies to spare that every format reads end
-  every script, so that no repair call fails at the provider (§18 O2);
+  structure, and two dozen replies to spare that every format and ReAct's
+  analysis read end every script, so that no repair call fails at the
+  provider (§18 O2);
 - operate's repairs go where both sides send them (§18 O1): a branch's
   own parse model is left out where operate parses a structure or ReAct
   runs, a per-call chat model comes with its parse model, and operate
@@ -33,7 +34,8 @@ finds is one nobody has written down:
 - no call is asked for twice in one batch (§21 H7), no tool result
   passes 64 bits (§21 H8), no ReAct with a reasoning effort has a
   guidance that is not text (§21 H9), and operate's own structure never
-  gets JSON that is not an object (§21 H10);
+  gets JSON that is not an object (§21 H10); `act` raises only from a
+  batch of one call (§21 H11);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
 - no reply is empty (an empty reply fails the call, §13);
@@ -80,10 +82,11 @@ MODES = [
     {"mode": "json", "include_log_config": True},
     {"mode": "json", "include_processor_config": True},
 ]
-# A reply every format and ReAct's analysis read.
+# A reply every format reads.
 SPARE = {"answer": "done", "confidence": 0.5, "goal": "done", "steps": [], "name": "Ada",
          "age": 36, "title": "Done", "summary": "Done.", "analysis": "done",
          "extension_needed": False}
+SPARE_ANALYSIS = {"analysis": "done", "extension_needed": False}
 F = lambda n: {"$format": n}  # noqa: E731
 M = lambda n: {"$model": n}  # noqa: E731
 
@@ -313,8 +316,11 @@ class Gen:
             a["action_request"] = calls[0] if len(calls) == 1 and self.maybe() else calls
             if self.maybe(0.3):
                 a["strategy"] = r.choice(["sequential", "concurrent"])
+            # A batch that raises is cut short in the reference, and what
+            # it recorded depends on timing (compat.md §21 H11): errors
+            # are raised only from a batch of one.
             if self.maybe(0.3):
-                a["suppress_errors"] = self.maybe()
+                a["suppress_errors"] = len(calls) > 1 or self.maybe()
         elif op in ("ReAct", "ReActStream"):
             self.turn_args(a)
             ext = r.randint(0, 2)
@@ -397,9 +403,10 @@ def scenario(seed, i):
         replies += rs
     # Replies to spare, so that a step taking more calls than scripted (a
     # repair of a reply scripted for another step) is answered rather than
-    # refused (a refused repair is §18 O2): one object that every format
-    # reads, so that a repair ends at the first spare reply.
-    replies += [{"json": SPARE}] * 12
+    # refused (a refused repair is §18 O2): an object every format reads,
+    # then one ReAct's analysis reads (it refuses extra keys), in turn, so
+    # that a repair ends within two spare replies.
+    replies += [{"json": SPARE}, {"json": SPARE_ANALYSIS}] * 12
     # Repairs of operate's structure (ReAct's rounds are operates) go to
     # the chat model in the reference and to the parse model here (§18
     # O1): a branch's own parse model is kept only where neither runs.
