@@ -394,9 +394,8 @@ def scenario(seed, i):
         # ReAct's rounds), so a provider error could land on a repair:
         # a conversation with errors parses no structure at all.
         op = rng.choice([o for o in OPS if not (acted and o in HISTORY)
-                         and not (g.errors and o in STRUCTURED)])
-        if op == "act" and not g.tools:
-            op = "parse"
+                         and not (g.errors and o in STRUCTURED)
+                         and not (o == "act" and not g.tools)])
         s, rs = g.step(op)
         acted = acted or op == "act"
         steps.append(s)
