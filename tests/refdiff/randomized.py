@@ -154,7 +154,8 @@ class Gen:
             body["action_required"] = self.maybe(0.8)
             body["action_requests"] = self.calls(r.randint(0, 2))
         if not body:
-            if fmt or actions or reason:
+            # (A format's body is never empty.)
+            if actions or reason:
                 # operate's own structure reads JSON that is not an object
                 # as an empty one in the reference (compat.md §21 H10).
                 return [{"text": r.choice([t for t in REPLY_TEXTS if t not in NOT_OBJECTS])}]
@@ -340,7 +341,7 @@ class Gen:
             if op == "ReAct" and self.maybe(0.1):
                 a["interpret"] = True
                 replies.append({"text": r.choice(TEXTS)})
-            for i in range(r.randint(1, 3)):
+            for _ in range(r.randint(1, 3)):
                 d = {"analysis": self.word(), "extension_needed": self.maybe(0.5)}
                 if self.tools and self.maybe(0.4):
                     d["action_required"] = True
