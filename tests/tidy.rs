@@ -158,6 +158,44 @@ fn compat_references_exist() {
     }
 }
 
+/// A document a comment points to exists: a path from the repository's
+/// root, or a bare name of one of its documents, of the reference's
+/// (../shared/reference, not in this repository) or a fixture's.
+#[test]
+fn documents_named_in_code_exist() {
+    const ELSEWHERE: [&str; 7] = [
+        "ADR-0016.md",
+        "branch.md",
+        "operations.md",
+        "providers.md",
+        "extensions.md",
+        "serialization.md",
+        "scenario.md",
+    ];
+    let root = root();
+    let mut files = Vec::new();
+    for dir in ["tests", "crates", "xtask", "fuzz"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    for f in files.into_iter().filter(|f| !f.ends_with("tidy.rs")) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        for line in text.lines() {
+            let words = line.split(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)));
+            for name in words.filter(|w| w.ends_with(".md")) {
+                let ok = if name.contains('/') {
+                    // Another project's document, named as theirs.
+                    root.join(name).exists() || line.contains("ggml's")
+                } else {
+                    ELSEWHERE.contains(&name)
+                        || root.join(name).exists()
+                        || root.join("docs").join(name).exists()
+                };
+                assert!(ok, "{}: `{name}` does not exist: {line}", f.display());
+            }
+        }
+    }
+}
+
 #[test]
 fn readme_opens_with_the_two_commands() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();

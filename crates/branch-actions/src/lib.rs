@@ -24,7 +24,7 @@
 //!   returns with errors suppressed, [`CallOutcome::log_content`] the log
 //!   entry, [`CallOutcome::tool_id`] the ActionRequest recipient.
 //!
-//! Schemas differ from the reference's on purpose (see NOTES-compat.md):
+//! Schemas differ from the reference's on purpose (see docs/compat.md):
 //! integers are `"integer"` (the reference maps `int` to `"number"`), and
 //! only fields without a default (not `Option`, not `#[serde(default)]`)
 //! are `required` (the reference lists every parameter).

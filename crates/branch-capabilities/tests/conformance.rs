@@ -7,7 +7,7 @@
 //! runs a turn is also driven through `communicate` in a `Session` against
 //! the loopback mock (request body, return value, signals, `to_dict`).
 //!
-//! Deliberate deviation (NOTES-compat.md): validation is JSON Schema, so a
+//! Deliberate deviation (docs/compat.md): validation is JSON Schema, so a
 //! rejection's text has the reference's Pydantic header and location but
 //! the validator's own message.
 

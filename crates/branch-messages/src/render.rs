@@ -79,7 +79,7 @@ impl RenderedContent {
 /// `ResponseFormat` (the banner), empty values dropped.
 ///
 /// An instruction with nothing to show renders `""` (the reference sends
-/// `"{}"`; see NOTES-compat.md).
+/// `"{}"`; see docs/compat.md).
 pub fn instruction_text(c: &InstructionContent) -> String {
     instruction_text_as(c, false)
 }
@@ -156,7 +156,7 @@ pub(crate) fn render_instruction_as(
 ///
 /// The reference also resolves the URL's host and refuses non-public
 /// addresses; that is network I/O, which this pure crate does not do
-/// (see NOTES-compat.md).
+/// (see docs/compat.md).
 pub fn image_part(src: &str, detail: ImageDetail) -> Result<Value, String> {
     let url = if let Some(rest) = src
         .strip_prefix("http://")

@@ -26,7 +26,7 @@ fn clone_current_progression_and_no_system() {
     let got = Value::Array(got.iter().map(RequestMessage::to_value).collect());
     // "two" is outside the view. The reference would also drop "three"
     // (an instruction right after an instruction); lionagi-rs sends it
-    // (NOTES-compat.md M2).
+    // (docs/compat.md M2).
     assert_eq!(
         got,
         json!([

@@ -48,7 +48,7 @@ pub struct OperateOptions {
     pub tools: Option<Vec<String>>,
     /// The chat model (→ the branch's).
     pub chat_model: Option<Arc<dyn ChatModel>>,
-    /// The repair model (→ the branch's parse model; see NOTES-compat.md).
+    /// The repair model (→ the branch's parse model; see docs/compat.md).
     pub parse_model: Option<Arc<dyn ChatModel>>,
     /// Return the text without parsing.
     pub skip_validation: bool,

@@ -394,7 +394,7 @@ async fn react_two_rounds() {
     cmp.finish();
 }
 
-/// Deviation (NOTES-compat.md): `run` streams HTTP models over SSE instead
+/// Deviation (docs/compat.md): `run` streams HTTP models over SSE instead
 /// of refusing them. What the reference does keep is checked: a
 /// `chat_model` given to `run` replaces the branch's chat model.
 #[tokio::test]
@@ -423,7 +423,7 @@ async fn run_with_api_model_streams_and_installs_chat_model() {
 
 /// The reference's in-process `scripted` CLI provider, as a CLI agent
 /// script speaking Claude Code's stream-json: two text deltas and a result.
-/// Deviation (NOTES-compat.md): messages are appended when the stream
+/// Deviation (docs/compat.md): messages are appended when the stream
 /// completes, so `in_branch` is checked after the stream, not at yield.
 #[cfg(unix)]
 #[tokio::test]

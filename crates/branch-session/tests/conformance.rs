@@ -143,7 +143,7 @@ async fn to_dict_across_session_lifecycle() {
 
     let mut cmp = Comparer::new(&m);
     cmp.compare("/standalone", &expected["standalone"], &d0);
-    // Deviation (NOTES-compat.md): inclusion does not overwrite `user`.
+    // Deviation (docs/compat.md): inclusion does not overwrite `user`.
     cmp.skip.push("/included/user".into());
     cmp.compare("/included", &expected["included"], &d1);
     cmp.compare("/removed", &expected["removed"], &d2);

@@ -19,7 +19,7 @@
 //! as the provider's own `tool_calls` / `tool` messages instead of step 1's
 //! folding; see its documentation.
 //!
-//! Deliberate differences from the reference (NOTES-compat.md): an
+//! Deliberate differences from the reference (docs/compat.md): an
 //! instruction directly following another is kept (the reference drops
 //! it), and pending action results reach the current turn even when the
 //! system fold targets it (the reference loses them there).

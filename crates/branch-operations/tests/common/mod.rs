@@ -162,7 +162,7 @@ pub fn normalise_all(v: &mut Value) {
         Value::Array(a) => a.iter_mut().for_each(normalise_all),
         Value::Object(o) => {
             // The reference writes `"description": null` for undocumented
-            // tool parameters; branch-actions omits it (NOTES-compat A1).
+            // tool parameters; branch-actions omits it (docs/compat.md A1).
             if o.get("description").is_some_and(Value::is_null) {
                 o.shift_remove("description");
             }
