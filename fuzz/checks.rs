@@ -1233,3 +1233,80 @@ pub fn retry_after(data: &[u8]) {
     let moved_wait = requested_wait(&build(None, Some(at2.as_bytes()), Some(now2.as_bytes())));
     assert_eq!(wait, moved_wait, "{ra_text:?} against {:?}", text("date"));
 }
+
+/// A model's structured reply read locally
+/// (`branch_operations::ParseOptions::parse_local`), under the options the
+/// first byte picks (key policy, fuzzy matching, strict, fill value): no
+/// text panics it; an accepted reading holds only the format's fields,
+/// every required one, each of its declared type (the lax conversions
+/// done), and reads back as itself from its own JSON.
+pub fn structured_reply(data: &[u8]) {
+    use branch_operations::fuzzy::Unmatched;
+    use branch_operations::{ParseOptions, ResponseFormat};
+
+    let Some((&knobs, rest)) = data.split_first() else {
+        return;
+    };
+    let Ok(text) = std::str::from_utf8(rest) else {
+        return;
+    };
+    let policies = [
+        Unmatched::Ignore,
+        Unmatched::Raise,
+        Unmatched::Remove,
+        Unmatched::Fill,
+        Unmatched::Force,
+    ];
+    let fills = [
+        Value::Null,
+        Value::from(0),
+        Value::from("n/a"),
+        Value::from(true),
+    ];
+    let schema = serde_json::json!({
+        "type": "object",
+        "title": "Reply",
+        "properties": {
+            "name": {"type": "string"},
+            "count": {"type": "integer"},
+            "score": {"type": "number"},
+            "ok": {"type": "boolean", "default": false},
+            "maybe": {"anyOf": [{"type": "boolean"}, {"type": "null"}], "default": null},
+            "tags": {"type": "array", "items": {"type": "string"}, "default": []},
+        },
+        "required": ["name", "count", "score"],
+    });
+    let mut mapping = serde_json::Map::new();
+    mapping.insert("count".into(), Value::from(1));
+    let opts = ParseOptions::new(ResponseFormat::Schema(schema))
+        .unmatched(policies[usize::from(knobs % 5)])
+        .fuzzy_match(knobs & 0x08 == 0)
+        .strict(knobs & 0x10 != 0)
+        .fill_value(fills[usize::from((knobs >> 5) & 3)].clone())
+        .fill_mapping(mapping);
+    let Ok(got) = opts.parse_local(text) else {
+        return;
+    };
+    let fields = ["name", "count", "score", "ok", "maybe", "tags"];
+    assert!(got.keys().all(|k| fields.contains(&k.as_str())), "{got:?}");
+    let whole = |v: &Value| v.as_f64().is_some_and(|f| f.fract() == 0.0);
+    assert!(got["name"].is_string(), "{got:?}");
+    assert!(
+        got["count"].is_i64() || got["count"].is_u64() || whole(&got["count"]),
+        "{got:?}"
+    );
+    assert!(got["score"].is_number(), "{got:?}");
+    assert!(got.get("ok").is_none_or(Value::is_boolean), "{got:?}");
+    assert!(
+        got.get("maybe")
+            .is_none_or(|v| v.is_boolean() || v.is_null()),
+        "{got:?}"
+    );
+    assert!(
+        got.get("tags")
+            .is_none_or(|v| v.as_array().is_some_and(|a| a.iter().all(Value::is_string))),
+        "{got:?}"
+    );
+    let written = serde_json::to_string(&got).expect("a map of JSON values writes");
+    assert_eq!(opts.parse_local(&written).as_ref(), Ok(&got), "{written}");
+}

@@ -204,3 +204,8 @@ fn uuid_text() {
 fn retry_after() {
     smoke("retry_after", checks::retry_after);
 }
+
+#[test]
+fn structured_reply() {
+    smoke("structured_reply", checks::structured_reply);
+}

@@ -330,6 +330,20 @@ def register_provider(b, spec):
     b.providers.register(StaticProvider(spec["text"], spec.get("kind", "text")), **kw)
 
 
+def between_rounds(script):
+    """A `between_rounds` callback from a scenario's map of rounds done
+    ("1", "2", ...) to the text it returns (or null); "{messages}" in a
+    text becomes the number of messages the callback sees."""
+
+    async def callback(branch, rounds_done):
+        text = script.get(str(rounds_done))
+        if text is None:
+            return None
+        return text.replace("{messages}", str(len(branch.messages)))
+
+    return callback
+
+
 async def run_step(state, step):
     b = state["branch"]
     op = step["op"]
@@ -343,6 +357,8 @@ async def run_step(state, step):
         if op == "chat" and args.pop("record", False):
             return await b.chat_and_record(**args)
         return await getattr(b, op)(**args)
+    if op in ("ReAct", "ReActStream") and "between_rounds" in args:
+        args["between_rounds"] = between_rounds(args["between_rounds"])
     if op == "ReAct":
         return await b.ReAct(**args)
     if op == "ReActStream":

@@ -34,6 +34,9 @@ M = lambda n: {"$model": n}  # noqa: E731
 ANSWER = {"json": {"answer": "4", "confidence": 0.9}}
 PLAN = {"json": {"goal": "ship", "steps": ["build", "test"], "priority": 2, "notes": "soon"}}
 PERSON = {"json": {"name": "Ada", "age": 36, "verified": True}}
+# A 1×1 PNG image in base64.
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5"
+       "ErkJggg==")
 
 
 def call(fn, **args):
@@ -296,6 +299,47 @@ sc("parse_person_coerce", "parse coerces a numeric string",
 sc("parse_strict_missing", "strict parse with a missing field",
    [step("parse", text='{"answer": "4"}', response_format=F("Answer"), strict=True,
          handle_unmatched="ignore", max_retries=1)], [ANSWER], branch=P)
+sc("parse_fill_value", "fill gives a missing field the fill value and keeps an unknown key",
+   [step("parse", text='{"answer": "4", "zzz": 1}', response_format=F("Answer"),
+         handle_unmatched="fill", fill_value=0.5)], branch=P)
+sc("parse_fill_mapping", "a field's own fill comes before the fill value; others are ignored",
+   [step("parse", text='{"answer": "4"}', response_format=F("Answer"), handle_unmatched="force",
+         fill_value=0.5, fill_mapping={"confidence": 0.7, "other": 1})], branch=P)
+sc("parse_fill_mapping_given", "a field the text gives keeps its value",
+   [step("parse", text='{"answer": "4", "confidence": 0.1}', response_format=F("Answer"),
+         handle_unmatched="fill", fill_mapping={"confidence": 0.7, "answer": "z"})], branch=P)
+sc("parse_no_fuzzy_exact", "fuzzy_match off, exact keys",
+   [step("parse", text='{"answer": "4", "confidence": 0.9}', response_format=F("Answer"),
+         fuzzy_match=False)], branch=P)
+sc("parse_no_fuzzy_fill", "fuzzy_match off: the near miss is dropped, the policy fills",
+   [step("parse", text='{"answer": "4", "confidnce": 0.9}', response_format=F("Answer"),
+         fuzzy_match=False, fill_value=0.5)], branch=P)
+sc("parse_no_fuzzy_raise", "fuzzy_match off: raise refuses the near miss, then a repair",
+   [step("parse", text='{"answr": "4", "confidence": 0.9}', response_format=F("Answer"),
+         fuzzy_match=False, handle_unmatched="raise", max_retries=1)], [ANSWER], branch=P)
+sc("parse_strict_filled", "strict: a filled field is still missing, so a repair",
+   [step("parse", text='{"answer": "4"}', response_format=F("Answer"), handle_unmatched="fill",
+         fill_value=0.5, strict=True, max_retries=1)], [ANSWER], branch=P)
+sc("parse_fuzzy_fill_typed", "fuzzy keys, a fill of the wrong type, then repairs",
+   [step("parse", text='{"nme": "Bo", "extra": 3}', response_format=F("Person"),
+         handle_unmatched="fill", fill_value=False, fill_mapping={"age": 9})],
+   [PERSON] * 4, branch=P)
+# pydantic's lax mode, which the reference validates with: what it converts, and what
+# it refuses (then a repair).
+for name, text in [
+        ("parse_lax_words", '{"name": "Ada", "age": "1_000", "verified": "on"}'),
+        ("parse_lax_numbers", '{"name": "Ada", "age": true, "verified": 1}'),
+        ("parse_lax_floats", '{"name": "Ada", "age": "36.0", "verified": 0.0}'),
+        ("parse_lax_refused", '{"name": "Ada", "age": " 36 ", "verified": " yes"}')]:
+    sc(name, f"parse converts as pydantic's lax mode: {text}",
+       [step("parse", text=text, response_format=F("Person"), max_retries=1)], [PERSON],
+       branch=P)
+sc("parse_lax_fill", "a fill value of 0 for a boolean field is false",
+   [step("parse", text='{"name": "Paris", "age": 0}', response_format=F("Person"),
+         fill_value=0)], branch=P)
+sc("parse_lax_confidence", "a number from an exponent text",
+   [step("parse", text='{"answer": "4", "confidence": " 1e-1 "}', response_format=F("Answer"))],
+   branch=P)
 
 # ---------------------------------------------------------------- interpret
 sc("interpret_default", "interpret with defaults",
@@ -393,10 +437,64 @@ sc("react_return_analysis", "ReAct return_analysis",
    [step("ReAct", instruction="Go", return_analysis=True)],
    [analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}], branch=R,
    expect={"section": "§18 ReAct return_analysis", "paths": ["/steps/0(ReAct)"]})
+sc("react_interpret_options", "ReAct: interpret's options, and the run's analysis model",
+   [step("ReAct", instruction="gimme answer", interpret=True, interpret_domain="math",
+         interpret_style="precise", interpret_sample="Formal prose.",
+         interpret_kwargs={"temperature": 0.5}, analysis_model=M("gpt-4.1-nano"))],
+   [{"text": "Give the answer."}, analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}],
+   branch=R)
+sc("react_interpret_model", "ReAct: interpret with a model of its own",
+   [step("ReAct", instruction="gimme answer", interpret=True, interpret_model=M("gpt-4o"),
+         analysis_model=M("gpt-4.1-nano"))],
+   [{"text": "Give the answer."}, analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}],
+   branch=R)
+for op in ("ReAct", "ReActStream"):
+    sc(f"{op.lower()}_images", f"{op}: the task's images go with its first round",
+       [step(op, instruction="What is it?", images=[PNG], max_extensions=1)],
+       [analysis("a", True, reason=REASON), analysis("b", False, reason=REASON),
+        {"json": {"answer": "x"}}], branch=R,
+       expect={"section": "§21 H13", "paths": [
+           "/requests/0/messages/0/content", "/requests/1/messages/0/content",
+           "/requests/2/messages/0/content", "/to_dict"]})
+# between_rounds, a map of rounds done to the callback's text: after round 1 it injects a
+# round (and shows the messages it sees), after round 2 its empty text leaves the extension
+# prompt in place; the effort's prefix goes to that extension round only.
+BETWEEN = {"1": "Look again ({messages} messages so far)", "2": ""}
+for op in ("ReAct", "ReActStream"):
+    sc(f"{op.lower()}_between_rounds", f"{op}: between_rounds injects, then leaves the prompt",
+       [step(op, instruction="Think", reasoning_effort="high", max_extensions=3,
+             between_rounds=BETWEEN)],
+       [analysis("a1", True, reason=REASON), analysis("a2", True, reason=REASON),
+        analysis("a3", False, reason=REASON), {"json": {"answer": "x"}}], branch=R,
+       expect={"section": "§21 H12", "paths": ["/requests/1", "/requests/2", "/requests/3",
+                                               "/to_dict"]} if op == "ReActStream" else None)
 sc("react_interpret", "ReAct with interpret",
    [step("ReAct", instruction="gimme answer", interpret=True)],
    [{"text": "Give the answer."}, analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}],
    branch=R)
+
+# ---------------------------------------------------------------- images
+# The 1×1 PNG (PNG above), as a data URI and as raw base64 (sent as a JPEG data URI).
+# http(s) URLs are left out: the reference resolves their hosts (compat.md §15 M5).
+sc("images_communicate", "communicate with two images and a detail, then a turn without",
+   [step("communicate", instruction="What is this?", images=["data:image/png;base64," + PNG, PNG],
+         image_detail="low"),
+    step("communicate", instruction="And now?")],
+   [{"text": "a dot"}, {"text": "still a dot"}])
+sc("images_chat", "chat with an image, recorded, then with another detail",
+   [step("chat", instruction="Look", images=[PNG], record=True),
+    step("chat", instruction="Look again", images=[PNG], image_detail="high")],
+   [{"text": "a"}, {"text": "b"}])
+sc("images_operate", "operate with an image: its detail defaults as communicate's",
+   [step("operate", instruction="Describe", images=[PNG], response_format=F("Answer"))],
+   [ANSWER])
+sc("images_empty", "an empty list of images", [step("communicate", instruction="x", images=[])],
+   [{"text": "a"}])
+sc("images_bad_data", "a data URI that is not an image fails the turn before any call",
+   [step("communicate", instruction="x", images=["data:text/plain;base64,aGVsbG8="])],
+   [{"text": "a"}])
+sc("images_bad_scheme", "an image of a scheme that is not allowed fails the turn",
+   [step("communicate", instruction="x", images=["javascript:alert(1)"])], [{"text": "a"}])
 
 # ---------------------------------------------------------------- run (HTTP model)
 for i, (inst, reply) in enumerate((("Say hi", {"text": "hi there"}),

@@ -33,9 +33,11 @@ finds is one nobody has written down:
   without a format gets no per-call parse model;
 - no call is asked for twice in one batch (§21 H7), no tool result
   passes 64 bits (§21 H8), no ReAct with a reasoning effort has a
-  guidance that is not text (§21 H9), and operate's own structure never
-  gets JSON that is not an object (§21 H10); `act` raises only from a
-  batch of one call (§21 H11);
+  guidance that is not text (§21 H9), and no reply is JSON that is not an
+  object where operate's own structure or ReAct's analysis is parsed
+  (§21 H10); `act` raises only from a batch of one call (§21 H11);
+  `between_rounds` goes to ReAct only (§21 H12), and images to every verb
+  but ReAct (§21 H13);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
 - no reply is empty (an empty reply fails the call, §13);
@@ -64,6 +66,10 @@ REPLY_TEXTS = [
     "Paris.", "Done.", "Très bien — 元気", "A\nB\n\nC", "Sure: {not json}",
     "```\nplain fence\n```", "null", "42", "[1, 2, 3]",
 ]
+# A 1×1 PNG image in base64 (http(s) URLs are left out: the reference
+# resolves their hosts, compat.md §15 M5).
+PNG = ("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5"
+       "ErkJggg==")
 # Reply texts that are JSON but not an object.
 NOT_OBJECTS = {"null", "42", "[1, 2, 3]"}
 CONTEXTS = [
@@ -157,7 +163,8 @@ class Gen:
             # (A format's body is never empty.)
             if actions or reason:
                 # operate's own structure reads JSON that is not an object
-                # as an empty one in the reference (compat.md §21 H10).
+                # as an empty one in the reference (compat.md §21 H10; the
+                # whole script is checked again at the end).
                 return [{"text": r.choice([t for t in REPLY_TEXTS if t not in NOT_OBJECTS])}]
             return [{"text": r.choice(REPLY_TEXTS)}]
         if self.maybe(0.2):
@@ -194,9 +201,15 @@ class Gen:
         return {"text": self.r.choice(REPLY_TEXTS)}
 
     # ---------------------------------------------------------- steps
-    def turn_args(self, a):
+    def turn_args(self, a, images=True):
         r = self.r
         a["instruction"] = r.choice(TEXTS)
+        # ReAct drops the task's images in the reference (compat.md §21
+        # H13).
+        if images and self.maybe(0.1):
+            a["images"] = r.choice([[PNG], ["data:image/png;base64," + PNG], [PNG, PNG]])
+            if self.maybe(0.5):
+                a["image_detail"] = r.choice(["low", "high", "auto"])
         if self.maybe(0.3):
             a["guidance"] = r.choice(GUIDANCE)
         if self.maybe(0.4):
@@ -293,9 +306,18 @@ class Gen:
             a["text"] = r.choice([json.dumps(body, ensure_ascii=False),
                                   "Here:\n```json\n" + json.dumps(body) + "\n```",
                                   "the answer is four"])
+            if self.maybe(0.15):
+                a["fuzzy_match"] = False
+            if self.maybe(0.2):
+                a["fill_value"] = r.choice([0, "", False, "n/a"])
+            if self.maybe(0.2):
+                a["fill_mapping"] = {r.choice(["answer", "confidence", "age", "verified",
+                                               "steps", "other"]): r.choice([1, "x", True, []])}
             if not self.broken and a["text"] != "the answer is four":
                 # It parses as it is: no call, so no reply of its own.
                 return {"op": op, "args": a}, replies
+            if self.maybe(0.2):
+                a["strict"] = True
             if self.maybe(0.3):
                 a["handle_unmatched"] = r.choice(["ignore", "remove", "fill", "force"])
             if self.maybe(0.3):
@@ -323,7 +345,7 @@ class Gen:
             if self.maybe(0.3):
                 a["suppress_errors"] = len(calls) > 1 or self.maybe()
         elif op in ("ReAct", "ReActStream"):
-            self.turn_args(a)
+            self.turn_args(a, images=False)
             ext = r.randint(0, 2)
             if self.maybe(0.6):
                 a["max_extensions"] = ext
@@ -338,9 +360,29 @@ class Gen:
                 a["reasoning_effort"] = r.choice(["low", "high"])
             if self.tools and self.maybe(0.15):
                 a["tools"] = r.sample(self.tools, 1)
+            # The run's model is its repair model too, on both sides.
+            if self.maybe(0.2):
+                a["analysis_model"] = M("gpt-4.1-nano")
             if op == "ReAct" and self.maybe(0.1):
                 a["interpret"] = True
+                if self.maybe(0.4):
+                    a["interpret_domain"] = r.choice(["math", "travel"])
+                if self.maybe(0.4):
+                    a["interpret_style"] = r.choice(["precise", "casual"])
+                if self.maybe(0.2):
+                    a["interpret_sample"] = "Concise, formal prose."
+                if self.maybe(0.2):
+                    a["interpret_model"] = M("gpt-4o")
+                if self.maybe(0.2):
+                    a["interpret_kwargs"] = {"temperature": 0.5}
                 replies.append({"text": r.choice(TEXTS)})
+            # The reference's ReActStream drops the callback (compat.md
+            # §21 H12): ReAct alone is given one.
+            if op == "ReAct" and self.maybe(0.2):
+                a["between_rounds"] = {
+                    str(n): r.choice([None, "", "Check the last result.",
+                                      "{messages} messages so far; go on."])
+                    for n in range(1, 4)}
             for _ in range(r.randint(1, 3)):
                 d = {"analysis": self.word(), "extension_needed": self.maybe(0.5)}
                 if self.tools and self.maybe(0.4):
@@ -407,6 +449,17 @@ def scenario(seed, i):
     # then one ReAct's analysis reads (it refuses extra keys), in turn, so
     # that a repair ends within two spare replies.
     replies += [{"json": SPARE}, {"json": SPARE_ANALYSIS}] * 12
+    # A reply may reach a step other than the one it was scripted for, and
+    # the reference's own structures (operate's without a format, ReAct's
+    # analysis) read JSON that is not an object as an empty one (§21 H10):
+    # where one is parsed, no reply is such a text.
+    if any(s["op"].startswith("ReAct") or (
+            s["op"] == "operate" and "response_format" not in s["args"]
+            and (s["args"].get("actions") or s["args"].get("reason")))
+           for s in steps):
+        objects = [t for t in REPLY_TEXTS if t not in NOT_OBJECTS]
+        replies = [{"text": rng.choice(objects)} if x.get("text") in NOT_OBJECTS else x
+                   for x in replies]
     # Repairs of operate's structure (ReAct's rounds are operates) go to
     # the chat model in the reference and to the parse model here (§18
     # O1): a branch's own parse model is kept only where neither runs.

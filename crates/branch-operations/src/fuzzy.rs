@@ -129,6 +129,23 @@ pub fn match_keys(
     unmatched: Unmatched,
     fill: &Value,
 ) -> Result<Map<String, Value>, String> {
+    match_keys_filling(input, expected, threshold, unmatched, |_| fill.clone())
+}
+
+/// [`match_keys`] where each field nothing matched gets `fill(name)`
+/// under [`Unmatched::Fill`] and [`Unmatched::Force`]. A threshold above
+/// 1 matches exact keys only (no similarity reaches it); the policy still
+/// applies. With no expected field, the input is kept as it is.
+pub fn match_keys_filling(
+    input: Map<String, Value>,
+    expected: &[String],
+    threshold: f64,
+    unmatched: Unmatched,
+    fill: impl Fn(&str) -> Value,
+) -> Result<Map<String, Value>, String> {
+    if expected.is_empty() {
+        return Ok(input);
+    }
     let mut remaining: Vec<&String> = expected
         .iter()
         .filter(|e| !input.contains_key(e.as_str()))
@@ -165,7 +182,7 @@ pub fn match_keys(
     if matches!(unmatched, Unmatched::Fill | Unmatched::Force) {
         for e in expected {
             if !out.contains_key(e) {
-                out.insert(e.clone(), fill.clone());
+                out.insert(e.clone(), fill(e));
             }
         }
     }

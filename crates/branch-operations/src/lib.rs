@@ -44,6 +44,7 @@ mod format;
 pub mod fuzzy;
 mod instruction;
 mod interpret;
+mod lax;
 pub mod limits;
 mod middle;
 mod operate;
@@ -94,7 +95,8 @@ pub use pending::{
 };
 pub use persist::default_persist_dir;
 pub use react::{
-    BetweenRounds, BetweenRoundsFn, MAX_EXTENSIONS_CAP, ReActOptions, ReActOutcome, ReActRound,
+    BetweenRounds, BetweenRoundsFn, BetweenRoundsFuture, MAX_EXTENSIONS_CAP, ReActOptions,
+    ReActOutcome, ReActRound,
 };
 pub use reply::VerbReply;
 pub use run::{RunOptions, TextHook};

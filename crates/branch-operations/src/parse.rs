@@ -13,8 +13,9 @@ use serde_json::{Map, Value, json};
 
 use crate::chat::{ChatOptions, chat_turn};
 use crate::error::{OperationError, ParseFailure, Result};
-use crate::format::{coerce, expected_keys, format_title, validate};
-use crate::fuzzy::{Unmatched, extract_json, match_keys};
+use crate::format::{expected_keys, format_title, validate};
+use crate::fuzzy::{Unmatched, extract_json, match_keys_filling};
+use crate::lax::coerce;
 use crate::turn::SendOptions;
 
 /// What to do when parsing finally fails (`handle_validation`).
@@ -180,6 +181,33 @@ impl ParseOptions {
         self.strict = on;
         self
     }
+
+    /// Matches keys fuzzily (on by default); off, a key matches only
+    /// when spelled exactly.
+    pub fn fuzzy_match(mut self, on: bool) -> Self {
+        self.fuzzy_match = on;
+        self
+    }
+
+    /// The value a missing field gets under `Fill` and `Force`.
+    pub fn fill_value(mut self, v: Value) -> Self {
+        self.fill_value = v;
+        self
+    }
+
+    /// Values of particular missing fields, before `fill_value`.
+    pub fn fill_mapping(mut self, m: Map<String, Value>) -> Self {
+        self.fill_mapping = m;
+        self
+    }
+
+    /// The local attempt alone, with no model and no repair: the JSON
+    /// object `text` holds (fenced, lenient, cut short), its keys matched
+    /// to the format's fields, its scalars converted as pydantic's lax mode
+    /// does, validated and completed with the declared defaults.
+    pub fn parse_local(&self, text: &str) -> std::result::Result<Map<String, Value>, ParseFailure> {
+        parse_local(text, self)
+    }
 }
 
 /// The local attempt: extraction, key matching, validation.
@@ -189,29 +217,29 @@ pub(crate) fn parse_local(
 ) -> std::result::Result<Map<String, Value>, ParseFailure> {
     let obj = extract_json(text).ok_or(ParseFailure::Extraction)?;
     let keys = expected_keys(&opts.format);
-    let mut obj = if opts.fuzzy_match {
-        let had: Vec<String> = obj.keys().cloned().collect();
-        let mut m = match_keys(
-            obj,
-            &keys,
-            opts.similarity_threshold,
-            opts.unmatched,
-            &opts.fill_value,
-        )
-        .map_err(ParseFailure::Validation)?;
-        if matches!(opts.unmatched, Unmatched::Fill | Unmatched::Force) {
-            for (k, v) in &opts.fill_mapping {
-                if m.get(k).is_some_and(Value::is_null) && !had.contains(k) {
-                    m.insert(k.clone(), v.clone());
-                }
-            }
-        }
-        m
+    // Without fuzzy matching only exact keys match; the unmatched policy
+    // applies either way, as in the reference.
+    let threshold = if opts.fuzzy_match {
+        opts.similarity_threshold
     } else {
-        obj
+        f64::INFINITY
     };
+    let filled = std::cell::RefCell::new(Vec::new());
+    let mut obj = match_keys_filling(obj, &keys, threshold, opts.unmatched, |name| {
+        filled.borrow_mut().push(name.to_owned());
+        opts.fill_mapping
+            .get(name)
+            .unwrap_or(&opts.fill_value)
+            .clone()
+    })
+    .map_err(ParseFailure::Validation)?;
     if opts.strict {
-        let missing: Vec<&String> = keys.iter().filter(|k| !obj.contains_key(*k)).collect();
+        // A filled field is still one the text did not give.
+        let filled = filled.into_inner();
+        let missing: Vec<&String> = keys
+            .iter()
+            .filter(|k| !obj.contains_key(*k) || filled.contains(k))
+            .collect();
         if !missing.is_empty() {
             return Err(ParseFailure::Validation(format!(
                 "missing required fields: {missing:?}"
@@ -433,4 +461,66 @@ pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -
         ))
         .await?;
     outcome(text, repaired.result, opts.on_failure, &opts.format)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn answer() -> ParseOptions {
+        ParseOptions::new(ResponseFormat::Schema(json!({
+            "type": "object",
+            "properties": {"answer": {"type": "string"}, "confidence": {"type": "number"}},
+            "required": ["answer", "confidence"],
+        })))
+    }
+
+    fn mapping(v: Value) -> Map<String, Value> {
+        v.as_object().cloned().unwrap()
+    }
+
+    #[test]
+    fn a_fields_own_fill_comes_before_the_fill_value() {
+        let o = answer()
+            .fill_value(json!(0.5))
+            .fill_mapping(mapping(json!({"confidence": 0.7, "other": 1})));
+        let got = parse_local(r#"{"answer": "4"}"#, &o).unwrap();
+        assert_eq!(
+            Value::Object(got),
+            json!({"answer": "4", "confidence": 0.7})
+        );
+        // A field the text gave keeps its value.
+        let got = parse_local(r#"{"answer": "4", "confidence": 0.1}"#, &o).unwrap();
+        assert_eq!(got["confidence"], json!(0.1));
+    }
+
+    #[test]
+    fn without_fuzzy_matching_the_policy_still_applies() {
+        let o = answer().fuzzy_match(false).fill_value(json!(0.5));
+        // `force`: the exact key stays, the near miss is dropped, the
+        // missing field is filled.
+        let got = parse_local(r#"{"answer": "4", "confidnce": 0.9}"#, &o).unwrap();
+        assert_eq!(
+            Value::Object(got),
+            json!({"answer": "4", "confidence": 0.5})
+        );
+        // With fuzzy matching the near miss is the field.
+        let got = parse_local(r#"{"answer": "4", "confidnce": 0.9}"#, &answer()).unwrap();
+        assert_eq!(got["confidence"], json!(0.9));
+        let raise = answer().fuzzy_match(false).unmatched(Unmatched::Raise);
+        assert!(parse_local(r#"{"answr": "4", "confidence": 0.9}"#, &raise).is_err());
+    }
+
+    #[test]
+    fn a_filled_field_is_missing_to_strict() {
+        let o = answer()
+            .unmatched(Unmatched::Fill)
+            .fill_value(json!(0.5))
+            .strict(true);
+        let err = parse_local(r#"{"answer": "4"}"#, &o).unwrap_err();
+        assert!(err.to_string().contains("confidence"), "{err}");
+        assert!(parse_local(r#"{"answer": "4", "confidence": 0.2}"#, &o).is_ok());
+    }
 }

@@ -1,6 +1,8 @@
 //! `ReAct` and `ReActStream`: rounds of analysis and tool calls, then a
 //! final answer (operations.md §8). Each round is its own atomic turn.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use branch_core::Branch;
@@ -43,12 +45,18 @@ fn answer_prompt(instruction: &str) -> String {
 
 /// A callback run before each extension round: given the branch and the
 /// number of rounds done, text it returns is sent as that round's
-/// instruction instead of the extension prompt.
+/// instruction instead of the extension prompt. No text, or an empty one,
+/// leaves the extension prompt in place.
 #[derive(Clone)]
 pub struct BetweenRounds(pub Arc<BetweenRoundsFn>);
 
+/// What a [`BetweenRounds`] callback returns: a future that may read the
+/// branch while it runs.
+pub type BetweenRoundsFuture<'a> = Pin<Box<dyn Future<Output = Option<String>> + Send + 'a>>;
+
 /// The function behind [`BetweenRounds`].
-pub type BetweenRoundsFn = dyn Fn(&Branch, usize) -> Option<String> + Send + Sync;
+pub type BetweenRoundsFn =
+    dyn for<'a> Fn(&'a Branch, usize) -> BetweenRoundsFuture<'a> + Send + Sync;
 
 impl std::fmt::Debug for BetweenRounds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -59,11 +67,13 @@ impl std::fmt::Debug for BetweenRounds {
 /// Options of `ReAct` / `ReActStream` (defaults: branch.md §9.7).
 #[derive(Debug, Clone)]
 pub struct ReActOptions {
-    /// The task (instruction, guidance, context).
+    /// The task (instruction, guidance, context, images; the images go
+    /// with the first round's instruction only).
     pub turn: TurnInput,
     /// Rewrite the instruction with `interpret` first.
     pub interpret: bool,
-    /// Options of that rewrite.
+    /// Options of that rewrite (its model → the analysis model, then the
+    /// branch's chat model).
     pub interpret_options: InterpretOptions,
     /// Offer only these tools (→ all registered). The first round offers
     /// actions when there is a tool to offer; the extension rounds always
@@ -177,6 +187,15 @@ impl ReActOptions {
         self
     }
 
+    /// Rewrites the instruction first, with these options (domain, style,
+    /// sample, model, payload fields). Without a model of its own the
+    /// rewrite uses the analysis model, then the branch's chat model.
+    pub fn interpret_with(mut self, options: InterpretOptions) -> Self {
+        self.interpret = true;
+        self.interpret_options = options;
+        self
+    }
+
     /// Offers only these tools.
     pub fn tools<I: IntoIterator<Item = S>, S: Into<String>>(mut self, t: I) -> Self {
         self.tools = Some(t.into_iter().map(Into::into).collect());
@@ -202,10 +221,42 @@ impl ReActOptions {
     }
 
     /// Runs `f(branch, rounds_done)` before each extension round; text it
-    /// returns is sent as that round's instruction.
+    /// returns is sent as that round's instruction (an injected round:
+    /// the caller's guidance as given, without the reasoning effort).
     pub fn between_rounds<F>(mut self, f: F) -> Self
     where
         F: Fn(&Branch, usize) -> Option<String> + Send + Sync + 'static,
+    {
+        self.between_rounds = Some(BetweenRounds(Arc::new(move |branch, done| {
+            let text = f(branch, done);
+            Box::pin(std::future::ready(text))
+        })));
+        self
+    }
+
+    /// [`between_rounds`](Self::between_rounds) with a callback that
+    /// awaits (asks a person, reads a queue), as the reference's does.
+    /// Dropping the ReAct future while it waits leaves the branch as the
+    /// last round left it.
+    ///
+    /// ```
+    /// # use branch_operations::ReActOptions;
+    /// let (notes_tx, notes) = tokio::sync::mpsc::channel::<String>(8);
+    /// let notes = std::sync::Arc::new(tokio::sync::Mutex::new(notes));
+    /// let options = ReActOptions::new("Plan the release.")
+    ///     .max_extensions(5)
+    ///     .between_rounds_async(move |branch, done| {
+    ///         let notes = notes.clone();
+    ///         Box::pin(async move {
+    ///             let note = notes.lock().await.try_recv().ok()?;
+    ///             Some(format!("{note} ({done} rounds, {} messages)", branch.messages().len()))
+    ///         })
+    ///     });
+    /// # drop((notes_tx, options));
+    /// ```
+    pub fn between_rounds_async<F>(mut self, f: F) -> Self
+    where
+        F: for<'a> Fn(&'a Branch, usize) -> BetweenRoundsFuture<'a> + Send + Sync + 'static,
     {
         self.between_rounds = Some(BetweenRounds(Arc::new(f)));
         self
@@ -355,10 +406,15 @@ impl State<'_> {
         let mut turn = o.turn.clone();
         turn.instruction = Some(Value::String(instruction));
         turn.image_detail.get_or_insert(ImageDetail::Auto);
+        // The images go with the task, once: later rounds see them in the
+        // history.
+        if !first {
+            turn.images.clear();
+        }
         // Every round keeps the caller's guidance, as the reference's
         // round instructions do; the reasoning effort applies to the
-        // extension rounds only.
-        if !first {
+        // extension rounds only (not to the first or an injected one).
+        if round == Round::Extension {
             // A guidance that is not text (a map, a list) is kept as it
             // is, without the prefix: the reference fails the round on
             // it, and dropping it would lose what the caller asked.
@@ -435,12 +491,12 @@ impl State<'_> {
             return self.analysis_round(opts).await;
         }
         if extending && self.extensions > 0 && self.last_needs_extension {
-            let injected = self
-                .opts
-                .between_rounds
-                .as_ref()
-                .and_then(|cb| (cb.0)(self.branch, self.round));
-            if let Some(text) = injected {
+            let injected = match self.opts.between_rounds.clone() {
+                Some(cb) => (cb.0)(self.branch, self.round).await,
+                None => None,
+            };
+            // An empty text is no text, as in the reference.
+            if let Some(text) = injected.filter(|t| !t.is_empty()) {
                 let opts = self.round_options(text, Round::Injected);
                 self.extensions -= 1;
                 return self.analysis_round(opts).await;
@@ -502,6 +558,7 @@ impl State<'_> {
         let mut turn = o.turn.clone();
         turn.instruction = Some(Value::String(answer_prompt(&self.original)));
         turn.image_detail.get_or_insert(ImageDetail::Auto);
+        turn.images.clear();
         // The answer's instruction keeps the guidance and stores the
         // caller's context, which the request de-duplicates as in the
         // extension rounds.
@@ -548,7 +605,13 @@ async fn setup(branch: &mut Branch, opts: ReActOptions) -> Result<State<'_>> {
     };
     let original = instruction.clone();
     if opts.interpret {
-        let rewritten = interpret(branch, &instruction, opts.interpret_options.clone()).await?;
+        let mut options = opts.interpret_options.clone();
+        // The rewrite is the run's first call to a model: the run's model,
+        // as in the reference, unless it was given one of its own.
+        if options.model.is_none() {
+            options.model = opts.analysis_model.clone();
+        }
+        let rewritten = interpret(branch, &instruction, options).await?;
         instruction = format!("{instruction}\n\nInterpreted instruction: {rewritten}");
     }
     let actions = opts.tools.is_some() || branch.acts().iter().next().is_some();

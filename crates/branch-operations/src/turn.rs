@@ -62,8 +62,8 @@ pub struct TurnInput {
     pub plain_content: Option<String>,
     /// Image URLs, data URIs or raw base64.
     pub images: Vec<String>,
-    /// Image detail (`auto` by default, except in `operate`, which, as
-    /// the reference, leaves it unset unless given).
+    /// Image detail (`auto` by default, except in `operate` without
+    /// images, which, as the reference, leaves it unset unless given).
     pub image_detail: Option<ImageDetail>,
     /// Leave the image detail unset when not given (`operate`).
     pub(crate) no_default_detail: bool,
@@ -171,16 +171,19 @@ impl TurnInput {
         tool_schemas: Vec<Value>,
         format: Option<&ResponseFormat>,
     ) -> InstructionContent {
+        let images = std::mem::take(&mut self.images);
+        // Images always carry a detail, `operate`'s too.
+        let default_detail = !self.no_default_detail || !images.is_empty();
         InstructionContent {
             instruction: self.instruction.take(),
             guidance: self.guidance.take(),
             prompt_context: std::mem::take(&mut self.context),
             plain_content: self.plain_content.take(),
             tool_schemas,
-            images: std::mem::take(&mut self.images),
+            images,
             image_detail: self
                 .image_detail
-                .or((!self.no_default_detail).then_some(ImageDetail::Auto)),
+                .or(default_detail.then_some(ImageDetail::Auto)),
             response_format: format.map(ResponseFormat::to_value),
         }
     }

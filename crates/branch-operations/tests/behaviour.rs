@@ -521,6 +521,225 @@ async fn between_rounds_text_replaces_the_extension_prompt() {
     );
 }
 
+/// An injected round is the callback's text as given: no effort prefix and
+/// no effort field, which go to the extension rounds only; an empty text
+/// is no text, so the extension prompt goes out in its place.
+#[tokio::test]
+async fn an_awaiting_callback_injects_a_round_without_the_effort() {
+    let server = MockServer::start().await;
+    let more = json!({"analysis": "more", "extension_needed": true});
+    server.script([
+        MockReply::json(more.clone()),
+        MockReply::json(more),
+        MockReply::json(json!({"analysis": "ok", "extension_needed": false})),
+        MockReply::json(json!({"answer": "A"})),
+    ]);
+    let mut b = branch(&server);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    tx.send("Look again".into()).unwrap();
+    tx.send(String::new()).unwrap();
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .max_extensions(3)
+                .reasoning_effort("high")
+                .include_token_usage_to_model(false)
+                .between_rounds_async(move |branch, done| {
+                    let rx = rx.clone();
+                    Box::pin(async move {
+                        let text = rx.lock().await.recv().await?;
+                        let seen = branch.messages().len();
+                        Some(if text.is_empty() {
+                            text
+                        } else {
+                            format!("{text} ({done}, {seen})")
+                        })
+                    })
+                }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.answer, json!("A"));
+    let bodies = server.bodies();
+    let last = |i: usize| -> String {
+        let messages = bodies[i]["messages"].as_array().unwrap();
+        messages.last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(
+        last(1).starts_with("Instruction: Look again (1, 3)\n"),
+        "{}",
+        last(1)
+    );
+    assert!(bodies[1].get("reasoning_effort").is_none(), "{}", bodies[1]);
+    assert!(
+        last(2).starts_with(
+            "Guidance: |\n  Thorough, try as hard as you can in reasoning.\nInstruction: Keep going"
+        ),
+        "{}",
+        last(2)
+    );
+    assert_eq!(bodies[2]["reasoning_effort"], json!("high"));
+}
+
+/// Every call of a run goes to its analysis model, the interpret rewrite
+/// first among them (unless the rewrite names a model of its own).
+#[tokio::test]
+async fn the_analysis_model_also_interprets() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("Give the answer."),
+        MockReply::json(json!({"analysis": "ok", "extension_needed": false})),
+        MockReply::json(json!({"answer": "A"})),
+        MockReply::text("Give the answer again."),
+        MockReply::json(json!({"analysis": "ok", "extension_needed": false})),
+        MockReply::json(json!({"answer": "B"})),
+    ]);
+    let mut b = branch(&server);
+    let run = |interpret: branch_operations::InterpretOptions| {
+        ReActOptions::new("gimme answer")
+            .include_token_usage_to_model(false)
+            .analysis_model(model(&server, "gpt-4.1-nano"))
+            .interpret_with(interpret.domain("math"))
+    };
+    b.ReAct(run(Default::default())).await.unwrap();
+    let own = branch_operations::InterpretOptions::default().model(model(&server, "gpt-4o"));
+    b.ReAct(run(own)).await.unwrap();
+    let models: Vec<Value> = server.bodies().iter().map(|b| b["model"].clone()).collect();
+    assert_eq!(
+        models,
+        [
+            "gpt-4.1-nano",
+            "gpt-4.1-nano",
+            "gpt-4.1-nano",
+            "gpt-4o",
+            "gpt-4.1-nano",
+            "gpt-4.1-nano"
+        ]
+    );
+    let rewrite = server.bodies()[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(rewrite.contains("math"), "{rewrite}");
+}
+
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==";
+
+/// Image parts in a request body, over all its messages.
+fn image_parts(body: &Value) -> usize {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|m| m["content"].as_array())
+        .flatten()
+        .filter(|p| p["type"] == "image_url")
+        .count()
+}
+
+/// The task's images go with the first round, and every later request
+/// holds them once, in the history.
+#[tokio::test]
+async fn react_sends_the_tasks_images_once() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "more", "extension_needed": true})),
+        MockReply::json(json!({"analysis": "ok", "extension_needed": false})),
+        MockReply::json(json!({"answer": "A"})),
+    ]);
+    let mut b = branch(&server);
+    b.ReAct(
+        ReActOptions::new("What is it?")
+            .images(vec![PNG.into()])
+            .max_extensions(1)
+            .include_token_usage_to_model(false),
+    )
+    .await
+    .unwrap();
+    let bodies = server.bodies();
+    assert_eq!(
+        bodies.iter().map(image_parts).collect::<Vec<_>>(),
+        [1, 1, 1]
+    );
+    let last = |i: usize| {
+        bodies[i]["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()
+            .clone()
+    };
+    assert!(last(0)["content"].is_array(), "{}", last(0));
+    assert!(last(1)["content"].is_string(), "{}", last(1));
+    assert!(last(2)["content"].is_string(), "{}", last(2));
+    let with_images: Vec<usize> = b
+        .messages()
+        .iter()
+        .filter_map(|m| m.as_instruction())
+        .map(|c| c.images.len())
+        .collect();
+    assert_eq!(with_images, [1, 0, 0]);
+}
+
+/// `operate` leaves the image detail unset, as the reference does, except
+/// where there are images: they carry `auto`, as in every other verb.
+#[tokio::test]
+async fn operate_gives_its_images_a_detail() {
+    let server = MockServer::start().await;
+    server.script([MockReply::text("a"), MockReply::text("b")]);
+    let mut b = branch(&server);
+    b.operate(OperateOptions::new("plain")).await.unwrap();
+    b.operate(OperateOptions::new("look").images(vec![PNG.into()]))
+        .await
+        .unwrap();
+    let details: Vec<_> = b
+        .messages()
+        .iter()
+        .filter_map(|m| m.as_instruction())
+        .map(|c| c.image_detail.map(|d| d.as_str()))
+        .collect();
+    assert_eq!(details, [None, Some("auto")]);
+    assert_eq!(image_parts(&server.bodies()[1]), 1);
+}
+
+/// Dropping ReAct while its callback waits keeps what the finished rounds
+/// wrote and nothing more.
+#[tokio::test]
+async fn dropping_react_while_the_callback_waits_keeps_the_rounds_done() {
+    let server = MockServer::start().await;
+    server.script([MockReply::json(
+        json!({"analysis": "more", "extension_needed": true}),
+    )]);
+    let mut b = branch(&server);
+    let (entered_tx, entered) = tokio::sync::oneshot::channel::<()>();
+    let entered_tx = std::sync::Mutex::new(Some(entered_tx));
+    let react = b.ReAct(
+        ReActOptions::new("task")
+            .max_extensions(2)
+            .include_token_usage_to_model(false)
+            .between_rounds_async(move |_, _| {
+                if let Some(tx) = entered_tx.lock().unwrap().take() {
+                    let _ = tx.send(());
+                }
+                Box::pin(std::future::pending())
+            }),
+    );
+    tokio::select! {
+        _ = react => panic!("the callback never returns"),
+        _ = entered => {}
+    }
+    assert_eq!(
+        b.messages().len(),
+        3,
+        "system, the first round's instruction and reply"
+    );
+    assert_eq!(server.bodies().len(), 1);
+}
+
 struct Recorder {
     seen: Arc<std::sync::Mutex<Vec<String>>>,
 }

@@ -215,6 +215,14 @@ macro_rules! turn_args {
                 $opts = $opts.field(k, v);
             }
         }
+        if let Some(v) = $args.strings("images")? {
+            $opts = $opts.images(v);
+        }
+        if let Some(v) = $args.str("image_detail")? {
+            let d = lionagi::core::message::ImageDetail::parse(&v)
+                .ok_or_else(|| format!("image_detail {v}"))?;
+            $opts = $opts.image_detail(d);
+        }
     };
 }
 
@@ -402,6 +410,17 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(on) = a.bool("strict")? {
                 o = o.strict(on);
             }
+            if let Some(on) = a.bool("fuzzy_match")? {
+                o = o.fuzzy_match(on);
+            }
+            if let Some(v) = a.take("fill_value") {
+                o = o.fill_value(v);
+            }
+            match a.take("fill_mapping") {
+                None => {}
+                Some(Value::Object(m)) => o = o.fill_mapping(m),
+                Some(other) => return Err(format!("fill_mapping: not a map: {other}")),
+            }
             a.done(op)?;
             b.parse(&text, o)
                 .await
@@ -466,7 +485,29 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
                 o = o.extension_allowed(on);
             }
             if let Some(on) = a.bool("interpret")? {
-                o = o.interpret(on);
+                let mut io = InterpretOptions::default();
+                if let Some(d) = a.str("interpret_domain")? {
+                    io = io.domain(d);
+                }
+                if let Some(s) = a.str("interpret_style")? {
+                    io = io.style(s);
+                }
+                if let Some(s) = a.str("interpret_sample")? {
+                    io = io.sample_writing(s);
+                }
+                if let Some(m) = a.take("interpret_model") {
+                    io = io.model(ctx.model_ref(&m)?);
+                }
+                match a.take("interpret_kwargs") {
+                    None => {}
+                    Some(Value::Object(kw)) => {
+                        for (k, v) in kw {
+                            io = io.field(&k, v);
+                        }
+                    }
+                    Some(other) => return Err(format!("interpret_kwargs: not a map: {other}")),
+                }
+                o = o.interpret_with(io).interpret(on);
             }
             if let Some(t) = a.strings("tools")? {
                 o = o.tools(t);
@@ -476,6 +517,21 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             }
             if let Some(on) = a.bool("return_analysis")? {
                 o = o.return_analysis(on);
+            }
+            // A map of rounds done ("1", "2", ...) to the text the callback
+            // returns (or null); "{messages}" in a text becomes the number
+            // of messages the callback sees.
+            if let Some(script) = a.take("between_rounds") {
+                let Value::Object(script) = script else {
+                    return Err(format!("between_rounds: not a map: {script}"));
+                };
+                o = o.between_rounds_async(move |branch, done| {
+                    let text = script
+                        .get(&done.to_string())
+                        .and_then(Value::as_str)
+                        .map(|t| t.replace("{messages}", &branch.messages().len().to_string()));
+                    Box::pin(async move { text })
+                });
             }
             if let Some(on) = a.bool("include_token_usage_to_model")? {
                 o = o.include_token_usage_to_model(on);
