@@ -1236,17 +1236,28 @@ pub fn retry_after(data: &[u8]) {
 
 /// A model's structured reply read locally
 /// (`branch_operations::ParseOptions::parse_local`), under the options the
-/// first byte picks (key policy, fuzzy matching, strict, fill value): no
-/// text panics it; an accepted reading holds only the format's fields,
-/// every required one, each of its declared type (the lax conversions
-/// done), and reads back as itself from its own JSON.
+/// first two bytes pick (key policy, fuzzy matching, strict, fill value;
+/// similarity measure and threshold): no text panics it; an accepted
+/// reading holds only the format's fields, every required one, each of its
+/// declared type (the lax conversions done), and reads back as itself from
+/// its own JSON.
 pub fn structured_reply(data: &[u8]) {
     use branch_operations::fuzzy::Unmatched;
+    use branch_operations::similarity::Similarity;
     use branch_operations::{ParseOptions, ResponseFormat};
 
-    let Some((&knobs, rest)) = data.split_first() else {
+    let [knobs, measure, rest @ ..] = data else {
         return;
     };
+    let (knobs, measure) = (*knobs, *measure);
+    let measures = [
+        Similarity::JaroWinkler,
+        Similarity::Levenshtein,
+        Similarity::SequenceMatcher,
+        Similarity::Hamming,
+        Similarity::Cosine,
+    ];
+    let thresholds = [0.85, 0.0, 0.5, 1.0];
     let Ok(text) = std::str::from_utf8(rest) else {
         return;
     };
@@ -1283,7 +1294,9 @@ pub fn structured_reply(data: &[u8]) {
         .fuzzy_match(knobs & 0x08 == 0)
         .strict(knobs & 0x10 != 0)
         .fill_value(fills[usize::from((knobs >> 5) & 3)].clone())
-        .fill_mapping(mapping);
+        .fill_mapping(mapping)
+        .similarity(measures[usize::from(measure % 5)])
+        .similarity_threshold(thresholds[usize::from((measure >> 4) & 3)]);
     let Ok(got) = opts.parse_local(text) else {
         return;
     };

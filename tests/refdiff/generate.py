@@ -324,6 +324,21 @@ sc("parse_fuzzy_fill_typed", "fuzzy keys, a fill of the wrong type, then repairs
    [step("parse", text='{"nme": "Bo", "extra": 3}', response_format=F("Person"),
          handle_unmatched="fill", fill_value=False, fill_mapping={"age": 9})],
    [PERSON] * 4, branch=P)
+for algo in ("levenshtein", "sequence_matcher", "hamming", "cosine", "jaro_winkler"):
+    sc(f"parse_similarity_{algo}", f"keys matched by {algo}",
+       [step("parse", text='{"answr": "4", "confidense": 0.9}', response_format=F("Answer"),
+             similarity_algo=algo, similarity_threshold=0.7, max_retries=1),
+        step("parse", text='{"nmae": "Ada", "aeg": 3, "verifed": true}',
+             response_format=F("Person"), similarity_algo=algo, similarity_threshold=0.5,
+             max_retries=1)],
+       [ANSWER, PERSON, ANSWER, PERSON], branch=P)
+sc("parse_similarity_threshold_zero", "a threshold of 0 matches any key to a field",
+   [step("parse", text='{"xy": "4", "confidence": 0.9}', response_format=F("Answer"),
+         similarity_algo="hamming", similarity_threshold=0.0)], branch=P)
+sc("parse_similarity_threshold_invalid", "a threshold past 1 is refused before any call",
+   [step("parse", text='{"answer": "4", "confidence": 0.9}', response_format=F("Answer"),
+         similarity_threshold=1.5)], [ANSWER] * 4, branch=P,
+   expect={"section": "§21 H14", "paths": ["/requests", "/steps/0(parse)", "/to_dict"]})
 # pydantic's lax mode, which the reference validates with: what it converts, and what
 # it refuses (then a repair).
 for name, text in [

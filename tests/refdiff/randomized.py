@@ -36,8 +36,9 @@ finds is one nobody has written down:
   guidance that is not text (§21 H9), and no reply is JSON that is not an
   object where operate's own structure or ReAct's analysis is parsed
   (§21 H10); `act` raises only from a batch of one call (§21 H11);
-  `between_rounds` goes to ReAct only (§21 H12), and images to every verb
-  but ReAct (§21 H13);
+  `between_rounds` goes to ReAct only (§21 H12), images to every verb
+  but ReAct (§21 H13), and no similarity threshold lies outside 0..1
+  (§21 H14);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
 - no reply is empty (an empty reply fails the call, §13);
@@ -308,6 +309,13 @@ class Gen:
                                   "the answer is four"])
             if self.maybe(0.15):
                 a["fuzzy_match"] = False
+            if self.maybe(0.2):
+                a["similarity_algo"] = r.choice(["levenshtein", "sequence_matcher", "hamming",
+                                                 "cosine", "jaro_winkler"])
+            # A threshold outside 0..1 is refused here, repaired there (§21
+            # H14).
+            if self.maybe(0.2):
+                a["similarity_threshold"] = r.choice([0.0, 0.5, 0.7, 0.95, 1.0])
             if self.maybe(0.2):
                 a["fill_value"] = r.choice([0, "", False, "n/a"])
             if self.maybe(0.2):

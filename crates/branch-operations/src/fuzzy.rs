@@ -63,43 +63,7 @@ fn parse_repaired(text: &str) -> Option<Value> {
     branch_core::json_repair::parse_truncated(t)
 }
 
-/// Jaro-Winkler similarity of two strings (prefix scale 0.1, up to 4).
-pub fn jaro_winkler(a: &str, b: &str) -> f64 {
-    let a: Vec<char> = a.chars().collect();
-    let b: Vec<char> = b.chars().collect();
-    if a.is_empty() && b.is_empty() {
-        return 1.0;
-    }
-    if a.is_empty() || b.is_empty() {
-        return 0.0;
-    }
-    let window = (a.len().max(b.len()) / 2).saturating_sub(1);
-    let mut a_match = vec![false; a.len()];
-    let mut b_match = vec![false; b.len()];
-    let mut matches = 0usize;
-    for (i, ca) in a.iter().enumerate() {
-        let lo = i.saturating_sub(window);
-        let hi = (i + window + 1).min(b.len());
-        for j in lo..hi {
-            if !b_match[j] && b[j] == *ca {
-                a_match[i] = true;
-                b_match[j] = true;
-                matches += 1;
-                break;
-            }
-        }
-    }
-    if matches == 0 {
-        return 0.0;
-    }
-    let a_seq = a.iter().zip(&a_match).filter(|(_, m)| **m).map(|(c, _)| c);
-    let b_seq = b.iter().zip(&b_match).filter(|(_, m)| **m).map(|(c, _)| c);
-    let transpositions = a_seq.zip(b_seq).filter(|(x, y)| x != y).count() / 2;
-    let m = matches as f64;
-    let jaro = (m / a.len() as f64 + m / b.len() as f64 + (m - transpositions as f64) / m) / 3.0;
-    let prefix = a.iter().zip(&b).take(4).take_while(|(x, y)| x == y).count();
-    jaro + prefix as f64 * 0.1 * (1.0 - jaro)
-}
+pub use crate::similarity::{Similarity, jaro_winkler};
 
 /// What to do with keys that match no expected field, and with fields
 /// nothing matched (the reference's `handle_unmatched`).
@@ -129,17 +93,32 @@ pub fn match_keys(
     unmatched: Unmatched,
     fill: &Value,
 ) -> Result<Map<String, Value>, String> {
-    match_keys_filling(input, expected, threshold, unmatched, |_| fill.clone())
+    let similar = Similar {
+        measure: Similarity::JaroWinkler,
+        threshold,
+    };
+    match_keys_filling(input, expected, similar, unmatched, |_| fill.clone())
 }
 
-/// [`match_keys`] where each field nothing matched gets `fill(name)`
-/// under [`Unmatched::Fill`] and [`Unmatched::Force`]. A threshold above
-/// 1 matches exact keys only (no similarity reaches it); the policy still
-/// applies. With no expected field, the input is kept as it is.
+/// When a key is similar enough to an expected name: its `measure`, case
+/// aside, reaches `threshold`. A threshold above 1 matches exact keys only.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Similar {
+    /// How keys are compared.
+    pub measure: Similarity,
+    /// The least score that matches.
+    pub threshold: f64,
+}
+
+/// [`match_keys`] with any measure, where each field nothing matched gets
+/// `fill(name)` under [`Unmatched::Fill`] and [`Unmatched::Force`]. A key
+/// goes to the most similar remaining name, the first declared among
+/// equals; the policy applies whatever the threshold. With no expected
+/// field, the input is kept as it is.
 pub fn match_keys_filling(
     input: Map<String, Value>,
     expected: &[String],
-    threshold: f64,
+    similar: Similar,
     unmatched: Unmatched,
     fill: impl Fn(&str) -> Value,
 ) -> Result<Map<String, Value>, String> {
@@ -157,12 +136,14 @@ pub fn match_keys_filling(
             out.insert(k, v);
             continue;
         }
-        let best = remaining
-            .iter()
-            .enumerate()
-            .map(|(i, e)| (i, jaro_winkler(&k.to_lowercase(), &e.to_lowercase())))
-            .filter(|(_, s)| *s >= threshold)
-            .max_by(|x, y| x.1.total_cmp(&y.1));
+        let key = k.to_lowercase();
+        let mut best: Option<(usize, f64)> = None;
+        for (i, e) in remaining.iter().enumerate() {
+            let score = similar.measure.score(&key, &e.to_lowercase());
+            if score >= similar.threshold && best.is_none_or(|(_, b)| score > b) {
+                best = Some((i, score));
+            }
+        }
         match best {
             Some((i, _)) => {
                 let name = remaining.remove(i);

@@ -56,6 +56,7 @@ mod react;
 mod reply;
 mod run;
 mod signals;
+pub mod similarity;
 mod telemetry;
 mod turn;
 

@@ -14,8 +14,9 @@ use serde_json::{Map, Value, json};
 use crate::chat::{ChatOptions, chat_turn};
 use crate::error::{OperationError, ParseFailure, Result};
 use crate::format::{expected_keys, format_title, validate};
-use crate::fuzzy::{Unmatched, extract_json, match_keys_filling};
+use crate::fuzzy::{Similar, Unmatched, extract_json, match_keys_filling};
 use crate::lax::coerce;
+use crate::similarity::Similarity;
 use crate::turn::SendOptions;
 
 /// What to do when parsing finally fails (`handle_validation`).
@@ -95,7 +96,10 @@ pub struct ParseOptions {
     pub on_failure: OnParseFailure,
     /// Repair retries (attempts = 1 + retries; 0 → 3, as the reference).
     pub max_retries: usize,
-    /// Key similarity threshold (Jaro-Winkler).
+    /// How keys are compared to the expected names (Jaro-Winkler).
+    pub similarity: Similarity,
+    /// The least similarity that matches a key to a name, in `0..=1`
+    /// (0.85).
     pub similarity_threshold: f64,
     /// Match keys fuzzily.
     pub fuzzy_match: bool,
@@ -122,6 +126,7 @@ impl ParseOptions {
             format,
             on_failure: OnParseFailure::ReturnValue,
             max_retries: 3,
+            similarity: Similarity::JaroWinkler,
             similarity_threshold: 0.85,
             fuzzy_match: true,
             unmatched: Unmatched::Force,
@@ -170,9 +175,16 @@ impl ParseOptions {
         self
     }
 
-    /// Sets the key similarity threshold.
+    /// Sets the key similarity threshold, in `0..=1` (anything else is
+    /// refused when parsing, as the reference refuses it).
     pub fn similarity_threshold(mut self, t: f64) -> Self {
         self.similarity_threshold = t;
+        self
+    }
+
+    /// Sets how keys are compared (the reference's `similarity_algo`).
+    pub fn similarity(mut self, s: Similarity) -> Self {
+        self.similarity = s;
         self
     }
 
@@ -205,7 +217,14 @@ impl ParseOptions {
     /// object `text` holds (fenced, lenient, cut short), its keys matched
     /// to the format's fields, its scalars converted as pydantic's lax mode
     /// does, validated and completed with the declared defaults.
+    /// A similarity threshold outside `0..=1` fails as a validation.
     pub fn parse_local(&self, text: &str) -> std::result::Result<Map<String, Value>, ParseFailure> {
+        if !(0.0..=1.0).contains(&self.similarity_threshold) {
+            return Err(ParseFailure::Validation(format!(
+                "similarity_threshold must be between 0 and 1, got {}",
+                self.similarity_threshold
+            )));
+        }
         parse_local(text, self)
     }
 }
@@ -219,13 +238,16 @@ pub(crate) fn parse_local(
     let keys = expected_keys(&opts.format);
     // Without fuzzy matching only exact keys match; the unmatched policy
     // applies either way, as in the reference.
-    let threshold = if opts.fuzzy_match {
-        opts.similarity_threshold
-    } else {
-        f64::INFINITY
+    let similar = Similar {
+        measure: opts.similarity,
+        threshold: if opts.fuzzy_match {
+            opts.similarity_threshold
+        } else {
+            f64::INFINITY
+        },
     };
     let filled = std::cell::RefCell::new(Vec::new());
-    let mut obj = match_keys_filling(obj, &keys, threshold, opts.unmatched, |name| {
+    let mut obj = match_keys_filling(obj, &keys, similar, opts.unmatched, |name| {
         filled.borrow_mut().push(name.to_owned());
         opts.fill_mapping
             .get(name)
@@ -439,6 +461,12 @@ pub(crate) fn decode<T: DeserializeOwned>(
 }
 
 pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -> Result<Parsed> {
+    if !(0.0..=1.0).contains(&opts.similarity_threshold) {
+        return Err(OperationError::InvalidArgument {
+            what: "similarity_threshold",
+            message: format!("must be between 0 and 1, got {}", opts.similarity_threshold),
+        });
+    }
     let span = crate::telemetry::verb_span("parse", branch);
     let retries = if opts.max_retries == 0 {
         3
@@ -511,6 +539,39 @@ mod tests {
         assert_eq!(got["confidence"], json!(0.9));
         let raise = answer().fuzzy_match(false).unmatched(Unmatched::Raise);
         assert!(parse_local(r#"{"answr": "4", "confidence": 0.9}"#, &raise).is_err());
+    }
+
+    #[test]
+    fn keys_match_by_the_chosen_measure_and_the_first_field_wins_a_tie() {
+        let o = answer().similarity_threshold(0.8).fill_value(json!("none"));
+        let text = r#"{"answr": "4", "confidence": 0.9}"#;
+        let levenshtein = o.clone().similarity(Similarity::Levenshtein);
+        assert_eq!(levenshtein.parse_local(text).unwrap()["answer"], json!("4"));
+        // Hamming scores strings of different lengths 0.
+        let hamming = o.similarity(Similarity::Hamming);
+        assert_eq!(hamming.parse_local(text).unwrap()["answer"], json!("none"));
+        let two = ParseOptions::new(ResponseFormat::Schema(json!({
+            "type": "object",
+            "properties": {
+                "ab": {"type": ["integer", "null"]},
+                "cc": {"type": ["integer", "null"]},
+            },
+        })))
+        .similarity(Similarity::Hamming)
+        .similarity_threshold(0.5);
+        let got = two.parse_local(r#"{"ac": 1}"#).unwrap();
+        assert_eq!(Value::Object(got), json!({"ab": 1, "cc": null}));
+    }
+
+    #[test]
+    fn a_threshold_outside_zero_to_one_is_refused() {
+        for t in [1.5, -0.1, f64::NAN] {
+            let err = answer()
+                .similarity_threshold(t)
+                .parse_local("{}")
+                .unwrap_err();
+            assert!(err.to_string().contains("similarity_threshold"), "{err}");
+        }
     }
 
     #[test]

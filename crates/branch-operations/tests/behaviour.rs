@@ -706,6 +706,22 @@ async fn operate_gives_its_images_a_detail() {
     assert_eq!(image_parts(&server.bodies()[1]), 1);
 }
 
+/// A similarity threshold outside 0..=1 is the program's mistake: refused
+/// before any repair is sent (the reference spends every repair on it).
+#[tokio::test]
+async fn parse_refuses_a_threshold_past_one_before_any_call() {
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let opts = branch_operations::ParseOptions::new(branch_operations::ResponseFormat::Fields(
+        serde_json::from_value(json!({"answer": "str"})).unwrap(),
+    ))
+    .similarity_threshold(1.5);
+    let err = b.parse("not json", opts).await.unwrap_err();
+    assert!(err.to_string().contains("similarity_threshold"), "{err}");
+    assert!(server.bodies().is_empty());
+    assert!(b.logs().is_empty());
+}
+
 /// Dropping ReAct while its callback waits keeps what the finished rounds
 /// wrote and nothing more.
 #[tokio::test]

@@ -13,7 +13,7 @@ use lionagi::models::mock::{MockReply, MockServer};
 use lionagi::operations::{
     ActOptions, BranchOperations, ChatOptions, CommunicateOptions, InterpretOptions,
     OnParseFailure, OperateOptions, ParseOptions, Parsed, ReActOptions, Reply, ResponseFormat,
-    RunOptions, Strategy, fuzzy::Unmatched, tool_call_from_value,
+    RunOptions, Strategy, fuzzy::Unmatched, similarity::Similarity, tool_call_from_value,
 };
 use lionagi::prelude::*;
 use lionagi::providers::{ProviderOptions, ProvidersExt};
@@ -394,8 +394,14 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(n) = a.usize("max_retries")? {
                 o = o.max_retries(n);
             }
-            if let Some(t) = a.take("similarity_threshold").and_then(|v| v.as_f64()) {
-                o = o.similarity_threshold(t);
+            match a.take("similarity_threshold") {
+                None => {}
+                Some(t) => {
+                    let t = t
+                        .as_f64()
+                        .ok_or_else(|| format!("similarity_threshold {t}"))?;
+                    o = o.similarity_threshold(t);
+                }
             }
             if let Some(u) = a.str("handle_unmatched")? {
                 o = o.unmatched(match u.as_str() {
@@ -412,6 +418,11 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             }
             if let Some(on) = a.bool("fuzzy_match")? {
                 o = o.fuzzy_match(on);
+            }
+            if let Some(name) = a.str("similarity_algo")? {
+                let s =
+                    Similarity::parse(&name).ok_or_else(|| format!("similarity_algo {name}"))?;
+                o = o.similarity(s);
             }
             if let Some(v) = a.take("fill_value") {
                 o = o.fill_value(v);
