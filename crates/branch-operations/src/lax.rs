@@ -108,13 +108,13 @@ fn without_underscores(s: &str) -> Option<String> {
 /// A decimal integer text: optional sign, digits, and optionally a
 /// fraction of zeros (`"1.0"`), with whitespace around.
 fn integer_text(s: &str) -> Option<i64> {
-    let t = without_underscores(s.trim())?;
+    let t = s.trim();
     let whole = match t.split_once('.') {
         Some((w, frac)) if !frac.is_empty() && frac.bytes().all(|c| c == b'0') => w,
         Some(_) => return None,
-        None => t.as_str(),
+        None => t,
     };
-    whole.parse().ok()
+    without_underscores(whole)?.parse().ok()
 }
 
 /// A decimal number text, finite, with whitespace around.
@@ -195,6 +195,10 @@ mod tests {
             ("integer", json!("1e3"), json!("1e3")),
             ("integer", json!("1_000"), json!(1000)),
             ("integer", json!("1__0"), json!("1__0")),
+            ("integer", json!(" +1_0.0 "), json!(10)),
+            ("integer", json!("1_0.0_0"), json!("1_0.0_0")),
+            ("integer", json!("1."), json!("1.")),
+            ("integer", json!("-1.00"), json!(-1)),
             ("integer", json!("_1"), json!("_1")),
             ("integer", json!("+3"), json!(3)),
             ("integer", json!("0x10"), json!("0x10")),

@@ -176,7 +176,7 @@ impl ParseOptions {
     }
 
     /// Sets the key similarity threshold, in `0..=1` (anything else is
-    /// refused when parsing, as the reference refuses it).
+    /// refused before parsing; docs/compat.md §21 H14).
     pub fn similarity_threshold(mut self, t: f64) -> Self {
         self.similarity_threshold = t;
         self
@@ -219,14 +219,18 @@ impl ParseOptions {
     /// does, validated and completed with the declared defaults.
     /// A similarity threshold outside `0..=1` fails as a validation.
     pub fn parse_local(&self, text: &str) -> std::result::Result<Map<String, Value>, ParseFailure> {
-        if !(0.0..=1.0).contains(&self.similarity_threshold) {
+        if let Some(e) = threshold_error(self.similarity_threshold) {
             return Err(ParseFailure::Validation(format!(
-                "similarity_threshold must be between 0 and 1, got {}",
-                self.similarity_threshold
+                "similarity_threshold {e}"
             )));
         }
         parse_local(text, self)
     }
+}
+
+/// What is wrong with a similarity threshold outside `0..=1` (NaN too).
+fn threshold_error(t: f64) -> Option<String> {
+    (!(0.0..=1.0).contains(&t)).then(|| format!("must be between 0 and 1, got {t}"))
 }
 
 /// The local attempt: extraction, key matching, validation.
@@ -461,10 +465,10 @@ pub(crate) fn decode<T: DeserializeOwned>(
 }
 
 pub(crate) async fn parse(branch: &mut Branch, text: &str, opts: ParseOptions) -> Result<Parsed> {
-    if !(0.0..=1.0).contains(&opts.similarity_threshold) {
+    if let Some(message) = threshold_error(opts.similarity_threshold) {
         return Err(OperationError::InvalidArgument {
             what: "similarity_threshold",
-            message: format!("must be between 0 and 1, got {}", opts.similarity_threshold),
+            message,
         });
     }
     let span = crate::telemetry::verb_span("parse", branch);

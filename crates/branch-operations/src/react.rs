@@ -406,11 +406,6 @@ impl State<'_> {
         let mut turn = o.turn.clone();
         turn.instruction = Some(Value::String(instruction));
         turn.image_detail.get_or_insert(ImageDetail::Auto);
-        // The images go with the task, once: later rounds see them in the
-        // history.
-        if !first {
-            turn.images.clear();
-        }
         // Every round keeps the caller's guidance, as the reference's
         // round instructions do; the reasoning effort applies to the
         // extension rounds only (not to the first or an injected one).
@@ -488,6 +483,10 @@ impl State<'_> {
                 instruction = format!("{instruction}\n\n{}", first_ext_prompt(max));
             }
             let opts = self.round_options(instruction, Round::First);
+            // The images go with the task, once: later rounds and the
+            // answer see them in the history, and they are not copied
+            // again.
+            self.opts.turn.images = Vec::new();
             return self.analysis_round(opts).await;
         }
         if extending && self.extensions > 0 && self.last_needs_extension {
@@ -558,7 +557,6 @@ impl State<'_> {
         let mut turn = o.turn.clone();
         turn.instruction = Some(Value::String(answer_prompt(&self.original)));
         turn.image_detail.get_or_insert(ImageDetail::Auto);
-        turn.images.clear();
         // The answer's instruction keeps the guidance and stores the
         // caller's context, which the request de-duplicates as in the
         // extension rounds.
