@@ -38,7 +38,9 @@ finds is one nobody has written down:
   (§21 H10); `act` raises only from a batch of one call (§21 H11);
   `between_rounds` goes to ReAct only (§21 H12), images to every verb
   but ReAct (§21 H13), and no similarity threshold lies outside 0..1
-  (§21 H14);
+  (§21 H14) or below 0.85 (the reference tries a reply's keys in set
+  order, so where several could take a field, which one does changes
+  from run to run of the reference itself);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
 - no reply is empty (an empty reply fails the call, §13);
@@ -313,9 +315,12 @@ class Gen:
                 a["similarity_algo"] = r.choice(["levenshtein", "sequence_matcher", "hamming",
                                                  "cosine", "jaro_winkler"])
             # A threshold outside 0..1 is refused here, repaired there (§21
-            # H14).
+            # H14). Below 0.85 several keys of a reply (the spare ones) may
+            # be similar enough to the same field, and the reference tries
+            # its keys in set order, which changes from run to run of the
+            # reference itself: which key wins is then not a behaviour.
             if self.maybe(0.2):
-                a["similarity_threshold"] = r.choice([0.0, 0.5, 0.7, 0.95, 1.0])
+                a["similarity_threshold"] = r.choice([0.85, 0.95, 1.0])
             if self.maybe(0.2):
                 a["fill_value"] = r.choice([0, "", False, "n/a"])
             if self.maybe(0.2):
