@@ -226,6 +226,16 @@ class Gen:
             a[k] = {"max_tokens": 64, "top_p": 0.9, "seed": 7}[k]
         return a
 
+    def interpret_args(self, a, domain, style, sample):
+        """The interpret rewrite's options, under the names the verb uses."""
+        r = self.r
+        if self.maybe(0.4):
+            a[domain] = r.choice(["math", "travel"])
+        if self.maybe(0.4):
+            a[style] = r.choice(["precise", "casual"])
+        if self.maybe(0.2):
+            a[sample] = "Concise, formal prose."
+
     def models(self, a):
         """A chat or parse model for this call only (communicate, operate)."""
         if self.maybe(0.1):
@@ -340,12 +350,7 @@ class Gen:
             replies += self.reply_for(fmt)
         elif op == "interpret":
             a["text"] = r.choice(TEXTS)
-            if self.maybe(0.4):
-                a["domain"] = r.choice(["math", "travel"])
-            if self.maybe(0.4):
-                a["style"] = r.choice(["precise", "casual"])
-            if self.maybe(0.2):
-                a["sample_writing"] = "Concise, formal prose."
+            self.interpret_args(a, "domain", "style", "sample_writing")
             replies.append(self.text_reply())
         elif op == "act":
             calls = self.calls(r.randint(1, 3))
@@ -378,12 +383,7 @@ class Gen:
                 a["analysis_model"] = M("gpt-4.1-nano")
             if op == "ReAct" and self.maybe(0.1):
                 a["interpret"] = True
-                if self.maybe(0.4):
-                    a["interpret_domain"] = r.choice(["math", "travel"])
-                if self.maybe(0.4):
-                    a["interpret_style"] = r.choice(["precise", "casual"])
-                if self.maybe(0.2):
-                    a["interpret_sample"] = "Concise, formal prose."
+                self.interpret_args(a, "interpret_domain", "interpret_style", "interpret_sample")
                 if self.maybe(0.2):
                     a["interpret_model"] = M("gpt-4o")
                 if self.maybe(0.2):

@@ -167,6 +167,24 @@ impl Args {
                 .ok_or_else(|| format!("`{k}` must be a count, got {v}")),
         }
     }
+    /// The interpret rewrite's domain, style and writing sample, under
+    /// the names the verb gives them (`interpret`'s own, or ReAct's).
+    fn interpret_options(
+        &mut self,
+        [domain, style, sample]: [&str; 3],
+    ) -> Result<InterpretOptions, String> {
+        let mut o = InterpretOptions::default();
+        if let Some(d) = self.str(domain)? {
+            o = o.domain(d);
+        }
+        if let Some(s) = self.str(style)? {
+            o = o.style(s);
+        }
+        if let Some(s) = self.str(sample)? {
+            o = o.sample_writing(s);
+        }
+        Ok(o)
+    }
     fn strings(&mut self, k: &str) -> Result<Option<Vec<String>>, String> {
         match self.take(k) {
             None | Some(Value::Null) => Ok(None),
@@ -440,16 +458,7 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
         }
         "interpret" => {
             let text = a.str("text")?.unwrap_or_default();
-            let mut o = InterpretOptions::default();
-            if let Some(d) = a.str("domain")? {
-                o = o.domain(d);
-            }
-            if let Some(s) = a.str("style")? {
-                o = o.style(s);
-            }
-            if let Some(s) = a.str("sample_writing")? {
-                o = o.sample_writing(s);
-            }
+            let mut o = a.interpret_options(["domain", "style", "sample_writing"])?;
             if let Some(t) = a.take("temperature").and_then(|t| t.as_f64()) {
                 o = o.temperature(t);
             }
@@ -496,16 +505,11 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
                 o = o.extension_allowed(on);
             }
             if let Some(on) = a.bool("interpret")? {
-                let mut io = InterpretOptions::default();
-                if let Some(d) = a.str("interpret_domain")? {
-                    io = io.domain(d);
-                }
-                if let Some(s) = a.str("interpret_style")? {
-                    io = io.style(s);
-                }
-                if let Some(s) = a.str("interpret_sample")? {
-                    io = io.sample_writing(s);
-                }
+                let mut io = a.interpret_options([
+                    "interpret_domain",
+                    "interpret_style",
+                    "interpret_sample",
+                ])?;
                 if let Some(m) = a.take("interpret_model") {
                     io = io.model(ctx.model_ref(&m)?);
                 }
