@@ -344,10 +344,28 @@ def between_rounds(script):
     return callback
 
 
+def field_model(spec):
+    """{"name", "type", "description"?, "default"?, "nullable"?, "listable"?}
+    as the reference's FieldModel."""
+    from lionagi.models import FieldModel
+    kw = {"name": spec["name"], "base_type": PY_TYPES[spec["type"]]}
+    for k in ("description", "default"):
+        if k in spec:
+            kw[k] = spec[k]
+    fm = FieldModel(**kw)
+    if spec.get("listable"):
+        fm = fm.as_listable()
+    if spec.get("nullable"):
+        fm = fm.as_nullable()
+    return fm
+
+
 async def run_step(state, step):
     b = state["branch"]
     op = step["op"]
     args = resolve(step.get("args", {}))
+    if "field_models" in args:
+        args["field_models"] = [field_model(f) for f in args["field_models"]]
     if op in ("chat", "communicate", "operate", "parse", "interpret", "act"):
         if op in ("parse", "interpret"):
             text = args.pop("text")

@@ -488,6 +488,55 @@ sc("react_interpret", "ReAct with interpret",
    [{"text": "Give the answer."}, analysis("ok", False, reason=REASON), {"json": {"answer": "x"}}],
    branch=R)
 
+# Intermediate deliverables: one required object (a list of them when listable) with one
+# required, nullable field per deliverable, each the deliverable's own model with its
+# defaults filled when read.
+GOAL = {"goal": "g", "steps": ["a"]}
+for op in ("ReAct", "ReActStream"):
+    sc(f"{op.lower()}_intermediate_options", f"{op}: an intermediate deliverable in each round",
+       [step(op, instruction="Plan it", intermediate_response_options=F("Plan"),
+             max_extensions=1, return_analysis=True)],
+       [analysis("a1", True, intermediate_response_options={"plan": GOAL}),
+        analysis("a2", False, intermediate_response_options={"plan": None}),
+        {"json": {"answer": "x"}}], branch=R)
+sc("react_intermediate_listable", "ReAct: two deliverables, listable, with a response format",
+   [step("ReAct", instruction="Plan it", intermediate_response_options=[F("Plan"), F("Summary")],
+         intermediate_listable=True, response_format=F("Answer"), return_analysis=True)],
+   [{"json": {"analysis": "ok", "extension_needed": False, "intermediate_response_options": [
+       {"plan": GOAL, "summary": None},
+       {"plan": None, "summary": {"title": "t", "summary": "s"}}]}},
+    ANSWER])
+sc("react_intermediate_missing", "ReAct: the deliverables missing, empty, incomplete, then given",
+   [step("ReAct", instruction="Sum it up", intermediate_response_options=F("Summary"),
+         return_analysis=True)],
+   [{"json": {"analysis": "ok", "extension_needed": False}},
+    {"json": {"analysis": "ok", "extension_needed": False, "intermediate_response_options": {}}},
+    {"json": {"analysis": "ok", "extension_needed": False,
+              "intermediate_response_options": {"summary": {"title": "t"}}}},
+    {"json": {"analysis": "ok", "extension_needed": False,
+              "intermediate_response_options": {"summary": {"title": "t", "summary": "s"}}}},
+    {"json": {"answer": "x"}}])
+# field_models: a required field, one with a default, a nullable list.
+FIELDS = [{"name": "note", "type": "string", "description": "A note"},
+          {"name": "count", "type": "integer", "default": 3},
+          {"name": "tag_list", "type": "string", "listable": True, "nullable": True}]
+sc("operate_field_models", "operate with field models alone; the default unfilled, then repaired",
+   [step("operate", instruction="Answer", field_models=FIELDS)],
+   [{"json": {"note": "n", "tag_list": ["a"]}},
+    {"json": {"note": "n", "count": 2, "tag_list": None}}])
+sc("operate_field_models_format", "operate with field models beside a response format",
+   [step("operate", instruction="Sum up", response_format=F("Summary"), field_models=FIELDS)],
+   [{"json": {"title": "t", "summary": "s", "note": "n", "tag_list": ["a"]}}])
+sc("operate_field_models_actions", "operate with field models, actions and reason",
+   [step("operate", instruction="Multiply 6 by 7", actions=True, reason=True,
+         field_models=FIELDS[:1])],
+   [{"json": {"note": "n", "action_required": True, "action_requests": [call("multiply", a=6, b=7)],
+              "reason": REASON}}], branch=R)
+sc("react_field_models", "ReAct with field models, which the reference drops",
+   [step("ReAct", instruction="Go", field_models=FIELDS[:1], return_analysis=True)],
+   [analysis("a", False, note="x"), {"json": {"answer": "y"}}], branch=R,
+   expect={"section": "§21 H15", "paths": ["/requests", "/steps", "/to_dict"]})
+
 # ---------------------------------------------------------------- images
 # The 1×1 PNG (PNG above), as a data URI and as raw base64 (sent as a JPEG data URI).
 # http(s) URLs are left out: the reference resolves their hosts (compat.md §15 M5).

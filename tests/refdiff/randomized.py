@@ -40,7 +40,11 @@ finds is one nobody has written down:
   but ReAct (§21 H13), and no similarity threshold lies outside 0..1
   (§21 H14) or below 0.85 (the reference tries a reply's keys in set
   order, so where several could take a field, which one does changes
-  from run to run of the reference itself);
+  from run to run of the reference itself); field models go to operate
+  only (§21 H15);
+- ReAct's deliverables (`intermediate_response_options`) go to one ReAct
+  a conversation, and the spare replies then include an analysis that
+  carries them (the reference's analysis requires them);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
 - no reply is empty (an empty reply fails the call, §13);
@@ -94,7 +98,13 @@ MODES = [
 # A reply every format reads.
 SPARE = {"answer": "done", "confidence": 0.5, "goal": "done", "steps": [], "name": "Ada",
          "age": 36, "title": "Done", "summary": "Done.", "analysis": "done",
-         "extension_needed": False}
+         "extension_needed": False, "remark": "done", "count": 1, "tag_list": None}
+# operate's field models. Their names are far from every format's field and
+# ReAct's (below 0.85 in each measure), so the spare reply's keys for them
+# never take another field.
+FIELD_MODELS = [{"name": "remark", "type": "string", "description": "A short remark"},
+                {"name": "count", "type": "integer", "default": 3},
+                {"name": "tag_list", "type": "string", "listable": True, "nullable": True}]
 SPARE_ANALYSIS = {"analysis": "done", "extension_needed": False}
 F = lambda n: {"$format": n}  # noqa: E731
 M = lambda n: {"$model": n}  # noqa: E731
@@ -110,6 +120,9 @@ class Gen:
         self.errors = rng.random() < 0.35
         self.broken = not self.errors and rng.random() < 0.6
         self.tools = rng.sample(TOOLS, rng.randint(0, 3))
+        # The first ReAct given deliverables sets them for the conversation
+        # (the spare analysis that ends the script carries them).
+        self.deliverables = None
 
     def maybe(self, p=0.5):
         return self.r.random() < p
@@ -148,14 +161,31 @@ class Gen:
                 good["extra"] = self.word()
         return good
 
-    def reply_for(self, fmt, actions=False, reason=False):
+    def field_values(self, fields):
+        """A reply's values for operate's field models, some left out."""
+        r = self.r
+        value = {"remark": self.word, "count": lambda: r.choice([0, 2, 36]),
+                 "tag_list": lambda: r.choice([None, [], [self.word()]])}
+        return {f["name"]: value[f["name"]]() for f in fields if self.maybe(0.85)}
+
+    def deliverable_values(self):
+        """An analysis's deliverables: each format's reply or null, in one
+        object, or a list of such objects when listable."""
+        fmts, listable = self.deliverables
+        one = lambda: {f.lower(): self.structured(f) if self.maybe(0.6) else None  # noqa: E731
+                       for f in fmts}
+        return [one() for _ in range(self.r.randint(0, 2))] if listable else one()
+
+    def reply_for(self, fmt, actions=False, reason=False, fields=()):
         """The replies of one structured call (and its repairs, if broken)."""
         r = self.r
         if self.broken and self.maybe(0.3):
             bad = r.choice([{"text": "four, I am quite sure"}, {"text": "```json\n{\"a\": \n```"},
                             {"text": "{'single': 'quotes'}"}])
-            return [bad] + [self.reply_for(fmt, actions, reason)[0] for _ in range(r.randint(0, 2))]
+            return [bad] + [self.reply_for(fmt, actions, reason, fields)[0]
+                            for _ in range(r.randint(0, 2))]
         body = self.structured(fmt) if fmt else {}
+        body.update(self.field_values(fields))
         if reason and self.maybe(0.8):
             body["reason"] = {"title": self.word(), "content": self.word(),
                               "confidence_score": r.choice([0.9, 0.1])}
@@ -311,7 +341,11 @@ class Gen:
                 a["reason"] = True
             if self.broken and self.maybe(0.5):
                 a["handle_validation"] = r.choice(["return_value", "return_none", "raise"])
-            replies += self.reply_for(fmt, actions, reason)
+            fields = ()
+            if self.maybe(0.2):
+                fields = r.sample(FIELD_MODELS, r.randint(1, 3))
+                a["field_models"] = fields
+            replies += self.reply_for(fmt, actions, reason, fields)
         elif op == "parse":
             fmt = r.choice(FORMATS)
             a["response_format"] = F(fmt)
@@ -396,8 +430,20 @@ class Gen:
                     str(n): r.choice([None, "", "Check the last result.",
                                       "{messages} messages so far; go on."])
                     for n in range(1, 4)}
+            # The reference's ReAct drops field models (compat.md §21 H15):
+            # none are given; deliverables go to one ReAct a conversation.
+            if self.deliverables is None and self.maybe(0.2):
+                self.deliverables = (r.sample(FORMATS, r.randint(1, 2)), self.maybe(0.3))
+                fmts, listable = self.deliverables
+                a["intermediate_response_options"] = (
+                    F(fmts[0]) if len(fmts) == 1 and self.maybe() else [F(f) for f in fmts])
+                if listable:
+                    a["intermediate_listable"] = True
+            offered = "intermediate_response_options" in a
             for _ in range(r.randint(1, 3)):
                 d = {"analysis": self.word(), "extension_needed": self.maybe(0.5)}
+                if offered and self.maybe(0.9):
+                    d["intermediate_response_options"] = self.deliverable_values()
                 if self.tools and self.maybe(0.4):
                     d["action_required"] = True
                     d["action_requests"] = [self.call()]
@@ -461,7 +507,14 @@ def scenario(seed, i):
     # refused (a refused repair is §18 O2): an object every format reads,
     # then one ReAct's analysis reads (it refuses extra keys), in turn, so
     # that a repair ends within two spare replies.
-    replies += [{"json": SPARE}, {"json": SPARE_ANALYSIS}] * 12
+    spares = [{"json": SPARE}, {"json": SPARE_ANALYSIS}]
+    if g.deliverables:
+        # ReAct with deliverables reads an analysis only with them.
+        fmts, listable = g.deliverables
+        given = {f.lower(): None for f in fmts}
+        spares.append({"json": dict(SPARE_ANALYSIS,
+                                    intermediate_response_options=[given] if listable else given)})
+    replies += spares * 12
     # A reply may reach a step other than the one it was scripted for, and
     # the reference's own structures (operate's without a format, ReAct's
     # analysis) read JSON that is not an object as an empty one (§21 H10):

@@ -9,9 +9,17 @@ use crate::format::{fields_schema, format_title, sorted};
 /// The property under which ReAct asks for intermediate deliverables.
 pub const INTERMEDIATE_FIELD: &str = "intermediate_response_options";
 
-/// `schema` with `fields` (name → property schema) added as optional
-/// properties. `$defs` inside a field's schema move to the top level so
-/// their `$ref`s still resolve once the field is nested.
+/// The definition name of the deliverables' object.
+const INTERMEDIATE_MODEL: &str = "IntermediateResponseOptions";
+
+/// The property the verb fills with its tools' results, which stays last.
+const ACTION_RESPONSES: &str = "action_responses";
+
+/// `schema` with `fields` (name → property schema) added, as pydantic adds
+/// a model's extra fields: after the fields the model asks of the reply and
+/// before the `action_responses` it fills itself, required unless the
+/// field's schema has a `default`. `$defs` inside a field's schema move to
+/// the top level so their `$ref`s still resolve once the field is nested.
 pub(crate) fn add_field_models(mut schema: Value, fields: &Map<String, Value>) -> Value {
     if fields.is_empty() {
         return schema;
@@ -29,15 +37,35 @@ pub(crate) fn add_field_models(mut schema: Value, fields: &Map<String, Value>) -
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
+    let responses = props.shift_remove_entry(ACTION_RESPONSES);
+    let mut required: Vec<Value> = match o.get("required") {
+        Some(Value::Array(r)) => r.clone(),
+        _ => Vec::new(),
+    };
     for (name, field) in fields {
         let mut field = field.clone();
         hoist_defs(&mut field, &mut defs);
+        let name_value = Value::String(name.clone());
+        let optional = field.get("default").is_some();
+        if !optional && !required.contains(&name_value) {
+            required.push(name_value);
+        } else if optional {
+            required.retain(|r| r != &name_value);
+        }
         props.insert(name.clone(), field);
+    }
+    if let Some((k, v)) = responses {
+        props.insert(k, v);
     }
     if !defs.is_empty() {
         o.insert("$defs".into(), Value::Object(defs));
     }
     o.insert("properties".into(), Value::Object(props));
+    if required.is_empty() {
+        o.remove("required");
+    } else {
+        o.insert("required".into(), Value::Array(required));
+    }
     sorted(schema)
 }
 
@@ -57,37 +85,72 @@ fn hoist_defs(v: &mut Value, defs: &mut Map<String, Value>) {
     }
 }
 
-/// The `intermediate_response_options` property: an optional object with
-/// one optional field per deliverable, named after the deliverable's title
-/// in lower case (a list of them when `listable`).
+/// What the reference tells the model the deliverables are for.
+const INTERMEDIATE_DESCRIPTION: &str = "Intermediate deliverable outputs. fill as needed ";
+
+/// The `intermediate_response_options` property, shaped as the reference's
+/// pydantic model writes it: a required object (a list of them when
+/// `listable`) defined as `$defs/IntermediateResponseOptions`, with one
+/// required, nullable field per deliverable named after the deliverable's
+/// title in lower case and referring to the deliverable's own definition.
+/// The definitions ride in the property's `$defs`, which
+/// [`add_field_models`] hoists to the top.
 pub(crate) fn intermediate_field(options: &[ResponseFormat], listable: bool) -> Value {
+    let mut defs = Map::new();
     let mut props = Map::new();
+    let mut required = Vec::new();
     for f in options {
         let mut schema = match f {
             ResponseFormat::Schema(s) => s.clone(),
             ResponseFormat::Fields(m) => fields_schema(m),
         };
-        let name = format_title(f).to_lowercase();
         if let Some(o) = schema.as_object_mut() {
             o.remove("$schema");
         }
-        let item = if listable {
-            json!({"type": "array", "items": schema})
-        } else {
-            schema
-        };
+        let title = format_title(f);
+        let name = title.to_lowercase();
         props.insert(
-            name,
-            json!({"anyOf": [item, {"type": "null"}], "default": null}),
+            name.clone(),
+            json!({"anyOf": [{"$ref": def_ref(&title)}, {"type": "null"}]}),
         );
+        required.push(Value::String(name));
+        defs.insert(title, schema);
     }
-    json!({
-        "anyOf": [
-            {"properties": props, "title": "IntermediateResponseOptions", "type": "object"},
-            {"type": "null"}
-        ],
-        "default": null
-    })
+    defs.insert(
+        INTERMEDIATE_MODEL.into(),
+        json!({
+            "properties": props,
+            "required": required,
+            "title": INTERMEDIATE_MODEL,
+            "type": "object"
+        }),
+    );
+    let model = json!({"$ref": def_ref(INTERMEDIATE_MODEL)});
+    let mut field = if listable {
+        json!({
+            "description": INTERMEDIATE_DESCRIPTION,
+            "items": model,
+            "name": INTERMEDIATE_FIELD,
+            "title": "Intermediate Response Options",
+            "type": "array"
+        })
+    } else {
+        json!({
+            "$ref": def_ref(INTERMEDIATE_MODEL),
+            "description": INTERMEDIATE_DESCRIPTION,
+            "name": INTERMEDIATE_FIELD
+        })
+    };
+    if let Some(o) = field.as_object_mut() {
+        o.insert("$defs".into(), Value::Object(defs));
+    }
+    field
+}
+
+/// A JSON pointer to a definition; a title is the caller's text, so `~` and
+/// `/` are escaped as RFC 6901 requires.
+fn def_ref(name: &str) -> String {
+    format!("#/$defs/{}", name.replace('~', "~0").replace('/', "~1"))
 }
 
 #[cfg(test)]
@@ -109,15 +172,53 @@ mod tests {
     }
 
     #[test]
-    fn intermediate_options_are_named_by_title_and_listable() {
+    fn a_field_model_without_a_default_is_required_and_comes_before_action_responses() {
+        let base = json!({
+            "properties": {"a": {"type": "string"}, "action_responses": {"type": "array"}},
+            "title": "T", "type": "object"});
+        let mut fields = Map::new();
+        fields.insert("must".into(), json!({"type": "string"}));
+        fields.insert("may".into(), json!({"type": "string", "default": "x"}));
+        let s = add_field_models(base, &fields);
+        let keys: Vec<&String> = s["properties"].as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["a", "must", "may", "action_responses"]);
+        assert_eq!(s["required"], json!(["must"]));
+    }
+
+    #[test]
+    fn intermediate_options_are_defined_once_and_named_by_title() {
         let plan = ResponseFormat::Schema(json!({
-            "properties": {"steps": {"type": "array"}}, "title": "Plan", "type": "object"}));
-        let one = intermediate_field(std::slice::from_ref(&plan), false);
-        let inner = &one["anyOf"][0]["properties"]["plan"]["anyOf"][0];
-        assert_eq!(inner["title"], "Plan");
+            "$defs": {"Step": {"type": "string"}},
+            "properties": {"steps": {"items": {"$ref": "#/$defs/Step"}, "type": "array"}},
+            "title": "Plan", "type": "object"}));
+        let mut fields = Map::new();
+        fields.insert(
+            INTERMEDIATE_FIELD.into(),
+            intermediate_field(std::slice::from_ref(&plan), false),
+        );
+        let s = add_field_models(json!({"properties": {}, "type": "object"}), &fields);
+        assert_eq!(
+            s["properties"][INTERMEDIATE_FIELD]["$ref"],
+            "#/$defs/IntermediateResponseOptions"
+        );
+        assert_eq!(s["required"], json!([INTERMEDIATE_FIELD]));
+        let model = &s["$defs"]["IntermediateResponseOptions"];
+        assert_eq!(
+            model["properties"]["plan"]["anyOf"][0]["$ref"],
+            "#/$defs/Plan"
+        );
+        assert_eq!(model["required"], json!(["plan"]));
+        assert_eq!(s["$defs"]["Plan"]["title"], "Plan");
+        assert_eq!(s["$defs"]["Step"], json!({"type": "string"}));
+
         let many = intermediate_field(&[plan], true);
-        let inner = &many["anyOf"][0]["properties"]["plan"]["anyOf"][0];
-        assert_eq!(inner["type"], "array");
-        assert_eq!(inner["items"]["title"], "Plan");
+        assert_eq!(many["type"], "array");
+        assert_eq!(many["items"]["$ref"], "#/$defs/IntermediateResponseOptions");
+        assert_eq!(many["title"], "Intermediate Response Options");
+    }
+
+    #[test]
+    fn a_title_is_escaped_in_a_definition_pointer() {
+        assert_eq!(def_ref("a/b~c"), "#/$defs/a~1b~0c");
     }
 }

@@ -47,6 +47,7 @@ mod interpret;
 mod lax;
 pub mod limits;
 mod middle;
+mod model_dump;
 mod operate;
 mod options;
 mod parse;

@@ -275,39 +275,10 @@ pub(crate) fn parse_local(
     if let ResponseFormat::Schema(schema) = &opts.format {
         coerce(&mut obj, schema);
         validate(&Value::Object(obj.clone()), schema).map_err(ParseFailure::Validation)?;
-        // As a pydantic model does by default, keys the schema does not
-        // declare are dropped from the result (unless it allows extras).
-        let allows_extra = schema
-            .get("additionalProperties")
-            .is_some_and(|a| a.as_bool() != Some(false));
-        if let (false, Some(props)) = (
-            allows_extra,
-            schema.get("properties").and_then(Value::as_object),
-        ) {
-            obj.retain(|k, _| props.contains_key(k));
-        }
-        obj = with_declared_defaults(obj, schema);
+        // As a pydantic model dumps itself, at every depth.
+        obj = crate::model_dump::dump(obj, schema);
     }
     Ok(obj)
-}
-
-/// The object as the reference's model instance dumps it: every declared
-/// field in declared order, a missing one as its schema default (`null`
-/// when the schema gives none), then any extra keys the schema allows.
-fn with_declared_defaults(mut obj: Map<String, Value>, schema: &Value) -> Map<String, Value> {
-    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
-        return obj;
-    };
-    let mut out = Map::with_capacity(props.len().max(obj.len()));
-    for (name, prop) in props {
-        let v = obj
-            .shift_remove(name)
-            .or_else(|| prop.get("default").cloned())
-            .unwrap_or(Value::Null);
-        out.insert(name.clone(), v);
-    }
-    out.extend(obj);
-    out
 }
 
 /// The guidance of repair attempt `n` (1-based).

@@ -948,7 +948,7 @@ async fn react_options_shape_rounds_and_return_every_analysis() {
     let server = MockServer::start().await;
     server.script([
         MockReply::json(json!({"analysis": "planned", "extension_needed": false,
-            "intermediate_response_options": {"plan": [{"steps": ["a"]}]}, "mood": "calm"})),
+            "intermediate_response_options": [{"plan": {"steps": ["a"]}}], "mood": "calm"})),
         MockReply::json(json!({"answer": "done"})),
     ]);
     let mut b = branch(&server);
@@ -975,7 +975,7 @@ async fn react_options_shape_rounds_and_return_every_analysis() {
     let analyses = r.analyses.expect("return_analysis asks for them");
     assert_eq!(analyses.len(), 2);
     assert_eq!(
-        analyses[0]["intermediate_response_options"]["plan"][0]["steps"],
+        analyses[0]["intermediate_response_options"][0]["plan"]["steps"],
         json!(["a"])
     );
     assert_eq!(analyses[0]["mood"], "calm");
@@ -1002,6 +1002,86 @@ async fn react_options_shape_rounds_and_return_every_analysis() {
     assert!(rounds[0].contains("analysis: planned"), "{}", rounds[0]);
     assert!(rounds[0].ends_with('…'), "{}", rounds[0]);
     assert!(rounds[1].contains("answer: done"), "{}", rounds[1]);
+}
+
+/// The reference's deliverables object is required in every analysis round
+/// and each deliverable's field in it too (nullable): an analysis without
+/// them is repaired, and a deliverable that comes back is dumped as its
+/// model, defaults filled.
+#[tokio::test]
+async fn react_deliverables_are_required_and_read_as_their_model() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": false})),
+        MockReply::json(json!({"analysis": "a", "extension_needed": false,
+            "intermediate_response_options": {"plan": {"steps": ["x"]}}})),
+        MockReply::json(json!({"answer": "done"})),
+    ]);
+    let mut b = branch(&server);
+    let plan = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {
+            "steps": {"items": {"type": "string"}, "type": "array"},
+            "priority": {"default": 1, "type": "integer"}},
+        "required": ["steps"], "title": "Plan", "type": "object"}));
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .include_token_usage_to_model(false)
+                .intermediate_response_option(plan)
+                .return_analysis(true),
+        )
+        .await
+        .unwrap();
+    let analyses = r.analyses.expect("return_analysis asks for them");
+    assert_eq!(
+        analyses[0]["intermediate_response_options"],
+        json!({"plan": {"steps": ["x"], "priority": 1}})
+    );
+    let bodies = server.bodies();
+    assert_eq!(
+        bodies.len(),
+        3,
+        "the analysis without deliverables is repaired"
+    );
+    let first = bodies[0]["messages"][0]["content"].as_str().unwrap();
+    assert!(
+        first.contains("$ref: '#/$defs/IntermediateResponseOptions'"),
+        "{first}"
+    );
+    assert!(
+        first.contains("\n  required:\n  - intermediate_response_options\n"),
+        "{first}"
+    );
+}
+
+/// A field model without a default is required, as pydantic makes it; one
+/// with a default is not. (Without a response format operate forces every
+/// field in, as the reference does, so a missing one is `null`, not its
+/// default, and fails: `operate_field_models` in the refdiff matrix.)
+#[tokio::test]
+async fn operate_field_models_are_required_unless_they_have_a_default() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"count": 2})),
+        MockReply::json(json!({"note": "n", "count": 2})),
+    ]);
+    let mut b = branch(&server);
+    let r = b
+        .operate(
+            OperateOptions::new("task")
+                .field_model("note", json!({"type": "string"}))
+                .field_model("count", json!({"default": 3, "type": "integer"})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.structured, Some(json!({"note": "n", "count": 2})));
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 2, "the reply without `note` is repaired");
+    let sent = bodies[0]["messages"].to_string();
+    assert!(
+        sent.contains("\\n  required:\\n  - note\\n  title"),
+        "{sent}"
+    );
 }
 
 #[cfg(unix)]

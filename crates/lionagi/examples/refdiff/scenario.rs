@@ -200,6 +200,47 @@ impl Args {
             Some(v) => Err(format!("`{k}` must be a list of strings, got {v}")),
         }
     }
+    /// `field_models` as (name, property schema) pairs: each entry is
+    /// `{"name", "type", "description"?, "default"?, "nullable"?,
+    /// "listable"?}`, and its schema is the one pydantic writes for the
+    /// reference's FieldModel of that description, which is what a user of
+    /// `field_model` passes.
+    fn field_models(&mut self) -> Result<Vec<(String, Value)>, String> {
+        let list = match self.take("field_models") {
+            None | Some(Value::Null) => return Ok(Vec::new()),
+            Some(Value::Array(list)) => list,
+            Some(v) => return Err(format!("`field_models` must be a list, got {v}")),
+        };
+        list.into_iter()
+            .map(|spec| {
+                let mut f = Args(match spec {
+                    Value::Object(o) => o,
+                    v => return Err(format!("a field model must be a map, got {v}")),
+                });
+                let name = f.str("name")?.ok_or("a field model needs a name")?;
+                let ty = f.str("type")?.ok_or("a field model needs a type")?;
+                let mut schema = json!({"type": ty});
+                if f.bool("listable")? == Some(true) {
+                    schema = json!({"items": schema, "type": "array"});
+                }
+                let nullable = f.bool("nullable")? == Some(true);
+                if nullable {
+                    schema = json!({"anyOf": [schema, {"type": "null"}], "default": null});
+                }
+                let o = schema.as_object_mut().ok_or("schema")?;
+                if let Some(d) = f.str("description")? {
+                    o.insert("description".into(), Value::String(d));
+                }
+                if let Some(d) = f.take("default") {
+                    o.insert("default".into(), d);
+                }
+                o.insert("name".into(), Value::String(name.clone()));
+                o.insert("title".into(), Value::String(python_title(&name)));
+                f.done("field model")?;
+                Ok((name, schema))
+            })
+            .collect()
+    }
     fn done(self, op: &str) -> Result<(), String> {
         if self.0.is_empty() {
             Ok(())
@@ -208,6 +249,27 @@ impl Args {
             Err(format!("driver: {op} does not map the keywords {keys:?}"))
         }
     }
+}
+
+/// A field's title as pydantic writes it: Python's `str.title()` of the
+/// name with underscores as spaces.
+fn python_title(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    let mut after_letter = false;
+    for c in name.replace('_', " ").chars() {
+        if c.is_alphabetic() {
+            if after_letter {
+                out.extend(c.to_lowercase());
+            } else {
+                out.extend(c.to_uppercase());
+            }
+            after_letter = true;
+        } else {
+            out.push(c);
+            after_letter = false;
+        }
+    }
+    out
 }
 
 /// The turn keywords every verb shares, applied through one setter set.
@@ -390,6 +452,9 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(on) = a.bool("include_token_usage_to_model")? {
                 o = o.include_token_usage_to_model(on);
             }
+            for (name, schema) in a.field_models()? {
+                o = o.field_model(name, schema);
+            }
             a.done(op)?;
             b.operate(o)
                 .await
@@ -532,6 +597,22 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             }
             if let Some(on) = a.bool("return_analysis")? {
                 o = o.return_analysis(on);
+            }
+            // One format or a list of them, as the reference takes either.
+            match a.take("intermediate_response_options") {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(list)) => {
+                    for f in &list {
+                        o = o.intermediate_response_option(ctx.format_ref(f)?);
+                    }
+                }
+                Some(f) => o = o.intermediate_response_option(ctx.format_ref(&f)?),
+            }
+            if let Some(on) = a.bool("intermediate_listable")? {
+                o = o.intermediate_listable(on);
+            }
+            for (name, schema) in a.field_models()? {
+                o = o.field_model(name, schema);
             }
             // A map of rounds done ("1", "2", ...) to the text the callback
             // returns (or null); "{messages}" in a text becomes the number
