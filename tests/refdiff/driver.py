@@ -366,6 +366,10 @@ async def run_step(state, step):
     args = resolve(step.get("args", {}))
     if "field_models" in args:
         args["field_models"] = [field_model(f) for f in args["field_models"]]
+    if isinstance(args.get("progression"), dict):
+        # {"$messages": [i, ...]}: the ids of the branch's messages at those places.
+        ids = [m.id for m in b.messages]
+        args["progression"] = [ids[i] for i in args["progression"]["$messages"]]
     if op in ("chat", "communicate", "operate", "parse", "interpret", "act"):
         if op in ("parse", "interpret"):
             text = args.pop("text")

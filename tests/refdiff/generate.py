@@ -537,6 +537,22 @@ sc("react_field_models", "ReAct with field models, which the reference drops",
    [analysis("a", False, note="x"), {"json": {"answer": "y"}}], branch=R,
    expect={"section": "§21 H15", "paths": ["/requests", "/steps", "/to_dict"]})
 
+# progression: {"$messages": [i, ...]} names the branch's messages at those places; the
+# request is compiled from them alone, and the turn is still added to the whole history.
+P = lambda *i: {"$messages": list(i)}  # noqa: E731
+sc("progression_subset", "communicate, chat and operate each from a part of the history",
+   [step("communicate", instruction="one"), step("communicate", instruction="two"),
+    step("communicate", instruction="three", progression=P(0, 1, 2)),
+    step("chat", instruction="four", progression=P(1, 2)),
+    step("operate", instruction="five", progression=P(3, 4), response_format=F("Summary"))],
+   [{"text": "1"}, {"text": "2"}, {"text": "3"}, {"text": "4"},
+    {"json": {"title": "t", "summary": "s"}}])
+sc("progression_starts_with_reply", "a progression that starts with a reply, then an empty one",
+   [step("communicate", instruction="one"),
+    step("communicate", instruction="two", progression=P(2)),
+    step("communicate", instruction="three", progression=P())],
+   [{"text": "1"}, {"text": "2"}, {"text": "3"}])
+
 # ---------------------------------------------------------------- images
 # The 1×1 PNG (PNG above), as a data URI and as raw base64 (sent as a JPEG data URI).
 # http(s) URLs are left out: the reference resolves their hosts (compat.md §15 M5).

@@ -295,6 +295,13 @@ macro_rules! turn_args {
                 $opts = $opts.field(k, v);
             }
         }
+        if let Some(ids) = $args.strings("progression")? {
+            let ids = ids
+                .iter()
+                .map(|id| id.parse().map_err(|e| format!("progression: {e}")))
+                .collect::<Result<Vec<_>, String>>()?;
+            $opts = $opts.progression(ids);
+        }
         if let Some(v) = $args.strings("images")? {
             $opts = $opts.images(v);
         }
@@ -361,6 +368,23 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
         o => return Err(format!("args must be an object, got {o}")),
     });
     let b = &mut st.branch;
+    // {"$messages": [i, ...]}: the ids of the branch's messages at those places.
+    if let Some(Value::Object(p)) = a.0.get("progression") {
+        let ids: Vec<Value> = b.messages().iter().map(|m| json!(m.id())).collect();
+        let picked = p
+            .get("$messages")
+            .and_then(Value::as_array)
+            .ok_or("progression: expected {\"$messages\": [...]}")?
+            .iter()
+            .map(|i| {
+                i.as_u64()
+                    .and_then(|i| usize::try_from(i).ok())
+                    .and_then(|i| ids.get(i).cloned())
+                    .ok_or_else(|| format!("progression: no message at {i}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        a.0.insert("progression".into(), Value::Array(picked));
+    }
     let out = match op {
         "chat" => {
             let mut o = ChatOptions::new(a.take("instruction").unwrap_or(Value::Null));
