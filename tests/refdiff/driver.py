@@ -364,8 +364,9 @@ async def run_step(state, step):
     b = state["branch"]
     op = step["op"]
     args = resolve(step.get("args", {}))
-    if "field_models" in args:
-        args["field_models"] = [field_model(f) for f in args["field_models"]]
+    for kw in (args, args.get("response_kwargs") or {}):
+        if "field_models" in kw:
+            kw["field_models"] = [field_model(f) for f in kw["field_models"]]
     if isinstance(args.get("progression"), dict):
         # {"$messages": [i, ...]}: the ids of the branch's messages at those places.
         ids = [m.id for m in b.messages]

@@ -537,6 +537,49 @@ sc("react_field_models", "ReAct with field models, which the reference drops",
    [analysis("a", False, note="x"), {"json": {"answer": "y"}}], branch=R,
    expect={"section": "§21 H15", "paths": ["/requests", "/steps", "/to_dict"]})
 
+# response_kwargs: the final answer's own guidance, payload fields, reason, context, model,
+# field models and parsing.
+RK_REASON = {"answer": "x", "reason": {"title": "t", "content": "c", "confidence_score": 0.5}}
+for op in ("ReAct", "ReActStream"):
+    sc(f"{op.lower()}_response_kwargs", f"{op}: the answer's guidance, payload fields and reason",
+       [step(op, instruction="go", context={"k": "v"}, temperature=0.2,
+             response_kwargs={"guidance": "Answer briefly.", "imodel_kw": {"temperature": 0.9},
+                              "reason": True})],
+       [analysis("a", False), {"json": RK_REASON}], branch=R)
+sc("react_response_kwargs_context_model", "ReAct: the answer's own context, then its own model",
+   [step("ReAct", instruction="again", context={"k": "v"}, response_format=F("Summary"),
+         response_kwargs={"context": {"final": True}}),
+    step("ReAct", instruction="more", response_format=F("Summary"),
+         response_kwargs={"imodel": M("gpt-4o")})],
+   [analysis("b", False), {"json": {"title": "t", "summary": "s"}},
+    analysis("c", False), {"json": {"title": "u", "summary": "v"}}], branch=R)
+sc("react_response_kwargs_field_models", "ReAct: field models for the answer alone",
+   [step("ReAct", instruction="again", response_format=F("Summary"),
+         response_kwargs={"field_models": [{"name": "remark", "type": "string"}]})],
+   [analysis("b", False), {"json": {"title": "t", "summary": "s", "remark": "r"}}], branch=R)
+sc("react_response_kwargs_validation", "ReAct: the answer unvalidated, then given up as null",
+   [step("ReAct", instruction="go", response_format=F("Answer"),
+         response_kwargs={"skip_validation": True}),
+    step("ReAct", instruction="go", response_format=F("Answer"),
+         response_kwargs={"handle_validation": "return_none"})],
+   [analysis("a", False), {"text": "just text"}, analysis("a", False)]
+   + [{"text": "bad"}] * 5, branch=R)
+
+# chat's tool_schemas: shown with the instruction (recorded or not), whatever is registered.
+MULTIPLY_SCHEMA = {"type": "function", "function": {
+    "name": "multiply", "description": "Multiply two integers and return the product.",
+    "parameters": {"type": "object", "properties": {"a": {"type": "number"},
+                                                     "b": {"type": "number"}},
+                   "required": ["a", "b"]}}}
+sc("chat_tool_schemas", "chat with tool schemas: registered, unregistered, unrecorded",
+   [step("chat", instruction="What can you do?", record=True, tool_schemas=[MULTIPLY_SCHEMA]),
+    step("chat", instruction="And this?", record=True, tool_schemas=[
+        {"name": "weather", "description": "Weather for a city",
+         "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]),
+    step("chat", instruction="Not recorded", tool_schemas=[{"name": "weather"}]),
+    step("communicate", instruction="Thanks")],
+   [{"text": "multiply"}, {"text": "weather"}, {"text": "x"}, {"text": "bye"}], branch=R)
+
 # progression: {"$messages": [i, ...]} names the branch's messages at those places; the
 # request is compiled from them alone, and the turn is still added to the whole history.
 P = lambda *i: {"$messages": list(i)}  # noqa: E731

@@ -34,8 +34,8 @@ finds is one nobody has written down:
 - no call is asked for twice in one batch (§21 H7), no tool result
   passes 64 bits (§21 H8), no ReAct with a reasoning effort has a
   guidance that is not text (§21 H9), and no reply is JSON that is not an
-  object where operate's own structure or ReAct's analysis is parsed
-  (§21 H10); `act` raises only from a batch of one call (§21 H11);
+  object where operate's own structure, ReAct's analysis or a parse that
+  forces or fills keys is read (§21 H10); `act` raises only from a batch of one call (§21 H11);
   `between_rounds` goes to ReAct only (§21 H12), images to every verb
   but ReAct (§21 H13), and no similarity threshold lies outside 0..1
   (§21 H14) or below 0.85 (the reference tries a reply's keys in set
@@ -194,7 +194,7 @@ class Gen:
             body["action_requests"] = self.calls(r.randint(0, 2))
         if not body:
             # (A format's body is never empty.)
-            if actions or reason:
+            if actions or reason or fields:
                 # operate's own structure reads JSON that is not an object
                 # as an empty one in the reference (compat.md §21 H10; the
                 # whole script is checked again at the end).
@@ -439,6 +439,11 @@ class Gen:
                     F(fmts[0]) if len(fmts) == 1 and self.maybe() else [F(f) for f in fmts])
                 if listable:
                     a["intermediate_listable"] = True
+            if self.maybe(0.15):
+                a["response_kwargs"] = {k: v for k, v in (
+                    ("guidance", r.choice(["Answer in one line.", "Be brief."])),
+                    ("imodel_kw", {"temperature": r.choice([0, 0.9])}),
+                    ("reason", self.maybe())) if self.maybe()}
             offered = "intermediate_response_options" in a
             for _ in range(r.randint(1, 3)):
                 d = {"analysis": self.word(), "extension_needed": self.maybe(0.5)}
@@ -517,11 +522,14 @@ def scenario(seed, i):
     replies += spares * 12
     # A reply may reach a step other than the one it was scripted for, and
     # the reference's own structures (operate's without a format, ReAct's
-    # analysis) read JSON that is not an object as an empty one (§21 H10):
-    # where one is parsed, no reply is such a text.
+    # analysis) and a parse that forces or fills read JSON that is not an
+    # object as an empty one (§21 H10): where one is parsed, no reply is
+    # such a text.
     if any(s["op"].startswith("ReAct") or (
             s["op"] == "operate" and "response_format" not in s["args"]
-            and (s["args"].get("actions") or s["args"].get("reason")))
+            and (s["args"].get("actions") or s["args"].get("reason")
+                 or s["args"].get("field_models"))) or (
+            s["op"] == "parse" and s["args"].get("handle_unmatched") in ("fill", "force"))
            for s in steps):
         objects = [t for t in REPLY_TEXTS if t not in NOT_OBJECTS]
         replies = [{"text": rng.choice(objects)} if x.get("text") in NOT_OBJECTS else x

@@ -54,6 +54,7 @@ mod parse;
 mod pending;
 mod persist;
 mod react;
+mod react_answer;
 mod reply;
 mod run;
 mod signals;
@@ -100,6 +101,7 @@ pub use react::{
     BetweenRounds, BetweenRoundsFn, BetweenRoundsFuture, MAX_EXTENSIONS_CAP, ReActOptions,
     ReActOutcome, ReActRound,
 };
+pub use react_answer::AnswerOptions;
 pub use reply::VerbReply;
 pub use run::{RunOptions, TextHook};
 pub use turn::{TurnInput, request_token_estimate};

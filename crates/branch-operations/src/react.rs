@@ -20,6 +20,7 @@ use crate::format::{analysis_schema, react_analysis_schema};
 use crate::interpret::{InterpretOptions, interpret};
 use crate::operate::{OperateOptions, operate};
 use crate::parse::Parsed;
+use crate::react_answer::AnswerOptions;
 use crate::turn::{TurnInput, turn_setters};
 
 /// The upper bound of `max_extensions`.
@@ -109,8 +110,9 @@ pub struct ReActOptions {
     pub between_rounds: Option<BetweenRounds>,
     /// Also return every round's result ([`ReActOutcome::analyses`]).
     pub return_analysis: bool,
-    /// Deliverables the model may hand over in any round: each becomes an
-    /// optional field of the round's `intermediate_response_options`.
+    /// Deliverables the model may hand over in any analysis round: each
+    /// becomes a nullable field of the round's required
+    /// `intermediate_response_options`.
     pub intermediate_response_options: Vec<ResponseFormat>,
     /// Ask for a list of each intermediate deliverable.
     pub intermediate_listable: bool,
@@ -122,6 +124,8 @@ pub struct ReActOptions {
     pub verbose_length: Option<usize>,
     /// How a logged result is rendered.
     pub display_as: DisplayAs,
+    /// What the final answer does differently (`response_kwargs`).
+    pub answer: AnswerOptions,
 }
 
 impl Default for ReActOptions {
@@ -150,6 +154,7 @@ impl Default for ReActOptions {
             verbose: false,
             verbose_length: None,
             display_as: DisplayAs::Yaml,
+            answer: AnswerOptions::default(),
         }
     }
 }
@@ -262,13 +267,21 @@ impl ReActOptions {
         self
     }
 
+    /// Sets what the final answer does differently from the rounds: its
+    /// guidance, context, model, payload fields, reason, field models and
+    /// parsing (the reference's `response_kwargs`).
+    pub fn answer_with(mut self, a: AnswerOptions) -> Self {
+        self.answer = a;
+        self
+    }
+
     /// Also returns every round's result.
     pub fn return_analysis(mut self, on: bool) -> Self {
         self.return_analysis = on;
         self
     }
 
-    /// Offers this intermediate deliverable in every round.
+    /// Offers this intermediate deliverable in every analysis round.
     pub fn intermediate_response_option(mut self, f: ResponseFormat) -> Self {
         self.intermediate_response_options.push(f);
         self
@@ -561,7 +574,7 @@ impl State<'_> {
         // caller's context, which the request de-duplicates as in the
         // extension rounds.
         let react_context = (!o.turn.context.is_empty()).then(|| o.turn.context.clone());
-        let opts = OperateOptions {
+        let opts = o.answer.apply(OperateOptions {
             turn,
             react_context,
             response_format: Some(format),
@@ -571,7 +584,7 @@ impl State<'_> {
             repair_backoff: o.repair_backoff,
             native_format: o.native_format,
             ..OperateOptions::default()
-        };
+        });
         let out = operate(self.branch, opts).await?;
         self.round += 1;
         self.finished = true;
@@ -690,6 +703,8 @@ pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReA
             None if default_format => Value::Null,
             None => v.clone(),
         },
+        // The answer's `return_none` policy (`AnswerOptions::on_parse_failure`).
+        Some(Parsed::Nothing) => Value::Null,
         _ => Value::String(last.map(|r| r.text.clone()).unwrap_or_default()),
     };
     let analyses = return_analysis.then(|| rounds.iter().map(ReActRound::result_value).collect());

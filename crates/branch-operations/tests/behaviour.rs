@@ -14,8 +14,8 @@ use branch_core::Branch;
 use branch_core::message::MessageContent;
 use branch_models::mock::{MockReply, MockServer, MockToolCall};
 use branch_operations::{
-    ActOptions, BranchOperations, CommunicateOptions, OnParseFailure, OperateOptions, Parsed,
-    ReActOptions, RunOptions,
+    ActOptions, AnswerOptions, BranchOperations, CommunicateOptions, OnParseFailure,
+    OperateOptions, Parsed, ReActOptions, RunOptions,
 };
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
@@ -1595,4 +1595,77 @@ async fn react_extension_rounds_offer_actions_and_keep_a_guidance_that_is_not_te
         last(1)
     );
     assert_eq!(bodies[1]["reasoning_effort"], json!("high"));
+}
+
+/// The final answer takes its own guidance, payload fields and reason
+/// (`response_kwargs`); the rounds keep the task's.
+#[tokio::test]
+async fn react_answer_options_change_the_final_turn_only() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": false})),
+        MockReply::json(json!({"answer": "x",
+            "reason": {"title": "t", "content": "c", "confidence_score": 0.5}})),
+    ]);
+    let mut b = branch(&server);
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .guidance("Think.")
+                .field("temperature", 0.2)
+                .include_token_usage_to_model(false)
+                .answer_with(
+                    AnswerOptions::default()
+                        .guidance("Answer briefly.")
+                        .field("temperature", 0.9)
+                        .reason(true),
+                ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.answer, json!("x"));
+    let bodies = server.bodies();
+    assert_eq!(bodies[0]["temperature"], json!(0.2));
+    assert_eq!(bodies[1]["temperature"], json!(0.9));
+    let round = bodies[0]["messages"].to_string();
+    assert!(round.contains("Think.\\nInstruction"), "{round}");
+    let last = bodies[1]["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(last.starts_with("Guidance: Answer briefly.\n"), "{last}");
+    assert!(last.contains("    reason:\n"), "{last}");
+    let Parsed::Value(v) = &r.rounds[1].result else {
+        panic!("the answer parses: {:?}", r.rounds[1].result)
+    };
+    assert_eq!(v["reason"]["title"], "t");
+}
+
+/// An answer that never parses under `return_none` answers `null`, as the
+/// reference's does, not the reply's text.
+#[tokio::test]
+async fn react_answer_given_up_as_none_is_null() {
+    let server = MockServer::start().await;
+    server.script(
+        [MockReply::json(
+            json!({"analysis": "a", "extension_needed": false}),
+        )]
+        .into_iter()
+        .chain(std::iter::repeat_n(MockReply::text("bad"), 5)),
+    );
+    let mut b = branch(&server);
+    let answer_format = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {"answer": {"type": "string"}}, "required": ["answer"],
+        "title": "Answer", "type": "object"}));
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .include_token_usage_to_model(false)
+                .response_format(answer_format)
+                .repair_backoff(Duration::ZERO, 1.0)
+                .answer_with(AnswerOptions::default().on_parse_failure(OnParseFailure::ReturnNone)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.answer, Value::Null);
 }

@@ -11,7 +11,7 @@ use lionagi::capabilities::{CapabilitiesExt, FieldSpec, Grant};
 use lionagi::core::model::{ChatModel, ModelConfig};
 use lionagi::models::mock::{MockReply, MockServer};
 use lionagi::operations::{
-    ActOptions, BranchOperations, ChatOptions, CommunicateOptions, InterpretOptions,
+    ActOptions, AnswerOptions, BranchOperations, ChatOptions, CommunicateOptions, InterpretOptions,
     OnParseFailure, OperateOptions, ParseOptions, Parsed, ReActOptions, Reply, ResponseFormat,
     RunOptions, Strategy, fuzzy::Unmatched, similarity::Similarity, tool_call_from_value,
 };
@@ -398,6 +398,11 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(on) = a.bool("include_token_usage_to_model")? {
                 o = o.include_token_usage_to_model(on);
             }
+            match a.take("tool_schemas") {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(list)) => o = o.tool_schemas(list),
+                Some(v) => return Err(format!("`tool_schemas` must be a list, got {v}")),
+            }
             let record = a.bool("record")?.unwrap_or(false);
             a.done(op)?;
             let r = if record {
@@ -637,6 +642,45 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             }
             for (name, schema) in a.field_models()? {
                 o = o.field_model(name, schema);
+            }
+            // The final answer's own options, under the reference's names.
+            match a.take("response_kwargs") {
+                None | Some(Value::Null) => {}
+                Some(Value::Object(kw)) => {
+                    let mut k = Args(kw);
+                    let mut ans = AnswerOptions::default();
+                    if let Some(g) = k.take("guidance") {
+                        ans = ans.guidance(g);
+                    }
+                    if let Some(c) = k.take("context") {
+                        ans = ans.context(c);
+                    }
+                    if let Some(m) = k.take("imodel") {
+                        ans = ans.model(ctx.model_ref(&m)?);
+                    }
+                    match k.take("imodel_kw") {
+                        None => {}
+                        Some(Value::Object(f)) => {
+                            ans.fields = Some(f);
+                        }
+                        Some(v) => return Err(format!("imodel_kw: not a map: {v}")),
+                    }
+                    if let Some(on) = k.bool("reason")? {
+                        ans = ans.reason(on);
+                    }
+                    for (name, schema) in k.field_models()? {
+                        ans = ans.field_model(name, schema);
+                    }
+                    if let Some(on) = k.bool("skip_validation")? {
+                        ans = ans.skip_validation(on);
+                    }
+                    if let Some(v) = on_failure(k.str("handle_validation")?)? {
+                        ans = ans.on_parse_failure(v);
+                    }
+                    k.done("response_kwargs")?;
+                    o = o.answer_with(ans);
+                }
+                Some(v) => return Err(format!("response_kwargs: not a map: {v}")),
             }
             // A map of rounds done ("1", "2", ...) to the text the callback
             // returns (or null); "{messages}" in a text becomes the number
