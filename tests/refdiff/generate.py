@@ -579,6 +579,16 @@ sc("chat_tool_schemas", "chat with tool schemas: registered, unregistered, unrec
     step("chat", instruction="Not recorded", tool_schemas=[{"name": "weather"}]),
     step("communicate", instruction="Thanks")],
    [{"text": "multiply"}, {"text": "weather"}, {"text": "x"}, {"text": "bye"}], branch=R)
+sc("operate_tool_schemas", "operate with tool schemas: shown unless actions run",
+   [step("operate", instruction="one", tool_schemas=[{"name": "weather"}]),
+    step("operate", instruction="two", tool_schemas=[{"name": "weather"}],
+         response_format=F("Summary")),
+    step("operate", instruction="three", tool_schemas=[{"name": "weather"}], actions=True),
+    step("operate", instruction="four", tool_schemas=[{"name": "weather"}], actions=True,
+         invoke_actions=False)],
+   [{"text": "1"}, {"json": {"title": "t", "summary": "s"}},
+    {"json": {"action_required": False, "action_requests": []}},
+    {"json": {"action_required": False, "action_requests": []}}], branch=R)
 
 # progression: {"$messages": [i, ...]} names the branch's messages at those places; the
 # request is compiled from them alone, and the turn is still added to the whole history.

@@ -77,6 +77,10 @@ pub struct OperateOptions {
     /// Extra fields of the requested structure (name → property schema);
     /// any makes `operate` ask for and parse a structure.
     pub field_models: Option<Map<String, Value>>,
+    /// Tool schemas shown with the instruction when no actions run (when
+    /// they do, the offered tools' own schemas are shown instead, as in the
+    /// reference).
+    pub tool_schemas: Vec<Value>,
     /// What advances the branch by one assistant turn.
     pub middle: OperateMiddle,
     /// Options of the run-and-collect middle; its persistence options
@@ -107,6 +111,7 @@ impl Default for OperateOptions {
             native_tools: false,
             native_format: false,
             field_models: None,
+            tool_schemas: Vec::new(),
             middle: OperateMiddle::default(),
             run: RunOptions::default(),
             react_context: None,
@@ -168,6 +173,13 @@ impl OperateOptions {
     /// persistence); any persistence option makes `operate` use it.
     pub fn run_options(mut self, run: RunOptions) -> Self {
         self.run = run;
+        self
+    }
+
+    /// Shows these tool schemas with the instruction, as `chat`'s do, when
+    /// no actions run.
+    pub fn tool_schemas(mut self, schemas: Vec<Value>) -> Self {
+        self.tool_schemas = schemas;
         self
     }
 
@@ -237,7 +249,7 @@ async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result
                 message: e.to_string(),
             })?
     } else {
-        Vec::new()
+        opts.tool_schemas.clone()
     };
     let native = opts.native_tools && with_actions;
     let prompt_actions = with_actions && !native;

@@ -1669,3 +1669,34 @@ async fn react_answer_given_up_as_none_is_null() {
         .unwrap();
     assert_eq!(r.answer, Value::Null);
 }
+
+/// The caller's tool schemas are shown with operate's instruction unless
+/// actions run, when the offered tools' own are shown instead.
+#[tokio::test]
+async fn operate_shows_the_callers_tool_schemas_unless_actions_run() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("1"),
+        MockReply::json(json!({"action_required": false, "action_requests": []})),
+    ]);
+    let mut b = branch(&server);
+    let weather = json!({"name": "weather"});
+    b.operate(OperateOptions::new("one").tool_schemas(vec![weather.clone()]))
+        .await
+        .unwrap();
+    b.operate(
+        OperateOptions::new("two")
+            .tool_schemas(vec![weather])
+            .actions(true),
+    )
+    .await
+    .unwrap();
+    let bodies = server.bodies();
+    let first = bodies[0]["messages"].to_string();
+    assert!(first.contains("Tools:\\n- name: weather"), "{first}");
+    let second = bodies[1]["messages"].as_array().unwrap().last().unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!second.contains("weather"), "{second}");
+}

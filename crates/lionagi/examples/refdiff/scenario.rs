@@ -484,6 +484,11 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             for (name, schema) in a.field_models()? {
                 o = o.field_model(name, schema);
             }
+            match a.take("tool_schemas") {
+                None | Some(Value::Null) => {}
+                Some(Value::Array(list)) => o = o.tool_schemas(list),
+                Some(v) => return Err(format!("`tool_schemas` must be a list, got {v}")),
+            }
             a.done(op)?;
             b.operate(o)
                 .await
