@@ -161,6 +161,16 @@ class Gen:
                 good["extra"] = self.word()
         return good
 
+    def tool_schemas(self):
+        """Tool schemas a caller shows with an instruction: a registered
+        tool's, or one no one registered."""
+        return self.r.choice([
+            [{"name": "weather", "description": "Weather for a city",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}],
+            [{"type": "function", "function": {"name": "multiply", "description": "Multiply.",
+                                               "parameters": {"type": "object"}}}],
+            [{"name": "a"}, {"name": "b"}]])
+
     def field_values(self, fields):
         """A reply's values for operate's field models, some left out."""
         r = self.r
@@ -284,6 +294,8 @@ class Gen:
                 a["record"] = True
             if self.maybe(0.2):
                 a["imodel"] = M("gpt-4o")
+            if self.maybe(0.15):
+                a["tool_schemas"] = self.tool_schemas()
             replies.append(self.text_reply())
         elif op == "communicate":
             self.turn_args(a)
@@ -341,6 +353,8 @@ class Gen:
                 a["reason"] = True
             if self.broken and self.maybe(0.5):
                 a["handle_validation"] = r.choice(["return_value", "return_none", "raise"])
+            if self.maybe(0.15):
+                a["tool_schemas"] = self.tool_schemas()
             fields = ()
             if self.maybe(0.2):
                 fields = r.sample(FIELD_MODELS, r.randint(1, 3))
