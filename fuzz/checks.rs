@@ -1284,8 +1284,18 @@ pub fn structured_reply(data: &[u8]) {
             "ok": {"type": "boolean", "default": false},
             "maybe": {"anyOf": [{"type": "boolean"}, {"type": "null"}], "default": null},
             "tags": {"type": "array", "items": {"type": "string"}, "default": []},
+            "plan": {"anyOf": [{"$ref": "#/$defs/Plan"}, {"type": "null"}], "default": null},
+            "plans": {"type": "array", "items": {"$ref": "#/$defs/Plan"}, "default": []},
         },
         "required": ["name", "count", "score"],
+        "$defs": {"Plan": {
+            "type": "object",
+            "properties": {
+                "steps": {"type": "array", "items": {"type": "string"}},
+                "priority": {"type": "integer", "default": 1},
+            },
+            "required": ["steps"],
+        }},
     });
     let mut mapping = serde_json::Map::new();
     mapping.insert("count".into(), Value::from(1));
@@ -1300,7 +1310,9 @@ pub fn structured_reply(data: &[u8]) {
     let Ok(got) = opts.parse_local(text) else {
         return;
     };
-    let fields = ["name", "count", "score", "ok", "maybe", "tags"];
+    let fields = [
+        "name", "count", "score", "ok", "maybe", "tags", "plan", "plans",
+    ];
     assert!(got.keys().all(|k| fields.contains(&k.as_str())), "{got:?}");
     let whole = |v: &Value| v.as_f64().is_some_and(|f| f.fract() == 0.0);
     assert!(got["name"].is_string(), "{got:?}");
@@ -1318,6 +1330,26 @@ pub fn structured_reply(data: &[u8]) {
     assert!(
         got.get("tags")
             .is_none_or(|v| v.as_array().is_some_and(|a| a.iter().all(Value::is_string))),
+        "{got:?}"
+    );
+    // A nested plan is dumped as its model: its two fields in order, the
+    // default filled.
+    let plan_ok = |p: &Value| {
+        p.as_object().is_some_and(|o| {
+            o.keys().map(String::as_str).eq(["steps", "priority"])
+                && (o["priority"].is_i64() || o["priority"].is_u64() || whole(&o["priority"]))
+                && o["steps"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().all(Value::is_string))
+        })
+    };
+    assert!(
+        got.get("plan").is_none_or(|p| p.is_null() || plan_ok(p)),
+        "{got:?}"
+    );
+    assert!(
+        got.get("plans")
+            .is_none_or(|v| v.as_array().is_some_and(|a| a.iter().all(plan_ok))),
         "{got:?}"
     );
     let written = serde_json::to_string(&got).expect("a map of JSON values writes");

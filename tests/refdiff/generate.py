@@ -516,6 +516,15 @@ sc("react_intermediate_missing", "ReAct: the deliverables missing, empty, incomp
     {"json": {"analysis": "ok", "extension_needed": False,
               "intermediate_response_options": {"summary": {"title": "t", "summary": "s"}}}},
     {"json": {"answer": "x"}}])
+sc("react_intermediate_lax", "ReAct: deliverables whose fields pydantic's lax mode converts",
+   [step("ReAct", instruction="Plan it", intermediate_response_options=F("Plan"),
+         return_analysis=True),
+    step("ReAct", instruction="Plan it", intermediate_response_options=F("Plan"),
+         intermediate_listable=True, return_analysis=True)],
+   [analysis("a", False, intermediate_response_options={"plan": dict(GOAL, priority="2")}),
+    {"json": {"answer": "x"}},
+    analysis("b", False, intermediate_response_options=[{"plan": dict(GOAL, priority=3.0)}]),
+    {"json": {"answer": "y"}}], branch=R)
 # field_models: a required field, one with a default, a nullable list.
 FIELDS = [{"name": "note", "type": "string", "description": "A note"},
           {"name": "count", "type": "integer", "default": 3},

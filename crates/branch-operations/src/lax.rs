@@ -1,12 +1,16 @@
-//! Lax coercion of a parsed structure's top-level scalars before it is
-//! validated, by the rules of pydantic's lax mode, which the reference
-//! validates with: what it accepts for a field's type becomes that type;
-//! anything else is left for the validator to refuse.
+//! Lax coercion of a parsed structure's scalars before it is validated, by
+//! the rules of pydantic's lax mode, which the reference validates with:
+//! what it accepts for a field's type becomes that type; anything else is
+//! left for the validator to refuse. Nested models (through `$ref`, `anyOf`
+//! branches and list items) are converted alike, as pydantic validates a
+//! nested model in the same mode.
 
 use serde_json::{Map, Number, Value};
 
-/// Rewrites each top-level field of `obj` whose value the field's schema
-/// does not take as it is, but pydantic's lax mode converts:
+use crate::model_dump::{items_for_array, model_for_object, resolve};
+
+/// Rewrites each field of `obj` whose value the field's schema does not
+/// take as it is, but pydantic's lax mode converts:
 /// - to an integer: a whole float (`3.0`), a boolean, a decimal text
 ///   (surrounding whitespace, a sign, `_` between digits, a zero fraction:
 ///   `" 2 "`, `"1_000"`, `"1.0"`);
@@ -16,14 +20,39 @@ use serde_json::{Map, Number, Value};
 ///   without surrounding whitespace, `true`/`false`, `yes`/`no`,
 ///   `on`/`off`, `t`/`f`, `y`/`n`, `1`/`0`.
 pub fn coerce(obj: &mut Map<String, Value>, schema: &Value) {
+    coerce_object(obj, schema, schema);
+}
+
+fn coerce_object(obj: &mut Map<String, Value>, schema: &Value, root: &Value) {
     let Some(props) = schema.get("properties").and_then(Value::as_object) else {
         return;
     };
     for (k, v) in obj.iter_mut() {
-        let Some(p) = props.get(k) else { continue };
-        let types = Types(accepted_types(p));
-        if let Some(c) = coerced(v, &types) {
-            *v = c;
+        if let Some(p) = props.get(k) {
+            coerce_value(v, p, root);
+        }
+    }
+}
+
+/// `v` under the property schema `p`: a scalar converted, an object meeting
+/// a model and a list's items walked into.
+fn coerce_value(v: &mut Value, p: &Value, root: &Value) {
+    let Some(p) = resolve(p, root) else { return };
+    match v {
+        Value::Object(o) => {
+            if let Some(model) = model_for_object(p, root) {
+                coerce_object(o, model, root);
+            }
+        }
+        Value::Array(items) => {
+            if let Some(item) = items_for_array(p, root) {
+                items.iter_mut().for_each(|x| coerce_value(x, item, root));
+            }
+        }
+        scalar => {
+            if let Some(c) = coerced(scalar, &Types(accepted_types(p, root, 0))) {
+                *scalar = c;
+            }
         }
     }
 }
@@ -136,8 +165,16 @@ fn bool_text(s: &str) -> Option<bool> {
     }
 }
 
-fn accepted_types(p: &Value) -> Vec<String> {
+/// How deep `anyOf` / `oneOf` branches are followed for the types they
+/// accept: a schema is the caller's, and one that names itself in its own
+/// branches (`A = anyOf[A, null]`) must not recurse without end.
+const MAX_BRANCH_DEPTH: usize = 16;
+
+fn accepted_types(p: &Value, root: &Value, depth: usize) -> Vec<String> {
     let mut out = Vec::new();
+    let Some(p) = resolve(p, root).filter(|_| depth <= MAX_BRANCH_DEPTH) else {
+        return out;
+    };
     match p.get("type") {
         Some(Value::String(t)) => out.push(t.clone()),
         Some(Value::Array(ts)) => {
@@ -148,7 +185,7 @@ fn accepted_types(p: &Value) -> Vec<String> {
     for key in ["anyOf", "oneOf"] {
         if let Some(bs) = p.get(key).and_then(Value::as_array) {
             for b in bs {
-                out.extend(accepted_types(b));
+                out.extend(accepted_types(b, root, depth + 1));
             }
         }
     }
@@ -161,6 +198,53 @@ mod tests {
 
     use super::*;
     use crate::format::validate;
+
+    #[test]
+    fn nested_models_and_their_lists_are_converted_too() {
+        let schema = json!({
+            "$defs": {"Plan": {"properties": {
+                "priority": {"type": "integer"},
+                "done": {"anyOf": [{"type": "boolean"}, {"type": "null"}]}
+            }, "type": "object"}},
+            "properties": {
+                "plan": {"anyOf": [{"$ref": "#/$defs/Plan"}, {"type": "null"}]},
+                "plans": {"items": {"$ref": "#/$defs/Plan"}, "type": "array"},
+                "counts": {"items": {"type": "integer"}, "type": "array"}
+            },
+            "type": "object"
+        });
+        let mut o = match json!({
+            "plan": {"priority": "2", "done": "yes"},
+            "plans": [{"priority": 3.0}, {"priority": true}],
+            "counts": ["1_000", 2.0]
+        }) {
+            Value::Object(o) => o,
+            _ => unreachable!("an object"),
+        };
+        coerce(&mut o, &schema);
+        assert_eq!(
+            Value::Object(o),
+            json!({
+                "plan": {"priority": 2, "done": true},
+                "plans": [{"priority": 3}, {"priority": 1}],
+                "counts": [1000, 2]
+            })
+        );
+    }
+
+    #[test]
+    fn a_schema_that_names_itself_in_its_branches_ends() {
+        let schema = json!({
+            "$defs": {"A": {"anyOf": [{"$ref": "#/$defs/A"}, {"type": "integer"}]}},
+            "properties": {"v": {"$ref": "#/$defs/A"}},
+            "type": "object"
+        });
+        let mut o = Map::new();
+        o.insert("v".into(), json!("7"));
+        coerce(&mut o, &schema);
+        // It ends, and the integer branch is still found.
+        assert_eq!(o["v"], json!(7));
+    }
 
     fn one(ty: &str, given: Value) -> Value {
         let schema = json!({"type": "object", "properties": {"v": {"type": ty}}});

@@ -63,7 +63,7 @@ fn dump_value(v: Value, schema: &Value, root: &Value) -> Value {
 
 /// The schema a `$ref` names (JSON pointer into the root), followed a
 /// bounded number of times; `None` for a reference that resolves nowhere.
-fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Value> {
+pub(crate) fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Value> {
     for _ in 0..MAX_REF_HOPS {
         match schema.get("$ref").and_then(Value::as_str) {
             Some(r) => schema = root.pointer(r.strip_prefix('#')?)?,
@@ -75,7 +75,7 @@ fn resolve<'a>(mut schema: &'a Value, root: &'a Value) -> Option<&'a Value> {
 
 /// The object model an object value meets: the schema itself when it
 /// declares properties, else the first `anyOf`/`oneOf` branch that does.
-fn model_for_object<'a>(schema: &'a Value, root: &'a Value) -> Option<&'a Value> {
+pub(crate) fn model_for_object<'a>(schema: &'a Value, root: &'a Value) -> Option<&'a Value> {
     if schema.get("properties").is_some_and(Value::is_object) {
         return Some(schema);
     }
@@ -86,7 +86,7 @@ fn model_for_object<'a>(schema: &'a Value, root: &'a Value) -> Option<&'a Value>
 
 /// The item schema an array value meets: the schema's own `items`, else
 /// that of the first `anyOf`/`oneOf` branch that is an array.
-fn items_for_array<'a>(schema: &'a Value, root: &'a Value) -> Option<&'a Value> {
+pub(crate) fn items_for_array<'a>(schema: &'a Value, root: &'a Value) -> Option<&'a Value> {
     if let Some(items) = schema.get("items") {
         return Some(items);
     }
