@@ -200,17 +200,20 @@ impl Args {
             Some(v) => Err(format!("`{k}` must be a list of strings, got {v}")),
         }
     }
+    fn list(&mut self, k: &str) -> Result<Option<Vec<Value>>, String> {
+        match self.take(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(list)) => Ok(Some(list)),
+            Some(v) => Err(format!("`{k}` must be a list, got {v}")),
+        }
+    }
     /// `field_models` as (name, property schema) pairs: each entry is
     /// `{"name", "type", "description"?, "default"?, "nullable"?,
     /// "listable"?}`, and its schema is the one pydantic writes for the
     /// reference's FieldModel of that description, which is what a user of
     /// `field_model` passes.
     fn field_models(&mut self) -> Result<Vec<(String, Value)>, String> {
-        let list = match self.take("field_models") {
-            None | Some(Value::Null) => return Ok(Vec::new()),
-            Some(Value::Array(list)) => list,
-            Some(v) => return Err(format!("`field_models` must be a list, got {v}")),
-        };
+        let list = self.list("field_models")?.unwrap_or_default();
         list.into_iter()
             .map(|spec| {
                 let mut f = Args(match spec {
@@ -398,10 +401,8 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(on) = a.bool("include_token_usage_to_model")? {
                 o = o.include_token_usage_to_model(on);
             }
-            match a.take("tool_schemas") {
-                None | Some(Value::Null) => {}
-                Some(Value::Array(list)) => o = o.tool_schemas(list),
-                Some(v) => return Err(format!("`tool_schemas` must be a list, got {v}")),
+            if let Some(list) = a.list("tool_schemas")? {
+                o = o.tool_schemas(list);
             }
             let record = a.bool("record")?.unwrap_or(false);
             a.done(op)?;
@@ -484,10 +485,8 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             for (name, schema) in a.field_models()? {
                 o = o.field_model(name, schema);
             }
-            match a.take("tool_schemas") {
-                None | Some(Value::Null) => {}
-                Some(Value::Array(list)) => o = o.tool_schemas(list),
-                Some(v) => return Err(format!("`tool_schemas` must be a list, got {v}")),
+            if let Some(list) = a.list("tool_schemas")? {
+                o = o.tool_schemas(list);
             }
             a.done(op)?;
             b.operate(o)
