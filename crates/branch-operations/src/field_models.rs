@@ -15,6 +15,12 @@ const INTERMEDIATE_MODEL: &str = "IntermediateResponseOptions";
 /// The property the verb fills with its tools' results, which stays last.
 const ACTION_RESPONSES: &str = "action_responses";
 
+/// Adds the field `name` (a property schema) to an option's field models,
+/// which the `field_model` setters of operate, ReAct and its answer share.
+pub(crate) fn add_to(models: &mut Option<Map<String, Value>>, name: String, schema: Value) {
+    models.get_or_insert_with(Map::new).insert(name, schema);
+}
+
 /// `schema` with `fields` (name → property schema) added, as pydantic adds
 /// a model's extra fields: after the fields the model asks of the reply and
 /// before the `action_responses` it fills itself, required unless the

@@ -295,9 +295,7 @@ impl ReActOptions {
 
     /// Adds a field (a JSON schema) to every round's analysis.
     pub fn field_model(mut self, name: impl Into<String>, schema: Value) -> Self {
-        self.field_models
-            .get_or_insert_with(Map::new)
-            .insert(name.into(), schema);
+        crate::field_models::add_to(&mut self.field_models, name.into(), schema);
         self
     }
 

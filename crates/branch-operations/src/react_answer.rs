@@ -73,9 +73,7 @@ impl AnswerOptions {
 
     /// Adds a field (a JSON schema) to the answer's structure.
     pub fn field_model(mut self, name: impl Into<String>, schema: Value) -> Self {
-        self.field_models
-            .get_or_insert_with(Map::new)
-            .insert(name.into(), schema);
+        crate::field_models::add_to(&mut self.field_models, name.into(), schema);
         self
     }
 
