@@ -35,7 +35,8 @@ finds is one nobody has written down:
   passes 64 bits (§21 H8), no ReAct with a reasoning effort has a
   guidance that is not text (§21 H9), and no reply is JSON that is not an
   object where operate's own structure, ReAct's analysis or a parse that
-  forces or fills keys is read (§21 H10); `act` raises only from a batch of one call (§21 H11);
+  forces or fills keys is read (§21 H10); `act` raises only from a batch
+  of one call (§21 H11);
   `between_rounds` goes to ReAct only (§21 H12), images to every verb
   but ReAct (§21 H13), and no similarity threshold lies outside 0..1
   (§21 H14) or below 0.85 (the reference tries a reply's keys in set
