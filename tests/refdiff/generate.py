@@ -562,6 +562,15 @@ sc("react_response_kwargs_context_model", "ReAct: the answer's own context, then
          response_kwargs={"imodel": M("gpt-4o")})],
    [analysis("b", False), {"json": {"title": "t", "summary": "s"}},
     analysis("c", False), {"json": {"title": "u", "summary": "v"}}], branch=R)
+sc("react_response_kwargs_instruction",
+   "ReAct: the answer's sender, recipient, tool schemas and images, then its plain content",
+   [step("ReAct", instruction="go",
+         response_kwargs={"sender": "alice", "recipient": "system",
+                          "tool_schemas": [{"name": "weather"}], "images": [PNG],
+                          "image_detail": "low"}),
+    step("ReAct", instruction="again", response_kwargs={"plain_content": "Just answer in JSON."})],
+   [analysis("a", False), {"json": {"answer": "x"}},
+    analysis("b", False), {"json": {"answer": "y"}}], branch=R)
 sc("react_response_kwargs_field_models", "ReAct: field models for the answer alone",
    [step("ReAct", instruction="again", response_format=F("Summary"),
          response_kwargs={"field_models": [{"name": "remark", "type": "string"}]})],

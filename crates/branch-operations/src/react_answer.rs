@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use branch_core::Participant;
+use branch_core::message::ImageDetail;
 use branch_core::model::ChatModel;
 use serde_json::{Map, Value};
 
@@ -32,6 +34,19 @@ pub struct AnswerOptions {
     pub skip_validation: bool,
     /// What a final parse failure of the answer gives (→ the text).
     pub on_parse_failure: Option<OnParseFailure>,
+    /// The answer instruction's sender instead of the task's.
+    pub sender: Option<Participant>,
+    /// The answer instruction's recipient instead of the task's.
+    pub recipient: Option<Participant>,
+    /// The answer instruction rendered as this text alone.
+    pub plain_content: Option<String>,
+    /// Images sent with the answer instruction (the task's go with the
+    /// first round only).
+    pub images: Vec<String>,
+    /// The answer instruction's image detail.
+    pub image_detail: Option<ImageDetail>,
+    /// Tool schemas shown with the answer instruction.
+    pub tool_schemas: Vec<Value>,
 }
 
 impl AnswerOptions {
@@ -89,6 +104,42 @@ impl AnswerOptions {
         self
     }
 
+    /// Sets the answer instruction's sender.
+    pub fn sender(mut self, v: impl Into<Participant>) -> Self {
+        self.sender = Some(v.into());
+        self
+    }
+
+    /// Sets the answer instruction's recipient.
+    pub fn recipient(mut self, v: impl Into<Participant>) -> Self {
+        self.recipient = Some(v.into());
+        self
+    }
+
+    /// Renders the answer instruction as this text alone.
+    pub fn plain_content(mut self, v: impl Into<String>) -> Self {
+        self.plain_content = Some(v.into());
+        self
+    }
+
+    /// Sends these images with the answer instruction.
+    pub fn images(mut self, v: Vec<String>) -> Self {
+        self.images = v;
+        self
+    }
+
+    /// Sets the answer instruction's image detail.
+    pub fn image_detail(mut self, v: ImageDetail) -> Self {
+        self.image_detail = Some(v);
+        self
+    }
+
+    /// Shows these tool schemas with the answer instruction.
+    pub fn tool_schemas(mut self, v: Vec<Value>) -> Self {
+        self.tool_schemas = v;
+        self
+    }
+
     /// The answer turn's options: `base` (the run's) with these applied.
     pub(crate) fn apply(&self, mut base: OperateOptions) -> OperateOptions {
         if let Some(g) = &self.guidance {
@@ -105,6 +156,22 @@ impl AnswerOptions {
         if let Some(f) = &self.fields {
             base.turn.fields = f.clone();
         }
+        if let Some(v) = &self.sender {
+            base.turn.sender = Some(v.clone());
+        }
+        if let Some(v) = &self.recipient {
+            base.turn.recipient = Some(v.clone());
+        }
+        if let Some(v) = &self.plain_content {
+            base.turn.plain_content = Some(v.clone());
+        }
+        if !self.images.is_empty() {
+            base.turn.images = self.images.clone();
+        }
+        if let Some(d) = self.image_detail {
+            base.turn.image_detail = Some(d);
+        }
+        base.tool_schemas = self.tool_schemas.clone();
         base.reason = self.reason;
         base.field_models = self.field_models.clone();
         base.skip_validation = self.skip_validation;

@@ -1700,3 +1700,32 @@ async fn operate_shows_the_callers_tool_schemas_unless_actions_run() {
         .to_owned();
     assert!(!second.contains("weather"), "{second}");
 }
+
+/// The answer's own sender and plain content (`response_kwargs`): the final
+/// request's instruction is the text alone, stored from that sender.
+#[tokio::test]
+async fn react_answer_options_set_the_answers_instruction() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": false})),
+        MockReply::json(json!({"answer": "x"})),
+    ]);
+    let mut b = branch(&server);
+    b.ReAct(
+        ReActOptions::new("task")
+            .include_token_usage_to_model(false)
+            .answer_with(
+                AnswerOptions::default()
+                    .plain_content("Just answer.")
+                    .sender(branch_core::Participant::parse("alice").unwrap()),
+            ),
+    )
+    .await
+    .unwrap();
+    let bodies = server.bodies();
+    let last = bodies[1]["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["content"], "Just answer.");
+    let alice = branch_core::Participant::parse("alice");
+    let senders: Vec<_> = b.messages().iter().map(|m| m.sender.clone()).collect();
+    assert!(senders.contains(&alice), "{senders:?}");
+}

@@ -681,6 +681,26 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
                     if let Some(v) = on_failure(k.str("handle_validation")?)? {
                         ans = ans.on_parse_failure(v);
                     }
+                    if let Some(v) = k.str("sender")? {
+                        ans = ans.sender(Participant::parse(&v).ok_or("bad sender")?);
+                    }
+                    if let Some(v) = k.str("recipient")? {
+                        ans = ans.recipient(Participant::parse(&v).ok_or("bad recipient")?);
+                    }
+                    if let Some(v) = k.str("plain_content")? {
+                        ans = ans.plain_content(v);
+                    }
+                    if let Some(v) = k.strings("images")? {
+                        ans = ans.images(v);
+                    }
+                    if let Some(v) = k.str("image_detail")? {
+                        let d = lionagi::core::message::ImageDetail::parse(&v)
+                            .ok_or_else(|| format!("bad image_detail {v}"))?;
+                        ans = ans.image_detail(d);
+                    }
+                    if let Some(list) = k.list("tool_schemas")? {
+                        ans = ans.tool_schemas(list);
+                    }
                     k.done("response_kwargs")?;
                     o = o.answer_with(ans);
                 }
