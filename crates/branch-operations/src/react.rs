@@ -268,8 +268,10 @@ impl ReActOptions {
     }
 
     /// Sets what the final answer does differently from the rounds: its
-    /// guidance, context, model, payload fields, reason, field models and
-    /// parsing (the reference's `response_kwargs`).
+    /// instruction's guidance, context, sender, recipient, plain content,
+    /// images and tool schemas, its model and payload fields, a reason,
+    /// field models and parsing (the reference's `response_kwargs`; see
+    /// [`AnswerOptions`]).
     pub fn answer_with(mut self, a: AnswerOptions) -> Self {
         self.answer = a;
         self
