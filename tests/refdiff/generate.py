@@ -123,9 +123,22 @@ sc("communicate_skip_validation", "skip_validation returns the raw text",
 sc("communicate_request_fields", "request_fields",
    [step("communicate", instruction="Name a novel", request_fields=["title", "year"])],
    [{"json": {"title": "Emma", "year": 1815}}])
+sc("communicate_request_fields_not_objects",
+   "request_fields from a number, a list of objects, text, then a list of numbers",
+   [step("communicate", instruction=f"q{i}", request_fields=["title", "year"]) for i in range(5)],
+   [{"text": "42"}, {"text": '[{"title": "x"}, {"year": 2}]'}, {"text": '[{"title": "x", "year": 1}]'},
+    {"text": "hello"}, {"text": "[1, 2, 3]"}],
+   expect={"section": "§21 H16", "paths": ["/steps/4"]})
 sc("communicate_request_fields_partial", "request_fields, one missing",
    [step("communicate", instruction="Name a novel", request_fields=["title", "author"])],
    [{"json": {"title": "Emma"}}])
+sc("operate_clear_messages", "operate: clear_messages with a format, then with actions",
+   [step("operate", instruction="A"), step("operate", instruction="B", clear_messages=True,
+                                           response_format=F("Answer")),
+    step("operate", instruction="Multiply 6 by 7", clear_messages=True, actions=True)],
+   [{"text": "a"}, ANSWER,
+    {"json": {"action_required": True, "action_requests": [call("multiply", a=6, b=7)]}}],
+   branch={"system": "You are terse.", "tools": ["multiply"]})
 sc("communicate_clear_messages", "clear_messages before the turn",
    [step("communicate", instruction="A"), step("communicate", instruction="B", clear_messages=True)],
    [{"text": "a"}, {"text": "b"}])
@@ -367,6 +380,9 @@ sc("interpret_sample", "interpret with a writing sample",
    [{"text": "Edit the essay."}])
 sc("interpret_temperature", "interpret with a temperature",
    [step("interpret", text="plan a trip", temperature=0.5)], [{"text": "Plan a trip."}])
+sc("interpret_model", "interpret with a model of its own, then the branch's",
+   [step("interpret", text="plan a trip", interpret_model=M("gpt-4o")),
+    step("interpret", text="plan a trip")], [{"text": "Plan a trip."}, {"text": "Plan it."}])
 
 # ---------------------------------------------------------------- act
 A = {"system": "S", "tools": ["multiply", "add", "lookup_capital", "fail_tool"]}
@@ -525,6 +541,11 @@ sc("react_intermediate_lax", "ReAct: deliverables whose fields pydantic's lax mo
     {"json": {"answer": "x"}},
     analysis("b", False, intermediate_response_options=[{"plan": dict(GOAL, priority=3.0)}]),
     {"json": {"answer": "y"}}], branch=R)
+sc("react_intermediate_duplicate", "ReAct: two deliverables of one title refused before any call",
+   [step("ReAct", instruction="Plan it", intermediate_response_options=[F("Plan"), F("Plan")]),
+    step("ReAct", instruction="Plan it", intermediate_response_options=F("Plan"))],
+   [analysis("a", False, intermediate_response_options={"plan": GOAL}), {"json": {"answer": "x"}}],
+   branch=R)
 # field_models: a required field, one with a default, a nullable list.
 FIELDS = [{"name": "note", "type": "string", "description": "A note"},
           {"name": "count", "type": "integer", "default": 3},
@@ -607,6 +628,48 @@ sc("operate_tool_schemas", "operate with tool schemas: shown unless actions run"
    [{"text": "1"}, {"json": {"title": "t", "summary": "s"}},
     {"json": {"action_required": False, "action_requests": []}},
     {"json": {"action_required": False, "action_requests": []}}], branch=R)
+
+# ReAct's tool_schemas: shown with the final answer's instruction alone (the analysis rounds
+# show the offered tools'), and given at all they offer actions on a branch without tools.
+WEATHER = {"name": "weather", "description": "Weather for a city",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+for op in ("ReAct", "ReActStream"):
+    sc(f"{op.lower()}_tool_schemas", f"{op} with tool schemas on a branch without tools",
+       [step(op, instruction="go", tool_schemas=[WEATHER])],
+       [analysis("a", False), {"json": {"answer": "x"}}],
+       branch={"system": "You reason step by step."})
+sc("react_tool_schemas_with_tools", "ReAct with tool schemas and tools, then the answer's own",
+   [step("ReAct", instruction="go", tool_schemas=[WEATHER], max_extensions=1),
+    step("ReAct", instruction="again", tool_schemas=[WEATHER],
+         response_kwargs={"tool_schemas": []})],
+   [analysis("a", True), analysis("b", False), {"json": {"answer": "x"}},
+    analysis("c", False), {"json": {"answer": "y"}}], branch=R)
+
+# The reference's dict format (field -> example): shown as its banner and read with the
+# reply's undeclared keys kept, by every verb; chat also takes it as request_fields.
+DICT_FORMAT = {"title": "the title", "year": 0}
+sc("dict_format", "a dict format in chat (also as request_fields), communicate (repaired once),"
+   " operate, parse",
+   [step("chat", instruction="q1", request_fields=DICT_FORMAT),
+    step("chat", instruction="q2", response_format=DICT_FORMAT, record=True),
+    step("communicate", instruction="q3", response_format=DICT_FORMAT),
+    step("communicate", instruction="q4", response_format=DICT_FORMAT),
+    step("communicate", instruction="q5", response_format=DICT_FORMAT),
+    step("operate", instruction="q6", response_format=DICT_FORMAT),
+    step("operate", instruction="q7", response_format=DICT_FORMAT),
+    step("parse", text='{"Title": "z", "yr": 3}', response_format=DICT_FORMAT)],
+   [{"text": "a"}, {"text": "b"}, {"json": {"title": "t", "year": 1999}},
+    {"json": {"title": "t", "extra": 1}}, {"text": "not json"}, {"json": {"title": "r"}},
+    {"json": {"title": "t", "year": 2, "extra": 1}}, {"json": {"year": "2"}}])
+for op in ("ReAct", "ReActStream"):
+    sc(f"{op.lower()}_dict_format", f"{op}: the final answer in a dict format",
+       [step(op, instruction="go", response_format=DICT_FORMAT)],
+       [analysis("a", False), {"json": {"title": "t", "year": 3, "extra": True}}], branch=R)
+sc("operate_dict_format_reason", "operate: a dict format with reason and actions",
+   [step("operate", instruction="q", response_format=DICT_FORMAT, reason=True, actions=True)],
+   [{"json": {"title": "t", "year": "2", "action_required": False, "action_requests": [],
+              "reason": {"title": "r", "content": "c", "confidence_score": 0.5}}}],
+   branch=R, expect={"section": "§21 H17", "paths": ["/requests", "/steps", "/to_dict"]})
 
 # progression: {"$messages": [i, ...]} names the branch's messages at those places; the
 # request is compiled from them alone, and the turn is still added to the whole history.

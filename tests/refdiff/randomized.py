@@ -42,7 +42,10 @@ finds is one nobody has written down:
   (§21 H14) or below 0.85 (the reference tries a reply's keys in set
   order, so where several could take a field, which one does changes
   from run to run of the reference itself); field models go to operate
-  only (§21 H15);
+  only (§21 H15); no reply is a JSON list of anything but objects where
+  communicate reads request_fields (§21 H16), and operate and ReAct's
+  answer get the dict format only where no reason, actions or field models
+  join it (§21 H17);
 - ReAct's deliverables (`intermediate_response_options`) go to one ReAct
   a conversation, and the spare replies then include an analysis that
   carries them (the reference's analysis requires them);
@@ -108,6 +111,13 @@ FIELD_MODELS = [{"name": "remark", "type": "string", "description": "A short rem
                 {"name": "tag_list", "type": "string", "listable": True, "nullable": True}]
 SPARE_ANALYSIS = {"analysis": "done", "extension_needed": False}
 F = lambda n: {"$format": n}  # noqa: E731
+# The reference's dict format (field -> example), named "Dict" among the
+# library's formats here.
+DICT_FORMAT = {"title": "the title", "year": 0}
+
+
+def fmt_ref(name):
+    return DICT_FORMAT if name == "Dict" else F(name)
 M = lambda n: {"$model": n}  # noqa: E731
 
 
@@ -148,6 +158,7 @@ class Gen:
             "Person": lambda: {"name": self.word(), "age": r.choice([36, 0, 101]),
                                **({"verified": self.maybe()} if self.maybe() else {})},
             "Summary": lambda: {"title": self.word(), "summary": self.word()},
+            "Dict": lambda: {"title": self.word(), "year": r.choice([1815, 0])},
         }[fmt]()
         if self.broken and self.maybe(0.4):
             k = r.choice(sorted(good))
@@ -304,8 +315,8 @@ class Gen:
             if self.maybe(0.05):
                 a["plain_content"] = "Plain text, sent as it is."
             if not self.errors and self.maybe(0.5):
-                fmt = r.choice(FORMATS)
-                a["response_format"] = F(fmt)
+                fmt = r.choice(FORMATS + ["Dict"])
+                a["response_format"] = fmt_ref(fmt)
                 if self.maybe(0.3):
                     a["num_parse_retries"] = r.randint(0, 2)
                 if self.maybe(0.1):
@@ -327,9 +338,7 @@ class Gen:
         elif op == "operate":
             self.turn_args(a)
             self.models(a)
-            fmt = r.choice(FORMATS + [None])
-            if fmt:
-                a["response_format"] = F(fmt)
+            fmt = r.choice(FORMATS + ["Dict", None])
             # Where the reference sends operate's repairs (§18 O1): with a
             # format to the parse model argument, else the chat model
             # argument; without one to the branch's parse model, whatever
@@ -360,10 +369,19 @@ class Gen:
             if self.maybe(0.2):
                 fields = r.sample(FIELD_MODELS, r.randint(1, 3))
                 a["field_models"] = fields
+            # The reference drops a dict format that anything joins
+            # (compat.md §21 H17).
+            if fmt == "Dict" and (actions or reason or fields):
+                fmt = "Summary"
+            if fmt:
+                a["response_format"] = fmt_ref(fmt)
             replies += self.reply_for(fmt, actions, reason, fields)
+            # As communicate's (§18 O2): only where no call fails.
+            if not self.errors and self.maybe(0.08):
+                a["clear_messages"] = True
         elif op == "parse":
-            fmt = r.choice(FORMATS)
-            a["response_format"] = F(fmt)
+            fmt = r.choice(FORMATS + ["Dict"])
+            a["response_format"] = fmt_ref(fmt)
             body = self.structured(fmt)
             a["text"] = r.choice([json.dumps(body, ensure_ascii=False),
                                   "Here:\n```json\n" + json.dumps(body) + "\n```",
@@ -418,15 +436,17 @@ class Gen:
                 a["max_extensions"] = ext
             if self.maybe(0.2):
                 a["extension_allowed"] = self.maybe()
-            fmt = r.choice(FORMATS + [None, None])
+            fmt = r.choice(FORMATS + ["Dict", None, None])
             if fmt:
-                a["response_format"] = F(fmt)
+                a["response_format"] = fmt_ref(fmt)
             # The reference fails a round that prefixes its effort to a
             # guidance that is not text (compat.md §21 H9).
             if self.maybe(0.15) and not isinstance(a.get("guidance"), dict):
                 a["reasoning_effort"] = r.choice(["low", "high"])
             if self.tools and self.maybe(0.15):
                 a["tools"] = r.sample(self.tools, 1)
+            if self.maybe(0.1):
+                a["tool_schemas"] = self.tool_schemas()
             # The run's model is its repair model too, on both sides.
             if self.maybe(0.2):
                 a["analysis_model"] = M("gpt-4.1-nano")
@@ -458,7 +478,12 @@ class Gen:
                 a["response_kwargs"] = {k: v for k, v in (
                     ("guidance", r.choice(["Answer in one line.", "Be brief."])),
                     ("imodel_kw", {"temperature": r.choice([0, 0.9])}),
-                    ("reason", self.maybe())) if self.maybe()}
+                    ("reason", self.maybe()),
+                    ("tool_schemas", self.tool_schemas() if self.maybe() else [])) if self.maybe()}
+                # The reference drops a dict format that a reason joins
+                # (compat.md §21 H17).
+                if fmt == "Dict":
+                    a["response_kwargs"].pop("reason", None)
             offered = "intermediate_response_options" in a
             for _ in range(r.randint(1, 3)):
                 d = {"analysis": self.word(), "extension_needed": self.maybe(0.5)}
@@ -538,9 +563,10 @@ def scenario(seed, i):
     # A reply may reach a step other than the one it was scripted for, and
     # the reference's own structures (operate's without a format, ReAct's
     # analysis) and a parse that forces or fills read JSON that is not an
-    # object as an empty one (§21 H10): where one is parsed, no reply is
-    # such a text.
-    if any(s["op"].startswith("ReAct") or (
+    # object as an empty one (§21 H10), and its request_fields fail on a
+    # JSON list of anything but objects (§21 H16): where one is parsed, no
+    # reply is such a text.
+    if any(s["op"].startswith("ReAct") or "request_fields" in s["args"] or (
             s["op"] == "operate" and "response_format" not in s["args"]
             and (s["args"].get("actions") or s["args"].get("reason")
                  or s["args"].get("field_models"))) or (

@@ -72,7 +72,7 @@ impl Default for CommunicateOptions {
 }
 
 turn_setters!(CommunicateOptions);
-crate::options::shared_setters!(CommunicateOptions: native_format, chat_model, parse_model, skip_validation, num_parse_retries, on_parse_failure, repair_backoff, include_token_usage_to_model);
+crate::options::shared_setters!(CommunicateOptions: native_format, chat_model, parse_model, skip_validation, num_parse_retries, on_parse_failure, repair_backoff, include_token_usage_to_model, clear_messages);
 
 impl CommunicateOptions {
     /// Options for this instruction.
@@ -94,12 +94,6 @@ impl CommunicateOptions {
     /// Reads these fields from the reply.
     pub fn request_fields<I: IntoIterator<Item = S>, S: Into<String>>(mut self, f: I) -> Self {
         self.request_fields = Some(f.into_iter().map(Into::into).collect());
-        self
-    }
-
-    /// Clears the history first.
-    pub fn clear_messages(mut self, on: bool) -> Self {
-        self.clear_messages = on;
         self
     }
 }

@@ -94,6 +94,26 @@ fn hoist_defs(v: &mut Value, defs: &mut Map<String, Value>) {
 /// What the reference tells the model the deliverables are for.
 const INTERMEDIATE_DESCRIPTION: &str = "Intermediate deliverable outputs. fill as needed ";
 
+/// Refuses deliverables that would share a field (their titles equal but
+/// for case) or take the deliverables' own definition name: each
+/// deliverable is read back under its own field, and the reference's model
+/// builder refuses a field it already has.
+pub(crate) fn check_deliverables(options: &[ResponseFormat]) -> Result<(), String> {
+    let mut seen = std::collections::HashSet::new();
+    for f in options {
+        let title = format_title(f);
+        if title == INTERMEDIATE_MODEL {
+            return Err(format!("a deliverable may not be titled {title}"));
+        }
+        if !seen.insert(title.to_lowercase()) {
+            return Err(format!(
+                "two deliverables are titled {title} (case aside): each needs a field of its own"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The `intermediate_response_options` property, shaped as the reference's
 /// pydantic model writes it: a required object (a list of them when
 /// `listable`) defined as `$defs/IntermediateResponseOptions`, with one

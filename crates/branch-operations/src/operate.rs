@@ -120,7 +120,7 @@ impl Default for OperateOptions {
 }
 
 turn_setters!(OperateOptions);
-crate::options::shared_setters!(OperateOptions: chat_model, parse_model, skip_validation, on_parse_failure, act_options, action_strategy, native_tools, native_format, num_parse_retries, repair_backoff, include_token_usage_to_model);
+crate::options::shared_setters!(OperateOptions: chat_model, parse_model, skip_validation, on_parse_failure, act_options, action_strategy, native_tools, native_format, num_parse_retries, repair_backoff, include_token_usage_to_model, clear_messages);
 
 impl OperateOptions {
     /// Options for this instruction.
@@ -254,13 +254,24 @@ async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result
     let extra = opts.field_models.as_ref().filter(|m| !m.is_empty());
     let wants_structure =
         opts.response_format.is_some() || prompt_actions || opts.reason || extra.is_some();
-    let rendered = wants_structure.then(|| {
-        let schema = operative_schema(opts.response_format.as_ref(), opts.reason, prompt_actions);
-        ResponseFormat::Schema(match extra {
-            Some(m) => add_field_models(schema, m),
-            None => schema,
-        })
-    });
+    let rendered = match &opts.response_format {
+        // A field map alone is asked for and read as chat and communicate
+        // do (its banner, undeclared keys kept), as the reference's does;
+        // anything added to it makes a schema of its fields.
+        Some(f @ ResponseFormat::Fields(_))
+            if !prompt_actions && !opts.reason && extra.is_none() =>
+        {
+            Some(f.clone())
+        }
+        _ => wants_structure.then(|| {
+            let schema =
+                operative_schema(opts.response_format.as_ref(), opts.reason, prompt_actions);
+            ResponseFormat::Schema(match extra {
+                Some(m) => add_field_models(schema, m),
+                None => schema,
+            })
+        }),
+    };
     let unmatched = if opts.response_format.is_some() {
         Unmatched::Ignore
     } else {

@@ -70,6 +70,15 @@ macro_rules! shared_setters {
             self
         }
     };
+    (@one clear_messages) => {
+        /// Clears the history (all but the system message) when the turn
+        /// is recorded; the request is compiled from the system message
+        /// alone.
+        pub fn clear_messages(mut self, on: bool) -> Self {
+            self.clear_messages = on;
+            self
+        }
+    };
     (@one native_tools) => {
         /// Switches native function calling on (see the `native_tools` field).
         pub fn native_tools(mut self, on: bool) -> Self {

@@ -80,6 +80,11 @@ pub struct ReActOptions {
     /// actions when there is a tool to offer; the extension rounds always
     /// do, as the reference's.
     pub tools: Option<Vec<String>>,
+    /// Tool schemas shown with the final answer's instruction (the
+    /// analysis rounds show the offered tools' own). Given, even empty,
+    /// the first round offers actions on a branch without tools too, as
+    /// the reference's does.
+    pub tool_schemas: Option<Vec<Value>>,
     /// The final answer's structure (→ `{answer: string | null}`).
     pub response_format: Option<ResponseFormat>,
     /// Allow extension rounds.
@@ -135,6 +140,7 @@ impl Default for ReActOptions {
             interpret: false,
             interpret_options: InterpretOptions::default(),
             tools: None,
+            tool_schemas: None,
             response_format: None,
             extension_allowed: true,
             max_extensions: 3,
@@ -204,6 +210,12 @@ impl ReActOptions {
     /// Offers only these tools.
     pub fn tools<I: IntoIterator<Item = S>, S: Into<String>>(mut self, t: I) -> Self {
         self.tools = Some(t.into_iter().map(Into::into).collect());
+        self
+    }
+
+    /// Shows these tool schemas with the final answer's instruction.
+    pub fn tool_schemas(mut self, schemas: Vec<Value>) -> Self {
+        self.tool_schemas = Some(schemas);
         self
     }
 
@@ -578,6 +590,7 @@ impl State<'_> {
             turn,
             react_context,
             response_format: Some(format),
+            tool_schemas: o.tool_schemas.clone().unwrap_or_default(),
             chat_model: o.analysis_model.clone(),
             parse_model: o.analysis_model.clone(),
             include_token_usage_to_model: o.include_token_usage_to_model,
@@ -609,6 +622,12 @@ impl State<'_> {
 }
 
 async fn setup(branch: &mut Branch, opts: ReActOptions) -> Result<State<'_>> {
+    crate::field_models::check_deliverables(&opts.intermediate_response_options).map_err(
+        |message| OperationError::InvalidArgument {
+            what: "intermediate_response_options",
+            message,
+        },
+    )?;
     let mut instruction = match &opts.turn.instruction {
         Some(Value::String(s)) => s.clone(),
         Some(other) => other.to_string(),
@@ -625,7 +644,9 @@ async fn setup(branch: &mut Branch, opts: ReActOptions) -> Result<State<'_>> {
         let rewritten = interpret(branch, &instruction, options).await?;
         instruction = format!("{instruction}\n\nInterpreted instruction: {rewritten}");
     }
-    let actions = opts.tools.is_some() || branch.acts().iter().next().is_some();
+    let actions = opts.tools.is_some()
+        || opts.tool_schemas.is_some()
+        || branch.acts().iter().next().is_some();
     let max = opts.max_extensions.min(MAX_EXTENSIONS_CAP);
     Ok(State {
         branch,

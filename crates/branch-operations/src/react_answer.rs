@@ -45,8 +45,9 @@ pub struct AnswerOptions {
     pub images: Vec<String>,
     /// The answer instruction's image detail.
     pub image_detail: Option<ImageDetail>,
-    /// Tool schemas shown with the answer instruction.
-    pub tool_schemas: Vec<Value>,
+    /// Tool schemas shown with the answer instruction instead of the
+    /// run's (an empty list shows none).
+    pub tool_schemas: Option<Vec<Value>>,
 }
 
 impl AnswerOptions {
@@ -134,9 +135,10 @@ impl AnswerOptions {
         self
     }
 
-    /// Shows these tool schemas with the answer instruction.
+    /// Shows these tool schemas with the answer instruction instead of
+    /// the run's.
     pub fn tool_schemas(mut self, v: Vec<Value>) -> Self {
-        self.tool_schemas = v;
+        self.tool_schemas = Some(v);
         self
     }
 
@@ -171,7 +173,9 @@ impl AnswerOptions {
         if let Some(d) = self.image_detail {
             base.turn.image_detail = Some(d);
         }
-        base.tool_schemas = self.tool_schemas.clone();
+        if let Some(v) = &self.tool_schemas {
+            base.tool_schemas = v.clone();
+        }
         base.reason = self.reason;
         base.field_models = self.field_models.clone();
         base.skip_validation = self.skip_validation;

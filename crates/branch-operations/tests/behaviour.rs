@@ -1054,6 +1054,62 @@ async fn react_deliverables_are_required_and_read_as_their_model() {
     );
 }
 
+/// `request_fields` read the first object a reply holds; a reply holding
+/// none (a number, a list of numbers) fills none, and the turn is recorded
+/// (compat.md §21 H16).
+#[tokio::test]
+async fn communicate_request_fields_fill_none_from_a_reply_without_objects() {
+    use branch_operations::Reply;
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("[5, {\"title\": \"x\"}]"),
+        MockReply::text("[1, 2, 3]"),
+    ]);
+    let mut b = branch(&server);
+    let ask = |q: &str| CommunicateOptions::new(q).request_fields(["title", "year"]);
+    let first = b.communicate(ask("q1")).await.unwrap();
+    assert_eq!(first, Reply::Structured(json!({"title": "x"})));
+    let before = b.messages().len();
+    let second = b.communicate(ask("q2")).await.unwrap();
+    assert_eq!(second, Reply::Structured(json!({})));
+    assert_eq!(b.messages().len(), before + 2);
+}
+
+/// Two deliverables of one title would share a field: the run is refused
+/// before any call, and the branch is left as it was.
+#[tokio::test]
+async fn react_refuses_two_deliverables_of_one_title() {
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let plan = |title: &str| {
+        branch_operations::ResponseFormat::Schema(json!({
+            "properties": {"steps": {"items": {"type": "string"}, "type": "array"}},
+            "required": ["steps"], "title": title, "type": "object"}))
+    };
+    let before = b.messages().len();
+    let err = b
+        .ReAct(
+            ReActOptions::new("task")
+                .interpret(true)
+                .intermediate_response_option(plan("Plan"))
+                .intermediate_response_option(plan("PLAN")),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            branch_operations::OperationError::InvalidArgument {
+                what: "intermediate_response_options",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(server.bodies().is_empty());
+    assert_eq!(b.messages().len(), before);
+}
+
 /// A field model without a default is required, as pydantic makes it; one
 /// with a default is not. (Without a response format operate forces every
 /// field in, as the reference does, so a missing one is `null`, not its
@@ -1670,6 +1726,35 @@ async fn react_answer_given_up_as_none_is_null() {
     assert_eq!(r.answer, Value::Null);
 }
 
+/// A field map alone is asked for as its banner, without a schema, and
+/// read with the reply's undeclared keys kept, as chat and communicate do.
+#[tokio::test]
+async fn operate_with_a_field_map_alone_asks_and_reads_as_communicate() {
+    let server = MockServer::start().await;
+    server.script([MockReply::json(
+        json!({"title": "t", "year": 2, "extra": 1}),
+    )]);
+    let mut b = branch(&server);
+    let mut fields = Map::new();
+    fields.insert("title".into(), json!("the title"));
+    fields.insert("year".into(), json!(0));
+    let r = b
+        .operate(
+            OperateOptions::new("q")
+                .include_token_usage_to_model(false)
+                .response_format(branch_operations::ResponseFormat::Fields(fields)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        r.parsed,
+        Parsed::Value(json!({"title": "t", "year": 2, "extra": 1}))
+    );
+    let body = server.bodies()[0]["messages"].to_string();
+    assert!(!body.contains("ResponseSchema"), "{body}");
+    assert!(body.contains("ResponseFormat"), "{body}");
+}
+
 /// The caller's tool schemas are shown with operate's instruction unless
 /// actions run, when the offered tools' own are shown instead.
 #[tokio::test]
@@ -1728,4 +1813,43 @@ async fn react_answer_options_set_the_answers_instruction() {
     let alice = branch_core::Participant::parse("alice");
     let senders: Vec<_> = b.messages().iter().map(|m| m.sender.clone()).collect();
     assert!(senders.contains(&alice), "{senders:?}");
+}
+
+/// ReAct's tool schemas: on a branch without tools the first round still
+/// offers actions, the answer's instruction shows the schemas, and the
+/// answer's own (here none) replace them.
+#[tokio::test]
+async fn react_tool_schemas_go_with_the_answer_and_offer_actions() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": false})),
+        MockReply::json(json!({"answer": "x"})),
+        MockReply::json(json!({"analysis": "b", "extension_needed": false})),
+        MockReply::json(json!({"answer": "y"})),
+    ]);
+    let mut b = branch(&server);
+    let weather = json!({"name": "weather"});
+    let last_content = |body: &Value| {
+        body["messages"].as_array().unwrap().last().unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let opts = || {
+        ReActOptions::new("task")
+            .include_token_usage_to_model(false)
+            .tool_schemas(vec![weather.clone()])
+    };
+    b.ReAct(opts()).await.unwrap();
+    b.ReAct(opts().answer_with(AnswerOptions::default().tool_schemas(Vec::new())))
+        .await
+        .unwrap();
+    let bodies = server.bodies();
+    let first = last_content(&bodies[0]);
+    assert!(first.contains("action_requests"), "{first}");
+    assert!(!first.contains("weather"), "{first}");
+    let answer = last_content(&bodies[1]);
+    assert!(answer.contains("Tools:\n- name: weather"), "{answer}");
+    let own = last_content(&bodies[3]);
+    assert!(!own.contains("Tools:"), "{own}");
 }

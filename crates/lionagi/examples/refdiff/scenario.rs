@@ -127,10 +127,13 @@ impl Ctx<'_> {
         }
     }
 
+    /// `{"$format": NAME}` names a library format; any other map is the
+    /// reference's dict format (field → example), as given.
     fn format_ref(&self, v: &Value) -> Result<ResponseFormat, String> {
-        match v.get("$format").and_then(Value::as_str) {
-            Some(n) => self.library.format(n),
-            None => Err(format!("expected {{\"$format\": NAME}}, got {v}")),
+        match (v.get("$format").and_then(Value::as_str), v) {
+            (Some(n), _) => self.library.format(n),
+            (None, Value::Object(m)) => Ok(ResponseFormat::Fields(m.clone())),
+            (None, _) => Err(format!("expected {{\"$format\": NAME}} or a map, got {v}")),
         }
     }
 }
@@ -404,6 +407,17 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(list) = a.list("tool_schemas")? {
                 o = o.tool_schemas(list);
             }
+            // The reference's chat shows request fields given as a map as
+            // its dict format, unless a format is given (it does not show
+            // a list of names).
+            match a.take("request_fields") {
+                None => {}
+                Some(Value::Object(m)) if o.response_format.is_none() => {
+                    o = o.response_format(ResponseFormat::Fields(m));
+                }
+                Some(Value::Object(_)) => {}
+                Some(v) => return Err(format!("chat's request_fields: not a map: {v}")),
+            }
             let record = a.bool("record")?.unwrap_or(false);
             a.done(op)?;
             let r = if record {
@@ -472,6 +486,9 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             }
             if let Some(on) = a.bool("skip_validation")? {
                 o = o.skip_validation(on);
+            }
+            if let Some(on) = a.bool("clear_messages")? {
+                o = o.clear_messages(on);
             }
             if let Some(v) = on_failure(a.str("handle_validation")?)? {
                 o = o.on_parse_failure(v);
@@ -560,6 +577,9 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(t) = a.take("temperature").and_then(|t| t.as_f64()) {
                 o = o.temperature(t);
             }
+            if let Some(m) = a.take("interpret_model") {
+                o = o.model(ctx.model_ref(&m)?);
+            }
             a.done(op)?;
             b.interpret(&text, o)
                 .await
@@ -624,6 +644,9 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             }
             if let Some(t) = a.strings("tools")? {
                 o = o.tools(t);
+            }
+            if let Some(list) = a.list("tool_schemas")? {
+                o = o.tool_schemas(list);
             }
             if let Some(e) = a.str("reasoning_effort")? {
                 o = o.reasoning_effort(e);
