@@ -253,6 +253,37 @@ TOOLS = {name: make_tool(name, spec) for name, spec in LIBRARY["tools"].items()}
 BASE_URL = None
 
 
+AGENT = os.environ.get("REFDIFF_AGENT")
+
+
+def agent_reset(runs):
+    """The scripted agent's directory for a scenario: its runs written, the
+    calls of the scenario before removed (fake_agent.sh)."""
+    if not AGENT:
+        return
+    import lionagi.providers.anthropic.claude_code as claude_code
+    claude_code.CLAUDE_CLI = os.path.join(AGENT, "claude")
+    for f in os.listdir(AGENT):
+        if f != "claude":
+            os.remove(os.path.join(AGENT, f))
+    for i, events in enumerate(runs):
+        with open(os.path.join(AGENT, f"run_{i}.ndjson"), "w") as fh:
+            fh.writelines(json.dumps(e) + "\n" for e in events)
+
+
+def agent_calls():
+    """Each start of the scripted agent: its arguments and its stdin."""
+    calls = []
+    while AGENT and os.path.exists(os.path.join(AGENT, f"call_{len(calls)}.args")):
+        base = os.path.join(AGENT, f"call_{len(calls)}")
+        with open(base + ".args", "rb") as fh:
+            args = [a.decode() for a in fh.read().split(b"\0")[:-1]]
+        with open(base + ".stdin", "rb") as fh:
+            stdin = fh.read().decode()
+        calls.append({"args": args, "stdin": stdin})
+    return calls
+
+
 def model(name):
     return iModel(provider="openai", model=name, base_url=BASE_URL, api_key="test",
                   allow_local_network=True)
@@ -442,6 +473,7 @@ DEFAULT_DICTS = [{"mode": "json"}, {"mode": "db"}]
 
 async def run_scenario(sc):
     SCRIPT.reset(sc.get("replies", []))
+    agent_reset(sc.get("cli", []))
     state = {"branch": new_branch(sc.get("branch", {})), "clones": []}
     steps = []
     for step in sc["steps"]:
@@ -456,6 +488,7 @@ async def run_scenario(sc):
     return {
         "steps": steps,
         "requests": list(SCRIPT.bodies),
+        "agent_calls": agent_calls(),
         "to_dict": to_dicts(b, sc.get("to_dict", DEFAULT_DICTS)),
     }
 

@@ -14,9 +14,11 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "scenarios")
 SCENARIOS = {}
 
 
-def sc(name, about, steps, replies=(), branch=None, to_dict=None, expect=None):
+def sc(name, about, steps, replies=(), branch=None, to_dict=None, expect=None, cli=None):
     d = {"about": about, "branch": branch or {"system": "You are terse."}, "steps": steps,
          "replies": list(replies)}
+    if cli:
+        d["cli"] = cli
     if to_dict:
         d["to_dict"] = to_dict
     if expect:
@@ -716,6 +718,61 @@ for i, (inst, reply) in enumerate((("Say hi", {"text": "hi there"}),
     sc(f"run_api_model_{i}", "run with an HTTP model: the reference refuses, lionagi-rs streams",
        [step("run", instruction=inst)], [reply],
        expect={"section": "§18 O4"})
+
+# ---------------------------------------------------------------- CLI agent
+# A Claude Code model runs the scripted agent (fake_agent.sh): "cli" lists its runs, each
+# the stream-json events it prints. What each side records of the agent's call
+# (api_call_meta.payload) and the session it stores are §18 O5's.
+SESSION = "0b3c5d7e-9f10-4a2b-8c3d-4e5f60718293"
+CLI = {"system": "You work in a repository.", "cli_model": "claude_code/claude-sonnet-5-5"}
+
+
+def agent_run(*events, result=None, **extra):
+    """An agent run: the session's start, `events` (texts are text blocks), the result."""
+    out = [{"type": "system", "subtype": "init", "session_id": SESSION}]
+    for e in events:
+        out.append({"type": "assistant", "message": {"content": [{"type": "text", "text": e}]}}
+                   if isinstance(e, str) else e)
+    texts = "".join(e for e in events if isinstance(e, str))
+    out.append(dict({"type": "result", "subtype": "success", "num_turns": 1,
+                     "result": texts if result is None else result}, **extra))
+    return out
+
+
+sc("cli_run", "run on a CLI agent: a guidance, a resumed session with context, a format",
+   [step("run", instruction="say hi", guidance="be brief"),
+    step("run", instruction="again", context={"k": 1}),
+    step("run", instruction="2+2?", response_format=F("Answer"))],
+   branch=CLI, cli=[agent_run("Hel", "lo!"), agent_run("Once more."),
+                    agent_run('{"answer": "4", "confidence": 1}')])
+sc("cli_run_tools", "run on a CLI agent: thinking, a tool call and its result, usage",
+   [step("run", instruction="read a.txt")], branch=CLI,
+   cli=[agent_run({"type": "assistant", "message": {"content": [
+                      {"type": "thinking", "thinking": "Let me look."},
+                      {"type": "tool_use", "id": "toolu_1", "name": "Read",
+                       "input": {"path": "a.txt"}}]}},
+                  {"type": "user", "message": {"content": [
+                      {"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello"}]}},
+                  "The file says hello.",
+                  usage={"input_tokens": 10, "output_tokens": 5}, total_cost_usd=0.01)])
+sc("cli_run_error", "run on a CLI agent that refuses, then one that answers",
+   [step("run", instruction="x"), step("run", instruction="y")], branch=CLI,
+   cli=[[{"type": "system", "subtype": "init", "session_id": SESSION},
+         {"type": "result", "subtype": "error_during_execution", "is_error": True,
+          "result": "session limit", "errors": ["limit reached"]}],
+        agent_run("ok")],
+   # The reference records the failed turn's instruction and resumes its session; a
+   # failed turn records nothing here, so the next one starts a session of its own.
+   expect={"section": "§18 O5", "paths": ["/agent_calls/1", "/to_dict", "/ours loads",
+                                          "/ref loads"]})
+sc("cli_operate", "operate on a CLI agent: a format, then a reason (run and collect)",
+   [step("operate", instruction="2+2?", response_format=F("Answer")),
+    step("operate", instruction="why", reason=True)], branch=CLI,
+   cli=[agent_run('{"answer": "4", "confidence": 0.9}', result="done"),
+        agent_run('{"reason": {"title": "t", "content": "c", "confidence_score": 0.5}}')])
+sc("cli_react", "ReAct on a CLI agent", [step("ReAct", instruction="go", max_extensions=1)],
+   branch=CLI, cli=[agent_run('{"analysis": "a", "extension_needed": false}', result=""),
+                    agent_run('{"answer": "x"}', result="")])
 
 # ---------------------------------------------------------------- clone
 # The reference's clone repeats the System message (§5): the message

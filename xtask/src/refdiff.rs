@@ -100,6 +100,28 @@ fn send(child: &mut Child, line: &str, who: &str) -> Result<(), String> {
     stdin.flush().map_err(|e| format!("{who}: {e}"))
 }
 
+/// A directory per side (the reference's, ours) holding the scripted
+/// agent (`fake_agent.sh`) as `claude`, where each driver writes a
+/// scenario's agent runs and the agent records its calls.
+fn agent_dirs(work: &Path, suite: &Path) -> Result<(PathBuf, PathBuf), String> {
+    let root = work.join("agent");
+    let _ = std::fs::remove_dir_all(&root);
+    let dirs = (root.join("reference"), root.join("ours"));
+    for dir in [&dirs.0, &dirs.1] {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let bin = dir.join("claude");
+        std::fs::copy(suite.join("fake_agent.sh"), &bin)
+            .map_err(|e| format!("{}: {e}", bin.display()))?;
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("{}: {e}", bin.display()))?;
+        }
+    }
+    Ok(dirs)
+}
+
 /// What to run: the committed scenarios, or random ones.
 struct Plan {
     random: Option<(u32, u64)>,
@@ -204,6 +226,7 @@ pub fn refdiff(args: &[String]) -> Result<(), String> {
     // might write lands in the repository.
     let scratch = work.join("scratch");
     std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+    let agents = agent_dirs(&work, &suite)?;
     let (mut py, mut py_stdout) = spawn(
         Command::new(&python)
             .arg(suite.join("driver.py"))
@@ -214,6 +237,7 @@ pub fn refdiff(args: &[String]) -> Result<(), String> {
             .env("LOG_AUTO_SAVE_ON_EXIT", "false")
             .env("TIKTOKEN_CACHE_DIR", work.join("tiktoken"))
             .env("REFDIFF_O200K", &o200k)
+            .env("REFDIFF_AGENT", &agents.0)
             .env_remove("OPENAI_API_KEY")
             .env_remove("LIONAGI_CHAT_PROVIDER")
             .env_remove("LIONAGI_CHAT_MODEL"),
@@ -229,6 +253,8 @@ pub fn refdiff(args: &[String]) -> Result<(), String> {
             .arg(&py_out)
             .args(names)
             .env("LOG_AUTO_SAVE_ON_EXIT", "false")
+            .env("REFDIFF_AGENT", &agents.1)
+            .env("LIONAGI_CLAUDE_BIN", agents.1.join("claude"))
             .env_remove("OPENAI_API_KEY"),
         "the lionagi-rs driver",
     )?;

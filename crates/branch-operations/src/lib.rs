@@ -325,7 +325,16 @@ impl BranchOperations for Branch {
         Box::pin(react::react_stream(self, opts))
     }
 
-    fn run(&mut self, opts: RunOptions) -> impl Stream<Item = Result<Message>> + Send + Unpin + '_ {
+    fn run(
+        &mut self,
+        mut opts: RunOptions,
+    ) -> impl Stream<Item = Result<Message>> + Send + Unpin + '_ {
+        // The verb renders a typed format as chat does (`<Title>Request`);
+        // operate's run-and-collect middle passes its own structure as is.
+        opts.response_format = opts
+            .response_format
+            .as_ref()
+            .map(|f| format::retitled(f, "Request"));
         Box::pin(run::run(self, opts))
     }
 

@@ -156,6 +156,13 @@ impl RunOptions {
         self
     }
 
+    /// Asks for this structure in the instruction (the reply is not parsed
+    /// here).
+    pub fn response_format(mut self, f: branch_messages::ResponseFormat) -> Self {
+        self.response_format = Some(f);
+        self
+    }
+
     /// Calls `f` with each piece of reply text as it arrives (see the
     /// `on_text` field).
     pub fn on_text(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {

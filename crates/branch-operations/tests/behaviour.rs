@@ -360,6 +360,43 @@ async fn a_configuration_only_model_is_upgraded_on_first_use() {
     ));
 }
 
+/// `run` asks for a typed format as chat does: its schema titled
+/// `<Title>Request` in the prompt the agent reads on stdin.
+#[cfg(unix)]
+#[tokio::test]
+async fn run_titles_its_format_as_a_request() {
+    let dir = common::temp_dir("run-format");
+    let script = dir.join("fake-claude.sh");
+    let prompt = dir.join("prompt.txt");
+    common::executable(
+        &script,
+        &format!(
+            r#"#!/bin/sh
+cat > '{}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"ok"}}]}}}}'
+echo '{{"type":"result","subtype":"success","result":"ok"}}'
+"#,
+            prompt.display()
+        ),
+    );
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let answer = branch_operations::ResponseFormat::Schema(json!({
+        "properties": {"answer": {"title": "Answer", "type": "string"}},
+        "required": ["answer"], "title": "Answer", "type": "object"}));
+    let msgs: Vec<_> = b
+        .run(
+            RunOptions::new("2+2?")
+                .cli_command(&script)
+                .response_format(answer),
+        )
+        .collect()
+        .await;
+    assert!(msgs.iter().all(Result::is_ok));
+    let sent = std::fs::read_to_string(&prompt).unwrap();
+    assert!(sent.contains("title: AnswerRequest"), "{sent}");
+}
+
 #[cfg(unix)]
 #[tokio::test]
 async fn run_drives_a_cli_agent_speaking_stream_json() {

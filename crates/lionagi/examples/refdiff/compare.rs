@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 /// The four documents of one scenario.
 pub struct Sides {
@@ -377,6 +377,62 @@ impl Comparer {
     }
 }
 
+/// What each start of the scripted agent was asked, as both sides say it
+/// their own way: the prompt (ours on stdin, the reference's as `-p`'s
+/// value), the model and the session resumed (`--flag=VALUE` here,
+/// `--flag VALUE` in the reference).
+fn agent_calls(calls: &Value) -> Value {
+    let one = |call: &Value| {
+        let args: Vec<&str> = call["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let flag = |name: &str| {
+            let eq = format!("{name}=");
+            args.iter()
+                .enumerate()
+                .find_map(|(i, a)| match a.strip_prefix(&eq) {
+                    Some(v) => Some(v.to_owned()),
+                    None if *a == name => args.get(i + 1).map(|v| (*v).to_owned()),
+                    None => None,
+                })
+        };
+        let prompt = match call["stdin"].as_str() {
+            Some(s) if !s.is_empty() => Some(s.to_owned()),
+            _ => flag("-p"),
+        };
+        json!({"prompt": prompt, "model": flag("--model"), "resume": flag("--resume")})
+    };
+    Value::Array(calls.as_array().into_iter().flatten().map(one).collect())
+}
+
+/// A `to_dict` without what each side records of a CLI agent's call its
+/// own way (compat.md §18 O5): the calls' `api_call_meta.payload` (the
+/// reference's CLI request object, our request body) and the stored agent
+/// session (`cli_session_id`, which the reference does not store). `None`
+/// when there is none.
+fn without_cli_records(v: &Value) -> Option<Value> {
+    fn strip(v: &mut Value, changed: &mut bool) {
+        match v {
+            Value::Object(m) => {
+                *changed |= m.shift_remove("cli_session_id").is_some();
+                if let Some(Value::Object(meta)) = m.get_mut("api_call_meta") {
+                    *changed |= meta.shift_remove("payload").is_some();
+                }
+                m.values_mut().for_each(|x| strip(x, changed));
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| strip(x, changed)),
+            _ => {}
+        }
+    }
+    let mut out = v.clone();
+    let mut changed = false;
+    strip(&mut out, &mut changed);
+    changed.then_some(out)
+}
+
 fn ok_value(v: &Value) -> Option<&Value> {
     (v["ok"] == Value::Bool(true)).then(|| &v["value"])
 }
@@ -393,6 +449,11 @@ fn compare_all(sc: &Value, s: &Sides, normalise: bool) -> Comparer {
         return c;
     }
     c.value("/requests", &s.reference["requests"], &s.ours["requests"]);
+    c.value(
+        "/agent_calls",
+        &agent_calls(&s.reference["agent_calls"]),
+        &agent_calls(&s.ours["agent_calls"]),
+    );
     let rs = s.reference["steps"].as_array().cloned().unwrap_or_default();
     let os = s.ours["steps"].as_array().cloned().unwrap_or_default();
     for (i, (r, o)) in rs.iter().zip(&os).enumerate() {
@@ -416,6 +477,14 @@ fn compare_all(sc: &Value, s: &Sides, normalise: bool) -> Comparer {
     for k in &keys {
         let (r, o) = (&s.reference["to_dict"][k], &s.ours["to_dict"][k]);
         match (ok_value(r), ok_value(o)) {
+            (Some(a), Some(b)) if normalise && sc.get("cli").is_some() => {
+                let (a2, b2) = (without_cli_records(a), without_cli_records(b));
+                if a2.is_some() || b2.is_some() {
+                    c.used.insert("§18 O5");
+                }
+                let (a, b) = (a2.as_ref().unwrap_or(a), b2.as_ref().unwrap_or(b));
+                c.value(&format!("/to_dict/{k}"), a, b)
+            }
             (Some(a), Some(b)) => c.value(&format!("/to_dict/{k}"), a, b),
             (None, None) => {}
             _ => c.diff(
@@ -509,7 +578,9 @@ pub fn scenario(sc: &Value, sides: &Sides) -> Outcome {
             .cloned()
             .collect();
         if uncovered.is_empty() {
-            sections.push(section.to_owned());
+            if !sections.iter().any(|s| s == section) {
+                sections.push(section.to_owned());
+            }
             return Outcome::Documented(sections);
         }
         return Outcome::Differs(uncovered);

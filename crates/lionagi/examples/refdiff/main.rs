@@ -12,6 +12,7 @@
 //! in turn), compares both sides, prints the report and exits 1 when a
 //! difference is neither fixed nor documented.
 
+mod agent;
 mod compare;
 mod scenario;
 

@@ -784,6 +784,9 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             if let Some(m) = a.take("chat_model") {
                 o = o.chat_model(ctx.model_ref(&m)?);
             }
+            if let Some(f) = a.take("response_format") {
+                o = o.response_format(ctx.format_ref(&f)?);
+            }
             a.done(op)?;
             let mut out = Vec::new();
             let mut stream = b.run(o);
@@ -1020,6 +1023,9 @@ pub async fn run(sc: &Value, library: &Library) -> Value {
         .map(|r| MockReply::from_script(r).ok_or_else(|| format!("bad reply {r}")))
         .collect();
     let ctx = Ctx { server, library };
+    if let Err(e) = crate::agent::reset(&sc["cli"]) {
+        return json!({"driver_error": e});
+    }
     let branch = match replies.and_then(|r| {
         ctx.server.script(r);
         // Past the script's end: 400 (not retried), as the reference
@@ -1053,6 +1059,7 @@ pub async fn run(sc: &Value, library: &Library) -> Value {
     json!({
         "steps": steps,
         "requests": ctx.server.bodies(),
+        "agent_calls": crate::agent::calls(),
         "to_dict": to_dicts(&st.branch, &dict_modes(sc)),
     })
 }
