@@ -765,6 +765,29 @@ sc("cli_run_error", "run on a CLI agent that refuses, then one that answers",
    # failed turn records nothing here, so the next one starts a session of its own.
    expect={"section": "§18 O5", "paths": ["/agent_calls/1", "/to_dict", "/ours loads",
                                           "/ref loads"]})
+THINK_AND_READ = {"type": "assistant", "message": {"content": [
+    {"type": "thinking", "thinking": "Let me look."},
+    {"type": "tool_use", "id": "toolu_1", "name": "Read", "input": {"path": "a.txt"}}]}}
+READ_RESULT = {"type": "user", "message": {"content": [
+    {"type": "tool_result", "tool_use_id": "toolu_1", "content": "hello"}]}}
+sc("cli_chat_communicate", "chat and communicate on a CLI agent: its text blocks and result",
+   [step("communicate", instruction="hi"), step("chat", instruction="read a.txt"),
+    step("communicate", instruction="2+2?", response_format=F("Answer")),
+    step("chat", instruction="noted", record=True)], branch=CLI,
+   cli=[agent_run("hello"),
+        agent_run(THINK_AND_READ, READ_RESULT, "First. ", "Second.", result="The result.",
+                  usage={"input_tokens": 3}),
+        agent_run('{"answer": "4", "confidence": 1}', result=""), agent_run("ok")])
+# chat records nothing, so the branch keeps the session it stored; the reference's model
+# keeps the session chat ran in.
+sc("cli_chat_session", "a CLI agent's session after chat, which records nothing",
+   [step("communicate", instruction="hi"), step("chat", instruction="aside"),
+    step("communicate", instruction="and?")], branch=CLI,
+   cli=[agent_run("hello"),
+        [{"type": "system", "subtype": "init",
+          "session_id": "1c2d3e4f-5a6b-4c7d-8e9f-a0b1c2d3e4f5"}] + agent_run("aside")[1:],
+        agent_run("more")],
+   expect={"section": "§18 O5", "paths": ["/agent_calls/2/resume"]})
 sc("cli_operate", "operate on a CLI agent: a format, then a reason (run and collect)",
    [step("operate", instruction="2+2?", response_format=F("Answer")),
     step("operate", instruction="why", reason=True)], branch=CLI,

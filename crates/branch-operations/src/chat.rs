@@ -72,6 +72,9 @@ pub(crate) struct ChatTurn {
     pub text: String,
     /// Native tool calls of the reply.
     pub tool_calls: Vec<branch_core::model::ToolCall>,
+    /// The agent session a CLI model's reply ran in, for the branch's
+    /// metadata once the turn is recorded.
+    pub agent_session: Option<String>,
 }
 
 /// One call: compile, send, log. Records nothing.
@@ -116,6 +119,9 @@ pub(crate) fn chat_turn<'a>(
         };
         let request = compile(branch, &model, &instruction, &fields, &send_opts).await?;
         let raw = send(branch, &model, request, send_opts.caller).await?;
+        let agent_session = (send_opts.caller.is_none() && model.is_cli())
+            .then(|| crate::cli_call::session_of(&raw.raw.peek()))
+            .flatten();
         let ChatResponse {
             text,
             tool_calls,
@@ -132,6 +138,7 @@ pub(crate) fn chat_turn<'a>(
             response,
             text,
             tool_calls,
+            agent_session,
         })
     }
 }
@@ -174,5 +181,6 @@ pub(crate) async fn chat_and_record(branch: &mut Branch, opts: ChatOptions) -> R
         .run(chat_turn(branch, opts, SendOptions::default()))
         .await?;
     crate::turn::commit(branch, vec![t.instruction, t.response]);
+    crate::turn::keep_agent_session(branch, t.agent_session);
     Ok(t.text)
 }

@@ -91,6 +91,8 @@ pub struct CliTurnReader {
     /// Every tool-use id of the turn, answered or not: an id is used once.
     used_ids: HashSet<String>,
     session_id: Option<String>,
+    /// The text of the last `result` event, trimmed.
+    result_text: Option<String>,
     /// A reply was recorded or a `result` event read.
     replied: bool,
 }
@@ -121,6 +123,7 @@ impl CliTurnReader {
             open_calls: HashMap::new(),
             used_ids: HashSet::new(),
             session_id: None,
+            result_text: None,
             replied: false,
         }
     }
@@ -140,6 +143,11 @@ impl CliTurnReader {
     /// The messages built so far (the final reply is built by `finish`).
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// The text of the last `result` event read, trimmed.
+    pub fn result_text(&self) -> Option<&str> {
+        self.result_text.as_deref()
     }
 
     /// Whether the agent has given a reply: text, or a `result` event.
@@ -361,8 +369,9 @@ impl CliTurnReader {
             };
             return Err(CliStreamError(head(said).to_owned()));
         }
-        if self.text.is_empty() {
-            if let Some(r) = result {
+        if let Some(r) = result {
+            self.result_text = Some(r.trim().to_owned());
+            if self.text.is_empty() {
                 self.text = r.to_owned();
             }
         }

@@ -140,6 +140,8 @@ pub(crate) struct Communicated {
     pub parsed: Option<std::result::Result<Map<String, Value>, ParseFailure>>,
     /// The fields read with `request_fields`.
     pub fields: Option<Value>,
+    /// The agent session a CLI model's reply ran in (see `ChatTurn`).
+    pub agent_session: Option<String>,
     /// Native tool calls of the reply.
     pub tool_calls: Vec<branch_core::model::ToolCall>,
     /// Clear the history (but the system message) before committing.
@@ -219,6 +221,7 @@ pub(crate) fn communicate_inner<'a, 'm>(
             response,
             text,
             tool_calls,
+            agent_session,
         } = chat_turn(branch, chat, send_opts).await?;
         let mut messages = vec![instruction, response];
         if opts.num_parse_retries > 5 {
@@ -282,6 +285,7 @@ pub(crate) fn communicate_inner<'a, 'm>(
             parsed,
             fields,
             tool_calls,
+            agent_session,
             clear_first: cleared.is_some(),
         })
     }
@@ -331,6 +335,7 @@ pub(crate) async fn communicate(
         .run(communicate_inner(branch, &mut opts, &mut middle))
         .await?;
     let committed = commit_turn(branch, c.clear_first, c.messages);
+    crate::turn::keep_agent_session(branch, c.agent_session);
     let reply = match (c.parsed, c.fields, format) {
         (Some(result), _, Some(format)) => {
             match outcome(&c.text, result, opts.on_parse_failure, &format) {

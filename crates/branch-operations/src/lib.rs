@@ -32,8 +32,10 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod act;
+mod agent;
 mod approval;
 mod chat;
+mod cli_call;
 pub mod cli_stream;
 mod communicate;
 mod connect;

@@ -372,6 +372,7 @@ async fn run_and_collect(
         text,
         parsed,
         fields: None,
+        agent_session: None,
         tool_calls: Vec::new(),
         clear_first: false,
     })

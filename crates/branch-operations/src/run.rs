@@ -7,7 +7,6 @@
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -18,7 +17,7 @@ use branch_core::{Branch, Participant};
 use futures_core::Stream;
 use futures_util::StreamExt;
 use serde_json::{Map, Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::BufReader;
 use tokio::process::{Child, ChildStdout};
 use uuid::Uuid;
 
@@ -201,7 +200,7 @@ struct CliSource {
     child: Child,
     lines: BufReader<ChildStdout>,
     /// Writes the prompt to the agent's stdin; `None` once it is done.
-    prompt_writer: Option<PromptWriter>,
+    prompt_writer: Option<crate::agent::PromptWriter>,
     reader: CliTurnReader,
     payload: Value,
     started: Instant,
@@ -209,16 +208,6 @@ struct CliSource {
     /// Bytes of output read so far this turn (capped by
     /// [`crate::limits::MAX_CLI_TURN_BYTES`]).
     read: usize,
-}
-
-/// The task writing the prompt to a CLI agent. Aborted when dropped, so
-/// it never outlives the turn (the agent itself is killed on drop).
-struct PromptWriter(tokio::task::JoinHandle<std::io::Result<()>>);
-
-impl Drop for PromptWriter {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 struct RunState<'b> {
@@ -237,34 +226,8 @@ struct RunState<'b> {
     paused: Option<OperationError>,
 }
 
-/// The next line of the agent's output (without its newline), at most
-/// `max` bytes; `None` at the end. A longer line is an error once `max`
-/// bytes have been read, so an agent that never writes a newline cannot
-/// grow memory.
-async fn agent_line(r: &mut BufReader<ChildStdout>, max: usize) -> std::io::Result<Option<String>> {
-    let mut line = Vec::new();
-    let limit = u64::try_from(max).unwrap_or(u64::MAX).saturating_add(1);
-    if (&mut *r).take(limit).read_until(b'\n', &mut line).await? == 0 {
-        return Ok(None);
-    }
-    if line.last() == Some(&b'\n') {
-        line.pop();
-    } else if line.len() > max {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("a line of the agent's output is longer than {max} bytes, the limit"),
-        ));
-    }
-    String::from_utf8(line).map(Some).map_err(|_| {
-        std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "the agent's output is not UTF-8",
-        )
-    })
-}
-
 /// Waits for `fut` within the idle window and the overall deadline.
-async fn bounded<F: std::future::Future>(
+pub(crate) async fn bounded<F: std::future::Future>(
     fut: F,
     idle: Option<Duration>,
     deadline: Option<tokio::time::Instant>,
@@ -335,63 +298,33 @@ impl RunState<'_> {
         self.emit(instruction);
         let started = Instant::now();
         let started_at = now_timestamp();
-        let cli = self.opts.cli_command.clone().or_else(|| {
-            model.is_cli().then(|| {
-                PathBuf::from(
-                    std::env::var("LIONAGI_CLAUDE_BIN").unwrap_or_else(|_| "claude".into()),
-                )
-            })
-        });
+        let cli = self
+            .opts
+            .cli_command
+            .clone()
+            .or_else(|| model.is_cli().then(crate::agent::program));
         if let Some(cmd) = cli {
-            let prompt = request
-                .messages
-                .last()
-                .map(|m| match &m.content {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                })
-                .unwrap_or_default();
-            let mut command = tokio::process::Command::new(&cmd);
-            command
-                .args(["-p", "--output-format", "stream-json", "--verbose"])
-                .args(&self.opts.cli_args)
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::null())
-                .kill_on_drop(true);
-            // The model name and the session id come from the
-            // conversation's data: each is passed only inside its own
-            // `--flag=VALUE` word, so no value can become a flag of the
-            // agent, and a session id must have the agent's own format.
-            if let Some(name) = model.config().model_name().filter(|n| !n.is_empty()) {
-                command.arg(format!("--model={name}"));
-            }
-            let session = match self.branch.metadata().get("cli_session_id") {
-                None | Some(Value::Null) => None,
-                Some(v) => Some(crate::cli_stream::session_id(v).ok_or_else(|| {
-                    self.fail(format!(
-                        "the stored cli_session_id is not a Claude Code session id (a UUID); \
-                             it was not passed to {}. Remove it from the conversation's metadata \
-                             to start a new agent session",
-                        cmd.display()
-                    ))
-                })?),
-            };
-            if let Some(session) = session {
-                command.arg(format!("--resume={session}"));
-            }
+            let prompt = crate::agent::prompt_of(&request);
+            let session = crate::agent::stored_session(self.branch).map_err(|why| {
+                self.fail(format!(
+                    "{why}; it was not passed to {}. Remove it from the conversation's \
+                     metadata to start a new agent session",
+                    cmd.display()
+                ))
+            })?;
+            let mut command = crate::agent::command(
+                &cmd,
+                &self.opts.cli_args,
+                model.config().model_name(),
+                session.as_deref(),
+            );
             let mut child = command
                 .spawn()
                 .map_err(|e| self.fail(format!("cannot start {}: {e}", cmd.display())))?;
             // Written beside the reading of the output, not before it: an
             // agent may write before it reads, and neither pipe holds more
             // than the kernel's buffer.
-            let prompt_writer = child.stdin.take().map(|mut stdin| {
-                PromptWriter(tokio::spawn(async move {
-                    stdin.write_all(prompt.as_bytes()).await
-                    // Dropping `stdin` closes it: the prompt's end.
-                }))
-            });
+            let prompt_writer = crate::agent::write_prompt(&mut child, prompt);
             let stdout = child
                 .stdout
                 .take()
@@ -552,7 +485,7 @@ impl RunState<'_> {
                     .unwrap_or(crate::limits::CLI_IDLE_TIMEOUT);
                 loop {
                     let next = bounded(
-                        agent_line(&mut cli.lines, crate::limits::MAX_CLI_LINE_BYTES),
+                        crate::agent::line(&mut cli.lines, crate::limits::MAX_CLI_LINE_BYTES),
                         Some(idle),
                         self.deadline,
                     )

@@ -438,6 +438,23 @@ pub(crate) fn send<'a>(
     caller: Option<&'a dyn crate::middle::CallModel>,
 ) -> impl Future<Output = Result<ChatResponse>> + 'a {
     async move {
+        // A CLI model's call is its agent's answer, in the branch's agent
+        // session (a custom middle still answers in its place).
+        let agent = match caller {
+            None if model.is_cli() => {
+                Some(crate::cli_call::AgentCall::of(branch).map_err(|message| {
+                    OperationError::InvalidArgument {
+                        what: "cli_session_id",
+                        message: format!(
+                            "{message}. Remove it from the conversation's metadata to start a \
+                         new agent session"
+                        ),
+                    }
+                })?)
+            }
+            _ => None,
+        };
+        let caller = caller.or(agent.as_ref().map(|a| a as &dyn crate::middle::CallModel));
         // Built once: the bytes sent are the bytes the log keeps. A request
         // with no form in the model's protocol fails in the call below, as
         // any other call does, and is logged with a `null` payload.
@@ -515,6 +532,16 @@ pub(crate) fn refuse_while_paused(branch: &Branch) -> Result<()> {
         });
     }
     Ok(())
+}
+
+/// Stores the agent session a recorded turn ran in, for the next call of
+/// the branch's CLI model to resume (compat.md §18 O5).
+pub(crate) fn keep_agent_session(branch: &mut Branch, session: Option<String>) {
+    if let Some(id) = session {
+        branch
+            .metadata_mut()
+            .insert("cli_session_id".into(), id.into());
+    }
 }
 
 pub(crate) fn commit(branch: &mut Branch, messages: Vec<Message>) -> usize {

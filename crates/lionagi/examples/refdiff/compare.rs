@@ -410,16 +410,31 @@ fn agent_calls(calls: &Value) -> Value {
 
 /// A `to_dict` without what each side records of a CLI agent's call its
 /// own way (compat.md §18 O5): the calls' `api_call_meta.payload` (the
-/// reference's CLI request object, our request body) and the stored agent
-/// session (`cli_session_id`, which the reference does not store). `None`
-/// when there is none.
+/// reference's CLI request object, our request body), the agent's answer as
+/// a reply's `model_response` and a log's response (the reference's dump
+/// of the agent's session, with its `chunks`; ours the usage, with the
+/// `session_id`) with the log's payload, and the stored agent session
+/// (`cli_session_id`, which the reference does not store). `None` when
+/// there is none.
 fn without_cli_records(v: &Value) -> Option<Value> {
+    fn agent_answer(v: Option<&Value>) -> bool {
+        v.is_some_and(|r| r.get("chunks").is_some() || r.get("session_id").is_some())
+    }
     fn strip(v: &mut Value, changed: &mut bool) {
         match v {
             Value::Object(m) => {
                 *changed |= m.shift_remove("cli_session_id").is_some();
                 if let Some(Value::Object(meta)) = m.get_mut("api_call_meta") {
                     *changed |= meta.shift_remove("payload").is_some();
+                }
+                if agent_answer(m.get("model_response")) {
+                    *changed |= m.shift_remove("model_response").is_some();
+                }
+                if agent_answer(m.get("execution").and_then(|e| e.get("response"))) {
+                    m.shift_remove("payload");
+                    if let Some(Value::Object(e)) = m.get_mut("execution") {
+                        *changed |= e.shift_remove("response").is_some();
+                    }
                 }
                 m.values_mut().for_each(|x| strip(x, changed));
             }
