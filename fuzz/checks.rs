@@ -536,6 +536,11 @@ pub fn cli_stream(data: &[u8]) {
         cli_links_are_mutual(&now);
         before = now;
     }
+    // The result's text is kept trimmed (an agent call's reply compares it
+    // with its last text block).
+    if let Some(r) = reader.result_text() {
+        assert_eq!(r, r.trim(), "a result text kept untrimmed");
+    }
     let Ok(turn) = reader.finish(Value::Null) else {
         // Only the message cap refuses a finish, and no input of a fuzz
         // run's size reaches it.

@@ -788,6 +788,11 @@ sc("cli_chat_session", "a CLI agent's session after chat, which records nothing"
           "session_id": "1c2d3e4f-5a6b-4c7d-8e9f-a0b1c2d3e4f5"}] + agent_run("aside")[1:],
         agent_run("more")],
    expect={"section": "§18 O5", "paths": ["/agent_calls/2/resume"]})
+sc("cli_request_options", "a CLI model written with its request options",
+   [step("run", instruction="hi")], branch=CLI, cli=[agent_run("hello")],
+   to_dict=[{"mode": "json", "include_request_options": True, "key": "ro"}, {"mode": "json"}],
+   # The reference writes its agent request's schema; the agent's flags are fixed here.
+   expect={"section": "§18 O5", "paths": ["/to_dict/ro/chat_model/endpoint/config/request_options"]})
 sc("cli_operate", "operate on a CLI agent: a format, then a reason (run and collect)",
    [step("operate", instruction="2+2?", response_format=F("Answer")),
     step("operate", instruction="why", reason=True)], branch=CLI,

@@ -518,8 +518,98 @@ OPS = (["communicate"] * 5 + ["operate"] * 4 + ["chat"] * 2 + ["parse"] * 2
        + ["interpret", "act", "ReAct", "ReActStream", "register_provider", "grant_capabilities"])
 
 
+# A CLI agent's conversation: the branch's model is a Claude Code agent that both sides run
+# as the scripted agent (README.md, "cli"). Each step starts it once, and every reply it
+# gives parses: repairs of a structure go to the parse model here and to the chat model in
+# the reference (§18 O1), and a failed agent call keeps the turn there (§18 O5). One
+# session throughout: chat, which records nothing, leaves the branch's session here and
+# moves the reference's model to its own (§18 O5), and before the first recorded turn the
+# reference's model has a session where the branch has none: chat without recording and
+# interpret come after one. The reference writes its agent request's schema as a CLI
+# model's request options, where ours has none (§18 O5): not asked for.
+AGENT_SESSION = "0b3c5d7e-9f10-4a2b-8c3d-4e5f60718293"
+CLI_OPS = ["run"] * 3 + ["communicate"] * 3 + ["chat"] * 2 + ["operate"] * 2 + ["interpret"]
+
+
+def agent_text(text):
+    return {"type": "assistant", "message": {"content": [{"type": "text", "text": text}]}}
+
+
+def agent_run(g, structured=None):
+    """One run of the agent: the session's start, then (unless it answers with the JSON
+    text `structured`, alone) maybe a thinking block and a tool use with its result and
+    one or two text blocks; then the result, its text the last block's, none, or other."""
+    r = g.r
+    events = [{"type": "system", "subtype": "init", "session_id": AGENT_SESSION}]
+    if structured is not None:
+        events.append(agent_text(structured))
+        result = r.choice([structured, ""])
+    else:
+        if g.maybe(0.3):
+            events.append({"type": "assistant", "message": {"content": [
+                {"type": "thinking", "thinking": g.word()},
+                {"type": "tool_use", "id": "toolu_1", "name": "Read",
+                 "input": {"path": "a.txt"}}]}})
+            events.append({"type": "user", "message": {"content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": g.word()}]}})
+        blocks = [g.word() for _ in range(r.randint(0, 1))] + [r.choice(REPLY_TEXTS)]
+        events += [agent_text(b) for b in blocks]
+        result = r.choice([blocks[-1], "", "Done."])
+    events.append({"type": "result", "subtype": "success", "result": result, "num_turns": 1,
+                   **({"usage": {"input_tokens": r.randint(1, 9)}} if g.maybe() else {})})
+    return events
+
+
+def cli_scenario(seed, i, rng):
+    g = Gen(rng)
+    g.broken = False
+    branch = {"cli_model": "claude_code/claude-sonnet-5-5"}
+    if g.maybe(0.85):
+        branch["system"] = rng.choice(SYSTEMS)
+    steps, runs = [], []
+    recorded = False
+    for _ in range(rng.randint(1, 4)):
+        op = rng.choice(CLI_OPS if recorded else [o for o in CLI_OPS if o != "interpret"])
+        a = {}
+        if op == "interpret":
+            a["text"] = rng.choice(TEXTS)
+        else:
+            a["instruction"] = rng.choice(TEXTS)
+            if g.maybe(0.3):
+                a["guidance"] = rng.choice([t for t in GUIDANCE if isinstance(t, str)])
+            if g.maybe(0.3):
+                a["context"] = rng.choice(CONTEXTS)
+        fmt = None
+        if op == "communicate" and g.maybe(0.4):
+            fmt = rng.choice(FORMATS + ["Dict"])
+        elif op == "operate":
+            fmt = rng.choice(FORMATS + ["Dict"])
+            if fmt != "Dict" and g.maybe(0.4):
+                a["reason"] = True
+        elif op == "chat" and (not recorded or g.maybe(0.4)):
+            a["record"] = True
+        if fmt:
+            a["response_format"] = fmt_ref(fmt)
+            body = g.structured(fmt)
+            if a.get("reason"):
+                body["reason"] = {"title": g.word(), "content": g.word(), "confidence_score": 0.5}
+            runs.append(agent_run(g, json.dumps(body, ensure_ascii=False)))
+        else:
+            runs.append(agent_run(g))
+        steps.append({"op": op, "args": a})
+        recorded = recorded or op != "interpret" and (op != "chat" or a.get("record"))
+    d = {"about": f"random scenario {i} of seed {seed} (a CLI agent)", "branch": branch,
+         "steps": steps, "replies": [], "cli": runs}
+    if g.maybe(0.4):
+        modes = [m for m in MODES if not m.get("include_request_options")]
+        d["to_dict"] = [dict(m, key=f"m{k}") for k, m in enumerate(rng.sample(modes, 2))]
+    return d
+
+
 def scenario(seed, i):
     rng = random.Random(seed * 1_000_003 + i)
+    if rng.random() < 0.12:
+        return cli_scenario(seed, i, rng)
     g = Gen(rng)
     branch = {}
     if g.maybe(0.85):

@@ -60,7 +60,8 @@ impl CallModel for AgentCall {
     }
 }
 
-/// Text the reader's hooks collect while the agent's output is read.
+/// The thinking the reader's hook collects while the agent's output is
+/// read.
 #[derive(Clone, Default)]
 struct Collected(Arc<Mutex<Vec<String>>>);
 
@@ -113,9 +114,9 @@ impl AgentCall {
             )
         })?;
         let mut lines = BufReader::new(stdout);
-        let (texts, thinking) = (Collected::default(), Collected::default());
+        let thinking = Collected::default();
         let mut reader = CliTurnReader::new(self.branch, self.user)
-            .on_text(Some(texts.hook()))
+            .keep_text_blocks()
             .on_thinking(Some(thinking.hook()));
         let idle = Some(CLI_IDLE_TIMEOUT);
         // The model's own timeout (an hour by default for an agent, as the
@@ -189,6 +190,7 @@ impl AgentCall {
             ));
         }
         let result = reader.result_text().map(str::to_owned);
+        let mut pieces = reader.take_text_blocks();
         let turn = reader
             .finish(Value::Null)
             .map_err(|e| fail(ModelErrorKind::StreamFailed, e.to_string()))?;
@@ -207,7 +209,6 @@ impl AgentCall {
         if !thinking.is_empty() {
             response.insert("thinking".into(), thinking.join("\n").into());
         }
-        let mut pieces = texts.take();
         if let Some(r) = result.filter(|r| !r.is_empty()) {
             if pieces.last().is_none_or(|t| t.trim() != r) {
                 pieces.push(r);

@@ -82,7 +82,8 @@ pub struct CliTurnReader {
     on_thinking: Option<TextHook>,
     messages: Vec<Message>,
     text: String,
-    /// The thinking blocks since the last reply, each trimmed.
+    /// The thinking blocks since the last reply, each trimmed, empty ones
+    /// left out.
     thinking: Vec<String>,
     result_meta: Map<String, Value>,
     /// The agent's ids of the turn's tool uses not answered yet, each with
@@ -93,6 +94,9 @@ pub struct CliTurnReader {
     session_id: Option<String>,
     /// The text of the last `result` event, trimmed.
     result_text: Option<String>,
+    /// Each text block as read, empty ones included, when an agent call
+    /// asked for them (`keep_text_blocks`).
+    text_blocks: Option<Vec<String>>,
     /// A reply was recorded or a `result` event read.
     replied: bool,
 }
@@ -124,6 +128,7 @@ impl CliTurnReader {
             used_ids: HashSet::new(),
             session_id: None,
             result_text: None,
+            text_blocks: None,
             replied: false,
         }
     }
@@ -143,6 +148,20 @@ impl CliTurnReader {
     /// The messages built so far (the final reply is built by `finish`).
     pub fn messages(&self) -> &[Message] {
         &self.messages
+    }
+
+    /// Keeps each text block as read (see `take_text_blocks`).
+    pub(crate) fn keep_text_blocks(mut self) -> Self {
+        self.text_blocks = Some(Vec::new());
+        self
+    }
+
+    /// The text blocks kept since `keep_text_blocks`, in order.
+    pub(crate) fn take_text_blocks(&mut self) -> Vec<String> {
+        self.text_blocks
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// The text of the last `result` event read, trimmed.
@@ -236,6 +255,9 @@ impl CliTurnReader {
                 if let Some(hook) = &self.on_text {
                     hook.call(piece);
                 }
+                if let Some(blocks) = &mut self.text_blocks {
+                    blocks.push(piece.to_owned());
+                }
                 self.text.push_str(piece);
             }
             Some("thinking") => {
@@ -243,7 +265,12 @@ impl CliTurnReader {
                 if let Some(hook) = &self.on_thinking {
                     hook.call(piece);
                 }
-                self.thinking.push(piece.trim().to_owned());
+                // A block with no thought in it is not kept, as the
+                // reference keeps none (`thinking` is then left out).
+                let thought = piece.trim();
+                if !thought.is_empty() {
+                    self.thinking.push(thought.to_owned());
+                }
             }
             Some("tool_use") => {
                 let id = match block.get("id").and_then(Value::as_str) {
@@ -531,6 +558,46 @@ fn sum(a: &Number, b: &Number) -> Option<Number> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// A thinking block with no thought in it is not kept, and a reply
+    /// after only such blocks has no `thinking`, as the reference's.
+    #[test]
+    fn empty_thinking_is_not_kept() {
+        let mut r = CliTurnReader::new(
+            Uuid::from_u128(1),
+            Participant::Role(branch_core::Role::User),
+        );
+        for line in [
+            r#"{"type":"assistant","message":{"content":[{"type":"thinking","thinking":"  "},{"type":"text","text":"a"}]}}"#,
+            r#"{"type":"result","result":"a"}"#,
+        ] {
+            r.read_line(line).unwrap();
+        }
+        let turn = r.finish(Value::Null).unwrap();
+        let reply = turn.messages.last().unwrap();
+        assert_eq!(reply.as_assistant_text(), Some("a"));
+        assert!(!reply.element.metadata.contains_key("thinking"));
+    }
+
+    /// An agent call keeps every text block, empty ones too, and the
+    /// result's text trimmed.
+    #[test]
+    fn text_blocks_and_the_result_are_kept_for_an_agent_call() {
+        let mut r = CliTurnReader::new(
+            Uuid::from_u128(1),
+            Participant::Role(branch_core::Role::User),
+        )
+        .keep_text_blocks();
+        for line in [
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":""}]}}"#,
+            r#"{"type":"assistant","message":{"content":[{"type":"text","text":"b "}]}}"#,
+            r#"{"type":"result","result":" done "}"#,
+        ] {
+            r.read_line(line).unwrap();
+        }
+        assert_eq!(r.take_text_blocks(), ["", "b "]);
+        assert_eq!(r.result_text(), Some("done"));
+    }
 
     #[test]
     fn usage_is_summed_key_by_key_and_integers_stay_integers() {
