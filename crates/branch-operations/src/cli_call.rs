@@ -1,5 +1,5 @@
-//! A model call answered by a CLI agent: `chat`, `communicate` and parse
-//! repairs on a CLI model start the agent (Claude Code's `stream-json`
+//! A model call answered by a CLI agent: `chat`, `communicate`,
+//! `interpret` and parse repairs on a CLI model start the agent (Claude Code's `stream-json`
 //! protocol, as `run`) for the compiled prompt and wait for its whole
 //! answer, as the reference's agent endpoint does for its `chat`. The reply
 //! is the agent's text blocks joined by newlines, with its `result` added
@@ -7,7 +7,7 @@
 //! business, not messages of the branch: `run` records them.
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use branch_core::model::{
     ChatModel, ChatRequest, ChatResponse, LazyJson, ModelError, ModelErrorKind,
@@ -20,7 +20,7 @@ use uuid::Uuid;
 use crate::cli_stream::CliTurnReader;
 use crate::limits::{CLI_IDLE_TIMEOUT, MAX_CLI_LINE_BYTES, MAX_CLI_TURN_BYTES};
 use crate::middle::{CallModel, ModelCallFuture};
-use crate::run::{TextHook, bounded};
+use crate::run::bounded;
 
 /// The key of a reply's `model_response` naming the agent session it ran
 /// in, which the turn stores (`cli_session_id`) once it is recorded.
@@ -60,29 +60,6 @@ impl CallModel for AgentCall {
     }
 }
 
-/// The thinking the reader's hook collects while the agent's output is
-/// read.
-#[derive(Clone, Default)]
-struct Collected(Arc<Mutex<Vec<String>>>);
-
-impl Collected {
-    fn hook(&self) -> TextHook {
-        let pieces = self.0.clone();
-        TextHook::new(move |t| {
-            if let Ok(mut p) = pieces.lock() {
-                p.push(t.to_owned());
-            }
-        })
-    }
-
-    fn take(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .map(|mut p| std::mem::take(&mut *p))
-            .unwrap_or_default()
-    }
-}
-
 impl AgentCall {
     async fn answer(
         self,
@@ -114,10 +91,7 @@ impl AgentCall {
             )
         })?;
         let mut lines = BufReader::new(stdout);
-        let thinking = Collected::default();
-        let mut reader = CliTurnReader::new(self.branch, self.user)
-            .keep_text_blocks()
-            .on_thinking(Some(thinking.hook()));
+        let mut reader = CliTurnReader::new(self.branch, self.user).keep_text_blocks();
         let idle = Some(CLI_IDLE_TIMEOUT);
         // The model's own timeout (an hour by default for an agent, as the
         // reference's) bounds the whole call; the idle window each wait.
@@ -205,7 +179,12 @@ impl AgentCall {
         if let Some(id) = turn.session_id {
             response.insert(SESSION_KEY.into(), id.into());
         }
-        let thinking = thinking.take();
+        // The thinking the reader gave each reply of the turn, in order.
+        let thinking: Vec<&str> = turn
+            .messages
+            .iter()
+            .filter_map(|m| m.element.metadata.get("thinking").and_then(Value::as_str))
+            .collect();
         if !thinking.is_empty() {
             response.insert("thinking".into(), thinking.join("\n").into());
         }
