@@ -667,6 +667,9 @@ for op in ("ReAct", "ReActStream"):
     sc(f"{op.lower()}_dict_format", f"{op}: the final answer in a dict format",
        [step(op, instruction="go", response_format=DICT_FORMAT)],
        [analysis("a", False), {"json": {"title": "t", "year": 3, "extra": True}}], branch=R)
+sc("react_dict_format_answer", "ReAct: a dict format's answer is the whole reading",
+   [step("ReAct", instruction="go", response_format={"answer": "the answer", "why": "a reason"})],
+   [analysis("a", False), {"json": {"answer": "x", "why": "y", "extra": 1}}], branch=R)
 sc("operate_dict_format_reason", "operate: a dict format with reason and actions",
    [step("operate", instruction="q", response_format=DICT_FORMAT, reason=True, actions=True)],
    [{"json": {"title": "t", "year": "2", "action_required": False, "action_requests": [],

@@ -354,8 +354,9 @@ impl ReActRound {
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReActOutcome {
     /// The final answer: the final structure's `answer` field when it has
-    /// one (the default format always does), else the whole structure,
-    /// else the last reply text.
+    /// one (the default format always does) and is not a dict format
+    /// (`ResponseFormat::Fields`, whose reading is the answer whole), else
+    /// the whole structure, else the last reply text.
     pub answer: Value,
     /// Every yielded result, the final one last.
     pub rounds: Vec<ReActRound>,
@@ -704,6 +705,7 @@ pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReA
     use futures_util::StreamExt;
     let span = crate::telemetry::verb_span("ReAct", branch);
     let default_format = opts.response_format.is_none();
+    let dict_format = matches!(opts.response_format, Some(ResponseFormat::Fields(_)));
     let return_analysis = opts.return_analysis;
     let fut = async {
         let mut rounds = Vec::new();
@@ -719,6 +721,9 @@ pub(crate) async fn react(branch: &mut Branch, opts: ReActOptions) -> Result<ReA
     let answer = match last.map(|r| &r.result) {
         // The reference answers with the final structure's `answer` field
         // whenever it has one (its own Analysis or the caller's format).
+        // A dict format's reading is the answer whole, whatever its keys:
+        // the reference's answer is a dict then, which has no attribute.
+        Some(Parsed::Value(v)) if dict_format => v.clone(),
         Some(Parsed::Value(v)) => match v.get("answer") {
             Some(a) => a.clone(),
             None if default_format => Value::Null,

@@ -1852,6 +1852,30 @@ async fn react_answer_options_set_the_answers_instruction() {
     assert!(senders.contains(&alice), "{senders:?}");
 }
 
+/// A dict format's reading is ReAct's answer whole, even with an `answer`
+/// key in it, as the reference's (a dict has no `answer` attribute).
+#[tokio::test]
+async fn react_answers_a_dict_format_with_its_whole_reading() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::json(json!({"analysis": "a", "extension_needed": false})),
+        MockReply::json(json!({"answer": "x", "why": "y", "extra": 1})),
+    ]);
+    let mut b = branch(&server);
+    let mut fields = Map::new();
+    fields.insert("answer".into(), json!("the answer"));
+    fields.insert("why".into(), json!("a reason"));
+    let r = b
+        .ReAct(
+            ReActOptions::new("task")
+                .include_token_usage_to_model(false)
+                .response_format(branch_operations::ResponseFormat::Fields(fields)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.answer, json!({"answer": "x", "why": "y", "extra": 1}));
+}
+
 /// ReAct's tool schemas: on a branch without tools the first round still
 /// offers actions, the answer's instruction shows the schemas, and the
 /// answer's own (here none) replace them.
