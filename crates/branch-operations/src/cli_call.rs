@@ -111,7 +111,7 @@ impl AgentCall {
             let line = match bounded(
                 crate::agent::line(&mut lines, MAX_CLI_LINE_BYTES),
                 idle,
-                None,
+                deadline,
             )
             .await
             {

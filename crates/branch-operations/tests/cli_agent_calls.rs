@@ -62,7 +62,11 @@ echo '{{"type":"result","subtype":"success","result":"Done.","num_turns":2,"usag
 }
 
 fn branch() -> Branch {
-    let cli = ModelConfig::builder()
+    branch_with(ModelConfig::builder())
+}
+
+fn branch_with(config: branch_core::model::ModelConfigBuilder) -> Branch {
+    let cli = config
         .provider("claude_code")
         .model("claude-sonnet-5-5")
         .build()
@@ -143,5 +147,22 @@ async fn a_stored_session_that_is_not_a_uuid_is_not_passed() {
         "{err}"
     );
     assert!(!dir.join("call_0.args").exists());
+    assert_eq!(b.messages().len(), 1);
+}
+
+/// An agent that keeps writing within the idle window is still stopped at
+/// the model's timeout, and the branch is left as it was.
+#[tokio::test]
+async fn a_chatty_agent_is_stopped_at_the_models_timeout() {
+    let chatty = "#!/bin/sh\ncat > /dev/null\nwhile true; do echo '{}'; sleep 0.05; done\n";
+    let Some(_dir) = in_child("a_chatty_agent_is_stopped_at_the_models_timeout", chatty) else {
+        return;
+    };
+    let mut b = branch_with(ModelConfig::builder().timeout(std::time::Duration::from_millis(500)));
+    let err = b
+        .communicate(CommunicateOptions::new("hi"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("the model's timeout"), "{err}");
     assert_eq!(b.messages().len(), 1);
 }
