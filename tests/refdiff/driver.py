@@ -122,6 +122,79 @@ def sse_events(reply, n, request):
     return events
 
 
+# Anthropic Messages (`…/messages`): the same script in that protocol's
+# shapes, as branch_models::mock_anthropic answers it.
+ANTHROPIC_USAGE = (11, 7)
+
+
+def is_messages_path(path):
+    return path.split("?", 1)[0].endswith("/messages")
+
+
+def anthropic_input(call):
+    args = call.get("arguments", {})
+    if isinstance(args, str):
+        try:
+            return json.loads(args)
+        except ValueError:
+            return args
+    return args
+
+
+def anthropic_stop(reply):
+    return "tool_use" if "tool_calls" in reply else "end_turn"
+
+
+def anthropic_message(reply, n, request):
+    content = []
+    text = content_of(reply)
+    if text is not None:
+        content.append({"type": "text", "text": text})
+    for c in reply.get("tool_calls", []):
+        content.append({"type": "tool_use", "id": c.get("id", ""), "name": c.get("name", ""),
+                        "input": anthropic_input(c)})
+    return {"id": f"msg_mock_{n}", "type": "message", "role": "assistant",
+            "model": request.get("model"), "content": content,
+            "stop_reason": anthropic_stop(reply), "stop_sequence": None,
+            "usage": {"input_tokens": ANTHROPIC_USAGE[0], "output_tokens": ANTHROPIC_USAGE[1]}}
+
+
+def anthropic_events(reply, n, request):
+    out = [("message_start", {"type": "message_start", "message": {
+        "id": f"msg_mock_{n}", "type": "message", "role": "assistant",
+        "model": request.get("model"), "content": [], "stop_reason": None,
+        "stop_sequence": None, "usage": {"input_tokens": ANTHROPIC_USAGE[0], "output_tokens": 1}}})]
+    index = 0
+    text = content_of(reply)
+    if text is not None:
+        out.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                            "content_block": {"type": "text", "text": ""}}))
+        size = max(1, int(reply.get("chunk_size", 8)))
+        for i in range(0, len(text), size):
+            out.append(("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                "delta": {"type": "text_delta",
+                                                          "text": text[i:i + size]}}))
+        out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+    for c in reply.get("tool_calls", []):
+        out.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                            "content_block": {"type": "tool_use",
+                                                              "id": c.get("id", ""),
+                                                              "name": c.get("name", ""),
+                                                              "input": {}}}))
+        out.append(("content_block_delta", {"type": "content_block_delta", "index": index,
+                                            "delta": {"type": "input_json_delta",
+                                                      "partial_json": json.dumps(anthropic_input(c))}}))
+        out.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+    out.append(("message_delta", {"type": "message_delta",
+                                  "delta": {"stop_reason": anthropic_stop(reply),
+                                            "stop_sequence": None},
+                                  "usage": {"output_tokens": ANTHROPIC_USAGE[1]}}))
+    out.append(("message_stop", {"type": "message_stop"}))
+    return [f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in out]
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -143,8 +216,13 @@ class Handler(BaseHTTPRequestHandler):
             SCRIPT.served += 1
             n = SCRIPT.served
             reply = SCRIPT.queue.pop(0) if SCRIPT.queue else EXHAUSTED
+        anthropic = is_messages_path(self.path)
         if "status" in reply and "error" in reply:
-            data = json.dumps({"error": {"message": reply["error"], "type": "mock"}}).encode()
+            if anthropic:
+                data = json.dumps({"type": "error",
+                                   "error": {"type": "mock", "message": reply["error"]}}).encode()
+            else:
+                data = json.dumps({"error": {"message": reply["error"], "type": "mock"}}).encode()
             self.send_response(int(reply["status"]))
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
@@ -157,12 +235,19 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("cache-control", "no-cache")
             self.send_header("connection", "close")
             self.end_headers()
-            for ev in sse_events(reply, n, body):
-                self.wfile.write(f"data: {ev}\n\n".encode())
+            if anthropic:
+                events = anthropic_events(reply, n, body)
+            else:
+                events = [f"data: {ev}\n\n" for ev in sse_events(reply, n, body)]
+            for ev in events:
+                self.wfile.write(ev.encode())
                 self.wfile.flush()
             self.close_connection = True
             return
-        data = json.dumps(completion(reply, n, body or {})).encode()
+        if anthropic:
+            data = json.dumps(anthropic_message(reply, n, body or {})).encode()
+        else:
+            data = json.dumps(completion(reply, n, body or {})).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(data)))
@@ -285,7 +370,10 @@ def agent_calls():
 
 
 def model(name):
-    return iModel(provider="openai", model=name, base_url=BASE_URL, api_key="test",
+    """A model at the scripted server: `anthropic/NAME` on Anthropic
+    Messages, any other name on OpenAI chat completions."""
+    provider, name = name.split("/", 1) if name.startswith("anthropic/") else ("openai", name)
+    return iModel(provider=provider, model=name, base_url=BASE_URL, api_key="test",
                   allow_local_network=True)
 
 

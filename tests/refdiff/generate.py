@@ -938,6 +938,63 @@ sc("capabilities_operate", "grant then operate",
    [ANSWER])
 
 
+# ---------------------------------------------------------------- Anthropic Messages
+# A model named `anthropic/NAME` is Anthropic's, at the scripted server's
+# `/v1/messages`, which answers the same script in that protocol's shapes.
+CLAUDE = {"system": "You are terse.", "model": "anthropic/claude-sonnet-4-5"}
+sc("anthropic_communicate", "Anthropic Messages: two turns, the system text folded into the "
+   "first instruction, the same body byte for byte",
+   [step("communicate", instruction="Capital of France?"),
+    step("communicate", instruction="And of Japan?")],
+   [{"text": "Paris."}, {"text": "Tokyo."}], branch=CLAUDE)
+sc("anthropic_operate_actions", "Anthropic Messages: operate with a format and actions read "
+   "from the reply's text",
+   [step("operate", instruction="6*7?", response_format=F("Answer"), actions=True)],
+   [{"json": {"answer": "42", "confidence": 0.8, "action_required": True,
+              "action_requests": [call("multiply", a=6, b=7)]}}],
+   branch=dict(CLAUDE, tools=["multiply"]))
+sc("anthropic_parse_model", "Anthropic Messages: parse's repair on a Claude parse model",
+   [step("parse", text="not json", response_format=F("Answer"))], [ANSWER],
+   branch=dict(CLAUDE, parse_model="anthropic/claude-haiku-4-5"))
+sc("anthropic_mixed_models", "a Claude branch with a per-call OpenAI chat model, then Claude "
+   "again: each call in its own protocol",
+   [step("communicate", instruction="One", chat_model=M("gpt-4o")),
+    step("communicate", instruction="Two")],
+   [{"text": "1"}, {"text": "2"}], branch=CLAUDE)
+sc("anthropic_error", "Anthropic Messages: a 400 in Anthropic's error shape fails the turn, "
+   "which records nothing",
+   [step("communicate", instruction="fail"), step("communicate", instruction="again")],
+   [{"status": 400, "error": "bad"}, {"text": "ok"}], branch=CLAUDE)
+sc("anthropic_tool_use_reply", "Anthropic Messages: a reply of one tool_use block and no text, "
+   "then a turn whose request holds two user messages in a row: ours sends them as one turn "
+   "(compat.md §25)",
+   [step("communicate", instruction="Call a tool"), step("communicate", instruction="Then?")],
+   [{"tool_calls": [{"id": "toolu_1", "name": "multiply", "arguments": {"a": 1, "b": 2}}]},
+    {"text": "Done."}], branch=dict(CLAUDE, tools=["multiply"]))
+sc("anthropic_ranges_refused", "Anthropic Messages: a temperature or top_p above 1 and a "
+   "max_tokens of 0 are refused before anything is sent, and no call is logged",
+   [step("communicate", instruction="Hot", temperature=1.2),
+    step("communicate", instruction="Wide", top_p=1.5),
+    step("communicate", instruction="Short", max_tokens=0),
+    step("communicate", instruction="Cool", temperature=1)],
+   [{"text": "ok"}], branch=CLAUDE)
+sc("anthropic_token_note", "Anthropic Messages counts no tokens: include_token_usage_to_model "
+   "adds no note, as in the reference",
+   [step("communicate", instruction="q", include_token_usage_to_model=True)],
+   [{"text": "a"}], branch=CLAUDE)
+sc("anthropic_request_options", "a Claude model's request model in to_dict "
+   "(include_request_options)",
+   [step("communicate", instruction="q")], [{"text": "a"}], branch=CLAUDE,
+   to_dict=[{"mode": "json", "include_request_options": True, "key": "json_ro"},
+            {"mode": "db", "include_request_options": True, "key": "db_ro"}])
+sc("openai_ranges_refused", "OpenAI chat: a temperature above 2 or below 0 and a top_p above "
+   "1 are refused before anything is sent, and no call is logged; 2 itself is sent",
+   [step("communicate", instruction="a", temperature=2.5),
+    step("communicate", instruction="b", top_p=1.5),
+    step("communicate", instruction="c", temperature=-0.5),
+    step("communicate", instruction="d", temperature=2)],
+   [{"text": "ok"}])
+
 def main():
     os.makedirs(OUT, exist_ok=True)
     for name, d in SCENARIOS.items():

@@ -54,6 +54,9 @@ finds is one nobody has written down:
 - no reply is empty (an empty reply fails the call, §13);
 - `act` is followed only by steps that call no model (§15 M3: a parse's
   repair sends the history too);
+- on Anthropic Messages (about one conversation in six), no images (§25)
+  and no `clear_messages` where a temperature above Anthropic's 1 has the
+  call refused (§18 O2);
 - `clone`, `run`, sessions and ReAct's `return_analysis` are left to the
   matrix (§5, §18 O4, §7, §18).
 """
@@ -675,7 +678,47 @@ def scenario(seed, i):
          "replies": replies}
     if g.maybe(0.4):
         d["to_dict"] = [dict(m, key=f"m{k}") for k, m in enumerate(rng.sample(MODES, 2))]
+    if rng.random() < ANTHROPIC_SHARE:
+        on_anthropic(d, rng)
     return d
+
+
+# About one conversation in six runs on Anthropic Messages, drawn after
+# everything else so that the rest of a scenario's draws stay as they were.
+ANTHROPIC_SHARE = 0.16
+CLAUDE = {"gpt-4.1-mini": "claude-sonnet-4-5", "gpt-4o": "claude-opus-4-1",
+          "gpt-4o-mini": "claude-haiku-4-5", "gpt-4.1-nano": "claude-3-5-haiku-latest"}
+
+
+def on_anthropic(d, rng):
+    """Moves a conversation to Anthropic Messages: the branch's model, and
+    most per-call models (some stay on OpenAI, so that a conversation
+    switches protocols). Images are left out: the reference sends
+    OpenAI's image parts as they are, which the API refuses, and ours
+    sends image blocks (compat.md §25). A temperature of 1.2 stays: both
+    sides refuse it before sending, as out of Anthropic's range."""
+    d["about"] += " on Anthropic Messages"
+    branch = d["branch"]
+    branch["model"] = "anthropic/" + CLAUDE["gpt-4.1-mini"]
+    if "parse_model" in branch:
+        branch["parse_model"] = "anthropic/" + CLAUDE[branch["parse_model"]]
+
+    def move(v):
+        if isinstance(v, dict):
+            if "$model" in v and rng.random() < 0.8:
+                return {"$model": "anthropic/" + CLAUDE[v["$model"]]}
+            return {k: move(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [move(x) for x in v]
+        return v
+
+    for s in d["steps"]:
+        s["args"] = move({k: v for k, v in s["args"].items()
+                          if k not in ("images", "image_detail")})
+        # A temperature above Anthropic's 1 is refused before the call,
+        # which the reference makes after clearing the messages (§18 O2).
+        if s["args"].get("temperature", 0) > 1:
+            s["args"].pop("clear_messages", None)
 
 
 def main():

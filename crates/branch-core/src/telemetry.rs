@@ -197,6 +197,7 @@ pub fn model_error_type(kind: ModelErrorKind) -> &'static str {
         ModelErrorKind::ContextLength => "context_length",
         ModelErrorKind::Auth => "auth",
         ModelErrorKind::BadRequest => "bad_request",
+        ModelErrorKind::InvalidPayload => "invalid_payload",
         ModelErrorKind::MalformedResponse => "malformed_response",
         ModelErrorKind::Timeout => "timeout",
         ModelErrorKind::Connect => "connect",

@@ -302,9 +302,12 @@ impl IModel {
         // One serialization gives both the bytes sent and the estimate.
         let written = if self.inner.dialect == Dialect::OpenAiChat && request.fields.is_empty() {
             let config = &self.inner.config;
-            self.inner.chat_payloads[usize::from(stream)]
-                .get_or_init(|| dialect::chat_payload(config, stream))
-                .write(request)
+            let payload = self.inner.chat_payloads[usize::from(stream)]
+                .get_or_init(|| dialect::chat_payload(config, stream));
+            if let Some(reason) = payload.refusal() {
+                return Err(dialect::refused(config, reason));
+            }
+            payload.write(request)
         } else {
             dialect::try_build_body_bytes(&self.inner.config, request, stream)?
         };

@@ -45,7 +45,11 @@ pub mod local;
 #[cfg(any(test, feature = "test-support"))]
 pub mod mock;
 #[cfg(any(test, feature = "test-support"))]
+pub mod mock_anthropic;
+#[cfg(any(test, feature = "test-support"))]
 pub mod mock_messages;
+#[cfg(test)]
+mod refused_payload_tests;
 mod reply_stream;
 pub mod retry_after;
 mod secret;

@@ -1,6 +1,8 @@
 //! A real scripted OpenAI-compatible chat-completions server on 127.0.0.1,
 //! answering like the fixtures' mock (fixtures README "How values were
-//! produced") and capturing every request.
+//! produced") and capturing every request. On an Anthropic Messages path
+//! it answers the same script in that protocol's shapes
+//! ([`crate::mock_anthropic`]).
 //!
 //! ```no_run
 //! # async fn demo() {
@@ -360,6 +362,7 @@ async fn serve_connection(mut sock: TcpStream, shared: Arc<Mutex<Shared>>) -> st
         let body_bytes = buf[body_start..body_start + len].to_vec();
         buf.drain(..body_start + len);
         let body: Value = serde_json::from_slice(&body_bytes).unwrap_or(Value::Null);
+        let anthropic = is_messages_path(&path);
         let (reply, n) = {
             let mut s = shared
                 .lock()
@@ -385,7 +388,11 @@ async fn serve_connection(mut sock: TcpStream, shared: Arc<Mutex<Shared>>) -> st
                 return Ok(());
             }
             ReplyBody::Error { status, message } => {
-                let b = json!({"error": {"message": message, "type": "mock"}}).to_string();
+                let b = if anthropic {
+                    crate::mock_anthropic::error(message).to_string()
+                } else {
+                    json!({"error": {"message": message, "type": "mock"}}).to_string()
+                };
                 write_response(&mut sock, *status, &reply.headers, "application/json", &b).await?;
             }
             ReplyBody::Raw {
@@ -398,15 +405,39 @@ async fn serve_connection(mut sock: TcpStream, shared: Arc<Mutex<Shared>>) -> st
                 write_response(&mut sock, *status, &h, "application/json", body).await?;
             }
             _ if streaming => {
-                write_sse(&mut sock, &reply, n, &body).await?;
+                let events: Vec<String> = if anthropic {
+                    crate::mock_anthropic::events(&reply, n, &body)
+                        .into_iter()
+                        .map(|(name, data)| format!("event: {name}\ndata: {data}\n\n"))
+                        .collect()
+                } else {
+                    sse_events(&reply, n, &body)
+                        .into_iter()
+                        .map(|data| format!("data: {data}\n\n"))
+                        .collect()
+                };
+                write_sse(&mut sock, &reply, &events).await?;
                 return Ok(());
             }
             _ => {
-                let b = completion(&reply, n, &body).to_string();
+                let b = if anthropic {
+                    crate::mock_anthropic::message(&reply, n, &body).to_string()
+                } else {
+                    completion(&reply, n, &body).to_string()
+                };
                 write_response(&mut sock, 200, &reply.headers, "application/json", &b).await?;
             }
         }
     }
+}
+
+/// An Anthropic Messages request: its path, before any query, ends in
+/// `/messages`.
+fn is_messages_path(path: &str) -> bool {
+    path.split('?')
+        .next()
+        .unwrap_or_default()
+        .ends_with("/messages")
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -450,7 +481,7 @@ async fn write_response(
 }
 
 /// The message content a reply carries.
-fn content_of(reply: &MockReply) -> Option<String> {
+pub(crate) fn content_of(reply: &MockReply) -> Option<String> {
     match &reply.body {
         ReplyBody::Text(t) => Some(t.clone()),
         ReplyBody::Json(v) => Some(python_dumps(v)),
@@ -474,7 +505,7 @@ fn tool_calls_value(calls: &[MockToolCall]) -> Value {
     )
 }
 
-fn model_of(request: &Value) -> Value {
+pub(crate) fn model_of(request: &Value) -> Value {
     request.get("model").cloned().unwrap_or(Value::Null)
 }
 
@@ -563,8 +594,7 @@ pub fn sse_events(reply: &MockReply, n: u64, request: &Value) -> Vec<String> {
 async fn write_sse(
     sock: &mut TcpStream,
     reply: &MockReply,
-    n: u64,
-    request: &Value,
+    events: &[String],
 ) -> std::io::Result<()> {
     let mut head = String::from(
         "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\nconnection: close\r\n",
@@ -574,11 +604,11 @@ async fn write_sse(
     }
     head.push_str("\r\n");
     sock.write_all(head.as_bytes()).await?;
-    for (i, ev) in sse_events(reply, n, request).iter().enumerate() {
+    for (i, ev) in events.iter().enumerate() {
         if reply.truncate_after_events.is_some_and(|t| i >= t) {
             break;
         }
-        sock.write_all(format!("data: {ev}\n\n").as_bytes()).await?;
+        sock.write_all(ev.as_bytes()).await?;
         sock.flush().await?;
     }
     sock.shutdown().await

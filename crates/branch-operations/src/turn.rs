@@ -11,7 +11,8 @@ use branch_core::branch::same_model;
 use branch_core::log::{ApiCallHead, KeptJson, Log};
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{
-    ChatModel, ChatRequest, ChatResponse, LazyJson, REASONING_METADATA_KEY, ReasoningBlock,
+    ChatModel, ChatRequest, ChatResponse, LazyJson, ModelErrorKind, REASONING_METADATA_KEY,
+    ReasoningBlock,
 };
 use branch_core::{Branch, Metadata, ParsedJson, Participant, Role};
 use branch_messages::{
@@ -285,7 +286,10 @@ pub(crate) async fn compile(
     let pass = branch_providers::gather_with(branch, instruction, opts.providers).await;
     let mut req = compile_now(branch, instruction, pass, opts)?;
     let messages = &mut req.messages;
-    if opts.token_note {
+    // As the reference: only an endpoint that counts tokens (OpenAI's
+    // chat, the compatible ones) gets the note; Anthropic Messages, say,
+    // does not.
+    if opts.token_note && model.config().endpoint().requires_tokens {
         let contents: Vec<&Value> = messages.iter().map(|m| &m.content).collect();
         // Boxed, as only a turn with the token note takes this path.
         let total = Box::pin(request_token_estimate(&contents)).await;
@@ -457,8 +461,16 @@ pub(crate) fn send<'a>(
         let caller = caller.or(agent.as_ref().map(|a| a as &dyn crate::middle::CallModel));
         // Built once: the bytes sent are the bytes the log keeps. A request
         // with no form in the model's protocol fails in the call below, as
-        // any other call does, and is logged with a `null` payload.
-        let body = model.request_body(&request).ok();
+        // any other call does, and is logged with a `null` payload. One the
+        // endpoint's request model refuses is no call at all, as in the
+        // reference (its `APICalling` is never made): nothing is logged.
+        let body = match model.request_body(&request) {
+            Ok(b) => Some(b),
+            Err(e) if e.kind == ModelErrorKind::InvalidPayload && caller.is_none() => {
+                return Err(OperationError::api(e));
+            }
+            Err(_) => None,
+        };
         let started_at = branch_core::model::now_timestamp();
         let t0 = Instant::now();
         let span = tracing::debug_span!("api_call", model = ?model.config().model_name());

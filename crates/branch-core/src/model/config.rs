@@ -8,7 +8,8 @@ use uuid::Uuid;
 
 use super::error::ModelConfigError;
 use super::registry::{
-    EndpointSpec, ProviderKind, ProviderSpec, WireProtocol, lookup_provider, url_matches_template,
+    EndpointSpec, ProviderKind, ProviderSpec, RequestModel, WireProtocol, lookup_provider,
+    url_matches_template,
 };
 use super::sanitize::{
     is_sensitive_name, normalize_base_url, strip_sensitive_keys, strip_url_credentials,
@@ -45,6 +46,21 @@ pub fn openai_chat_request_schema() -> &'static Value {
     )]
     SCHEMA.get_or_init(|| {
         serde_json::from_str(OPENAI_CHAT_SCHEMA_TEXT).expect("embedded schema is valid JSON")
+    })
+}
+
+const ANTHROPIC_MESSAGES_SCHEMA_TEXT: &str = include_str!("anthropic_messages_request_schema.json");
+
+/// The JSON Schema of the reference's Anthropic Messages request model,
+/// exactly as `to_dict(include_request_options=True)` writes it.
+pub fn anthropic_messages_request_schema() -> &'static Value {
+    static SCHEMA: OnceLock<Value> = OnceLock::new();
+    #[allow(
+        clippy::expect_used,
+        reason = "compiled-in text, parsed by a test; not input"
+    )]
+    SCHEMA.get_or_init(|| {
+        serde_json::from_str(ANTHROPIC_MESSAGES_SCHEMA_TEXT).expect("embedded schema is valid JSON")
     })
 }
 
@@ -92,6 +108,8 @@ pub enum RequestOptions {
     None,
     /// The OpenAI chat-completions request model.
     OpenAiChat,
+    /// The Anthropic Messages request model.
+    AnthropicMessages,
     /// A schema restored from stored data.
     Custom(Box<Value>),
 }
@@ -102,6 +120,7 @@ impl RequestOptions {
         match self {
             Self::None => None,
             Self::OpenAiChat => Some(openai_chat_request_schema()),
+            Self::AnthropicMessages => Some(anthropic_messages_request_schema()),
             Self::Custom(v) => Some(v),
         }
     }
@@ -380,10 +399,10 @@ impl EndpointConfig {
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), Value::from(*v)))
                 .collect(),
-            request_options: if ep.openai_chat_request {
-                RequestOptions::OpenAiChat
-            } else {
-                RequestOptions::None
+            request_options: match ep.request_model {
+                RequestModel::OpenAiChat => RequestOptions::OpenAiChat,
+                RequestModel::AnthropicMessages => RequestOptions::AnthropicMessages,
+                _ => RequestOptions::None,
             },
             timeout: Seconds::from_secs(spec.default_timeout_secs()),
             max_retries: 3,
@@ -1366,6 +1385,8 @@ mod parse {
             }
             ep.request_options = if ro == openai_chat_request_schema() {
                 RequestOptions::OpenAiChat
+            } else if ro == anthropic_messages_request_schema() {
+                RequestOptions::AnthropicMessages
             } else {
                 RequestOptions::Custom(Box::new(ro.clone()))
             };

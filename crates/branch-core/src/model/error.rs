@@ -62,6 +62,9 @@ pub enum ModelErrorKind {
     Auth,
     /// Any other 4xx: the request is wrong.
     BadRequest,
+    /// The endpoint's request model refuses the payload (a sampling field
+    /// out of the API's range): nothing was sent, so no call is logged.
+    InvalidPayload,
     /// A 2xx reply that is not what the protocol promises (bad JSON,
     /// truncated stream).
     MalformedResponse,
@@ -105,6 +108,7 @@ impl ModelErrorKind {
             Self::ContextLength => "context length exceeded",
             Self::Auth => "authentication failed",
             Self::BadRequest => "bad request",
+            Self::InvalidPayload => "invalid payload",
             Self::MalformedResponse => "malformed provider response",
             Self::Timeout => "request timed out",
             Self::Connect => "connection failed",

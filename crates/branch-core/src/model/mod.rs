@@ -30,7 +30,7 @@ pub(crate) use call::{execution_error, execution_record, token_count};
 pub use config::{
     AuthType, CircuitBreakerConfig, DEFAULT_CHAT_MODEL, DEFAULT_CHAT_PROVIDER, EndpointConfig,
     ModelConfig, ModelConfigBuilder, ProcessorConfig, RequestOptions, RetryConfig, Seconds,
-    now_timestamp, openai_chat_request_schema,
+    anthropic_messages_request_schema, now_timestamp, openai_chat_request_schema,
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
 pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};

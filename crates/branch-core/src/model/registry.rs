@@ -30,6 +30,19 @@ pub enum WireProtocol {
     Other,
 }
 
+/// The reference's request model of an endpoint: the payload keys it
+/// sends and the ranges it checks before sending.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RequestModel {
+    /// None: every payload key but the internal ones is sent.
+    None,
+    /// OpenAI's chat-completions request.
+    OpenAiChat,
+    /// Anthropic's Messages request.
+    AnthropicMessages,
+}
+
 /// One registered endpoint of a provider.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -44,9 +57,9 @@ pub struct EndpointSpec {
     pub auth_type: AuthType,
     /// Whether request tokens are estimated for rate limiting.
     pub requires_tokens: bool,
-    /// Whether the endpoint validates payloads against the OpenAI chat
-    /// request model (and writes its JSON schema as `request_options`).
-    pub openai_chat_request: bool,
+    /// The request model the endpoint filters and checks payloads
+    /// against (and writes as `request_options`), as the reference's.
+    pub request_model: RequestModel,
     /// Headers sent with every request.
     pub default_headers: &'static [(&'static str, &'static str)],
     /// Whether loopback targets are allowed by default (local servers).
@@ -122,7 +135,7 @@ const fn api(
         base_url: Some(base_url),
         auth_type,
         requires_tokens: false,
-        openai_chat_request: false,
+        request_model: RequestModel::None,
         default_headers: &[],
         allow_local_network: false,
         protocol: WireProtocol::Other,
@@ -134,7 +147,7 @@ const fn api(
 const fn openai_chat(base_url: &'static str, auth_type: AuthType) -> EndpointSpec {
     EndpointSpec {
         requires_tokens: true,
-        openai_chat_request: true,
+        request_model: RequestModel::OpenAiChat,
         protocol: WireProtocol::OpenAiChat,
         ..api("chat/completions", &["chat"], base_url, auth_type)
     }
@@ -161,7 +174,7 @@ const fn cli(path: &'static str, aliases: &'static [&'static str]) -> EndpointSp
         base_url: Some("internal"),
         auth_type: AuthType::Bearer,
         requires_tokens: false,
-        openai_chat_request: false,
+        request_model: RequestModel::None,
         default_headers: &[],
         allow_local_network: false,
         protocol: WireProtocol::Other,
@@ -240,6 +253,7 @@ pub static PROVIDERS: &[ProviderSpec] = &[
         endpoints: &[EndpointSpec {
             default_headers: &[("anthropic-version", "2023-06-01")],
             protocol: WireProtocol::AnthropicMessages,
+            request_model: RequestModel::AnthropicMessages,
             ..api("messages", &["chat"], "https://api.anthropic.com/v1", X)
         }],
     },
@@ -446,8 +460,10 @@ pub static PROVIDERS: &[ProviderSpec] = &[
             aliases: &["chat/completions"],
             base_url: None,
             auth_type: N,
-            requires_tokens: false,
-            openai_chat_request: false,
+            // The note of `include_token_usage_to_model` is given where an
+            // endpoint counts tokens; a local model counts its own.
+            requires_tokens: true,
+            request_model: RequestModel::None,
             default_headers: &[],
             allow_local_network: false,
             protocol: WireProtocol::OpenAiChat,

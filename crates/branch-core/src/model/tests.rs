@@ -227,6 +227,54 @@ fn request_options_and_processor_config_flags() {
     );
 }
 
+/// An Anthropic model writes the reference's Messages request model as its
+/// `request_options` (refdiff's `anthropic_request_options` compares it
+/// with the reference's own), and a stored one reads back as that model,
+/// not as a schema of its own: the body keeps the fields ours sends
+/// natively (`thinking`, `output_config`).
+#[test]
+fn anthropic_models_write_and_restore_the_messages_request_model() {
+    let c = ModelConfig::new("anthropic", "claude-sonnet-4-5").unwrap();
+    assert_eq!(
+        c.endpoint().request_options,
+        RequestOptions::AnthropicMessages
+    );
+    let d = c.to_dict(true, false);
+    let ro = &d["endpoint"]["config"]["request_options"];
+    assert_eq!(ro["title"], "CreateMessageRequest");
+    assert_eq!(
+        RequestOptions::AnthropicMessages.field_names().unwrap(),
+        [
+            "model",
+            "messages",
+            "max_tokens",
+            "system",
+            "temperature",
+            "top_p",
+            "top_k",
+            "stop_sequences",
+            "stream",
+            "metadata",
+            "tools",
+            "tool_choice"
+        ]
+    );
+    assert_eq!(
+        ro["properties"]["temperature"]["anyOf"][0]["maximum"],
+        json!(1)
+    );
+    let restored = ModelConfig::from_dict(&d).unwrap();
+    assert_eq!(
+        restored.endpoint().request_options,
+        RequestOptions::AnthropicMessages
+    );
+    assert!(
+        c.to_dict(false, false)["endpoint"]["config"]
+            .get("request_options")
+            .is_none()
+    );
+}
+
 #[test]
 fn default_openai_model_matches_empty_branch_fixture() {
     let out = load("serialization/empty_branch_default_model/output.json");

@@ -102,6 +102,15 @@ pub fn build_body(
     Ok(Value::Object(payload))
 }
 
+/// The ranges of the reference's Messages request model, unless the
+/// endpoint has a restored schema of its own.
+pub(crate) fn check_ranges(config: &ModelConfig, body: &Map<String, Value>) -> Result<(), String> {
+    match config.endpoint().request_options {
+        RequestOptions::Custom(_) => Ok(()),
+        _ => super::ranges::Ranges::AnthropicMessages.check(body),
+    }
+}
+
 /// The `system` field: a string stays a string; a list of text parts
 /// becomes text blocks.
 fn system_prompt(content: &Value) -> Result<Value, TranslateError> {

@@ -8,6 +8,7 @@
 
 pub mod anthropic;
 pub mod openai_chat;
+mod ranges;
 pub mod responses;
 
 use branch_core::model::registry::WireProtocol;
@@ -121,9 +122,9 @@ pub fn try_build_body(
     stream: bool,
 ) -> Result<Value, ModelError> {
     let payload = merged_payload(config, &request.fields, stream);
-    match Dialect::of(config) {
-        Dialect::OpenAiChat => Ok(openai_chat::build_body(config, request, stream, payload)),
-        Dialect::Responses => Ok(responses::build_body(config, request, stream, payload)),
+    let body = match Dialect::of(config) {
+        Dialect::OpenAiChat => openai_chat::build_body(config, request, stream, payload),
+        Dialect::Responses => responses::build_body(config, request, stream, payload),
         Dialect::Anthropic => {
             anthropic::build_body(config, request, stream, payload).map_err(|reason| {
                 error(
@@ -131,9 +132,27 @@ pub fn try_build_body(
                     ModelErrorKind::BadRequest,
                     format!("the request has no Anthropic Messages form: {reason}"),
                 )
-            })
+            })?
         }
+    };
+    if let Value::Object(sent) = &body {
+        let checked = match Dialect::of(config) {
+            Dialect::OpenAiChat => openai_chat::check_ranges(config, sent),
+            Dialect::Anthropic => anthropic::check_ranges(config, sent),
+            Dialect::Responses => Ok(()),
+        };
+        checked.map_err(|reason| refused(config, &reason))?;
     }
+    Ok(body)
+}
+
+/// A request its endpoint's request model refuses (see [`ranges`]).
+pub(crate) fn refused(config: &ModelConfig, reason: &str) -> ModelError {
+    error(
+        config,
+        ModelErrorKind::InvalidPayload,
+        format!("the request is refused before it is sent: {reason}"),
+    )
 }
 
 /// [`try_build_body`] serialized, with the token estimate of
@@ -147,8 +166,15 @@ pub fn try_build_body_bytes(
     if Dialect::of(config) != Dialect::OpenAiChat {
         return try_build_body(config, request, stream).map(|b| serialize_counting(&b));
     }
-    let payload = merged_payload(config, &request.fields, stream);
-    Ok(openai_chat::write_body(config, request, stream, payload))
+    let payload = openai_chat::ChatPayload::new(
+        config,
+        merged_payload(config, &request.fields, stream),
+        stream,
+    );
+    if let Some(reason) = payload.refusal() {
+        return Err(refused(config, reason));
+    }
+    Ok(payload.write(request))
 }
 
 /// The chat-completions payload of a call with no fields of its own

@@ -6,11 +6,12 @@ use std::ops::Range;
 
 use branch_core::model::{
     BodyWriter, ChatChunk, ChatMessage, ChatRequest, ChunkKind, ModelConfig, Punct, ReasoningBlock,
-    RequestBody, SettledJson, TokenCount, json_len_guess,
+    RequestBody, RequestOptions, SettledJson, TokenCount, json_len_guess,
 };
 use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde_json::{Map, Value, json};
 
+use super::ranges::Ranges;
 use super::{INTERNAL_KEYS, openai_reasoning_model, write_payload};
 use crate::sse::{self, Normalized, NotJson};
 
@@ -308,16 +309,16 @@ pub fn build_body(
     Value::Object(payload)
 }
 
-/// [`build_body`] serialized (compact, the bytes `serde_json::to_vec`
-/// writes for it) with the token estimate of its counted parts, written
-/// straight from the messages without building the body's `Value`.
-pub fn write_body(
+/// The ranges of the reference's chat request model, where the endpoint
+/// has it (a restored schema of its own, or none, checks nothing).
+pub(crate) fn check_ranges(
     config: &ModelConfig,
-    request: &ChatRequest,
-    stream: bool,
-    payload: Map<String, Value>,
-) -> serde_json::Result<RequestBody> {
-    ChatPayload::new(config, payload, stream).write(request)
+    payload: &Map<String, Value>,
+) -> Result<(), String> {
+    match config.endpoint().request_options {
+        RequestOptions::OpenAiChat => Ranges::OpenAiChat.check(payload),
+        _ => Ok(()),
+    }
 }
 
 /// All a chat-completions body takes from the configuration: its fields
@@ -330,13 +331,27 @@ pub fn write_body(
 pub struct ChatPayload {
     map: Map<String, Value>,
     shape: Shape,
+    /// Why the request model refuses these fields, if it does.
+    refusal: Option<String>,
 }
 
 impl ChatPayload {
     /// The payload of `merged` (kwargs and call fields) under `config`.
     pub fn new(config: &ModelConfig, mut merged: Map<String, Value>, stream: bool) -> Self {
         let shape = shape(config, stream, &mut merged);
-        Self { map: merged, shape }
+        let refusal = check_ranges(config, &merged).err();
+        Self {
+            map: merged,
+            shape,
+            refusal,
+        }
+    }
+
+    /// Why the endpoint's request model refuses this payload's fields (a
+    /// sampling field out of its range), if it does: such a payload is
+    /// never sent.
+    pub fn refusal(&self) -> Option<&str> {
+        self.refusal.as_deref()
     }
 
     /// The body of `request`, whose fields are the ones this payload was

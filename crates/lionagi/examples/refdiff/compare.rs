@@ -448,6 +448,60 @@ fn without_cli_records(v: &Value) -> Option<Value> {
     changed.then_some(out)
 }
 
+/// The reference's Anthropic Messages bodies as ours sends them
+/// (compat.md §25): consecutive messages of one role merged into one turn
+/// of text blocks, which the API requires and the reference leaves as
+/// they are. A body is one with `max_tokens` whose model is a Claude;
+/// `None` when no body changed.
+fn merged_anthropic_turns(v: &Value) -> Option<Value> {
+    fn blocks(content: &Value) -> Vec<Value> {
+        match content {
+            Value::String(s) if s.is_empty() => Vec::new(),
+            Value::String(s) => vec![json!({"type": "text", "text": s})],
+            Value::Array(a) => a.clone(),
+            other => vec![other.clone()],
+        }
+    }
+    fn merge(messages: &[Value]) -> Vec<Value> {
+        let mut out: Vec<Value> = Vec::with_capacity(messages.len());
+        for m in messages {
+            match out.last_mut() {
+                Some(last) if last["role"] == m["role"] => {
+                    let mut b = blocks(&last["content"]);
+                    b.extend(blocks(&m["content"]));
+                    last["content"] = Value::Array(b);
+                }
+                _ => out.push(m.clone()),
+            }
+        }
+        out
+    }
+    fn walk(v: &mut Value, changed: &mut bool) {
+        match v {
+            Value::Object(m) => {
+                let claude = m.contains_key("max_tokens")
+                    && m.get("model")
+                        .and_then(Value::as_str)
+                        .is_some_and(|n| n.starts_with("claude-"));
+                if let (true, Some(Value::Array(msgs))) = (claude, m.get_mut("messages")) {
+                    let merged = merge(msgs);
+                    if merged.len() != msgs.len() {
+                        *msgs = merged;
+                        *changed = true;
+                    }
+                }
+                m.values_mut().for_each(|x| walk(x, changed));
+            }
+            Value::Array(a) => a.iter_mut().for_each(|x| walk(x, changed)),
+            _ => {}
+        }
+    }
+    let mut out = v.clone();
+    let mut changed = false;
+    walk(&mut out, &mut changed);
+    changed.then_some(out)
+}
+
 fn ok_value(v: &Value) -> Option<&Value> {
     (v["ok"] == Value::Bool(true)).then(|| &v["value"])
 }
@@ -463,7 +517,16 @@ fn compare_all(sc: &Value, s: &Sides, normalise: bool) -> Comparer {
     if !c.diffs.is_empty() {
         return c;
     }
-    c.value("/requests", &s.reference["requests"], &s.ours["requests"]);
+    // The reference's Anthropic bodies, in the requests and in its logs,
+    // merged as ours are (§25).
+    let merged = normalise
+        .then(|| merged_anthropic_turns(&s.reference))
+        .flatten();
+    if merged.is_some() {
+        c.used.insert("§25");
+    }
+    let reference = merged.as_ref().unwrap_or(&s.reference);
+    c.value("/requests", &reference["requests"], &s.ours["requests"]);
     c.value(
         "/agent_calls",
         &agent_calls(&s.reference["agent_calls"]),
@@ -490,7 +553,7 @@ fn compare_all(sc: &Value, s: &Sides, normalise: bool) -> Comparer {
         .map(|m| m.keys().cloned().collect())
         .unwrap_or_default();
     for k in &keys {
-        let (r, o) = (&s.reference["to_dict"][k], &s.ours["to_dict"][k]);
+        let (r, o) = (&reference["to_dict"][k], &s.ours["to_dict"][k]);
         match (ok_value(r), ok_value(o)) {
             (Some(a), Some(b)) if normalise && sc.get("cli").is_some() => {
                 let (a2, b2) = (without_cli_records(a), without_cli_records(b));

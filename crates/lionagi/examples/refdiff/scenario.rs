@@ -107,9 +107,15 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
+    /// A model at the scripted server: `anthropic/NAME` on Anthropic
+    /// Messages, any other name on OpenAI chat completions.
     fn model(&self, name: &str) -> Result<Arc<dyn ChatModel>, String> {
+        let (provider, name) = match name.strip_prefix("anthropic/") {
+            Some(n) => ("anthropic", n),
+            None => ("openai", name),
+        };
         let config = ModelConfig::builder()
-            .provider("openai")
+            .provider(provider)
             .model(name)
             .base_url(&self.server.base_url())
             .allow_local_network(true)
