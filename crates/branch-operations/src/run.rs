@@ -345,7 +345,10 @@ impl RunState<'_> {
             let stream = match model.stream(request).await {
                 Ok(s) => s,
                 Err(e) => {
-                    self.log_call(&payload, started_at, started, Err(&e));
+                    // A call refused before sending was never made.
+                    if !e.kind.is_refused_before_sending() {
+                        self.log_call(&payload, started_at, started, Err(&e));
+                    }
                     self.done = true;
                     return Err(OperationError::api(e));
                 }

@@ -11,8 +11,7 @@ use branch_core::branch::same_model;
 use branch_core::log::{ApiCallHead, KeptJson, Log};
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{
-    ChatModel, ChatRequest, ChatResponse, LazyJson, ModelErrorKind, REASONING_METADATA_KEY,
-    ReasoningBlock,
+    ChatModel, ChatRequest, ChatResponse, LazyJson, REASONING_METADATA_KEY, ReasoningBlock,
 };
 use branch_core::{Branch, Metadata, ParsedJson, Participant, Role};
 use branch_messages::{
@@ -461,16 +460,8 @@ pub(crate) fn send<'a>(
         let caller = caller.or(agent.as_ref().map(|a| a as &dyn crate::middle::CallModel));
         // Built once: the bytes sent are the bytes the log keeps. A request
         // with no form in the model's protocol fails in the call below, as
-        // any other call does, and is logged with a `null` payload. One the
-        // endpoint's request model refuses is no call at all, as in the
-        // reference (its `APICalling` is never made): nothing is logged.
-        let body = match model.request_body(&request) {
-            Ok(b) => Some(b),
-            Err(e) if e.kind == ModelErrorKind::InvalidPayload && caller.is_none() => {
-                return Err(OperationError::api(e));
-            }
-            Err(_) => None,
-        };
+        // any other call does, and is logged with a `null` payload.
+        let body = model.request_body(&request).ok();
         let started_at = branch_core::model::now_timestamp();
         let t0 = Instant::now();
         let span = tracing::debug_span!("api_call", model = ?model.config().model_name());
@@ -482,6 +473,10 @@ pub(crate) fn send<'a>(
                 (None, None) => model.chat(request),
             });
         let mut result = tracing::Instrument::instrument(call, span).await;
+        if matches!(&result, Err(e) if e.kind.is_refused_before_sending()) {
+            // Never made, so not logged (the refusal's reason is the error).
+            return result.map_err(OperationError::api);
+        }
         let duration = t0.elapsed().as_secs_f64();
         // The reply's own bytes stand for `raw` (in the log and the message)
         // only when the model vouches for them and no middleware stood between

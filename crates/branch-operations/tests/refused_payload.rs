@@ -1,7 +1,7 @@
-//! A turn whose payload the model's request model refuses (a sampling
-//! field out of the API's range) leaves the branch as it was: nothing is
-//! sent, no message is added and, as in the reference, whose `APICalling`
-//! is never made, no call is logged.
+//! A turn whose call the model refuses before sending (a sampling field
+//! out of the API's range, an input over its `max_input_tokens`) leaves
+//! the branch as it was: nothing is sent, no message is added and, as in
+//! the reference, whose `APICalling` is never made, no call is logged.
 
 mod common;
 
@@ -63,6 +63,24 @@ async fn a_refused_payload_leaves_the_branch_as_it_was() {
         server.push(MockReply::text("again"));
     }
     assert_eq!(server.request_count(), 3);
+}
+
+#[tokio::test]
+async fn an_input_over_the_cap_is_no_call_either() {
+    let server = MockServer::start().await;
+    server.push(MockReply::text("never"));
+    let mut c = common::config(&server, "gpt-4.1-mini");
+    c.set_max_input_tokens(Some(5)).unwrap();
+    let mut b = branch(Arc::new(IModel::with_api_key(c, "test").unwrap()));
+    let e = b
+        .communicate(CommunicateOptions::new(
+            "a question longer than five tokens, surely",
+        ))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("max_input_tokens"), "{e}");
+    assert_eq!((b.messages().len(), b.logs().len()), (1, 0));
+    assert_eq!(server.request_count(), 0);
 }
 
 #[tokio::test]

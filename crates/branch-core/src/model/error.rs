@@ -92,6 +92,14 @@ pub enum ModelErrorKind {
 }
 
 impl ModelErrorKind {
+    /// Whether the model's own checks refused the call before anything
+    /// was sent (a payload its request model refuses, an input over its
+    /// cap): no call was made, so none is logged, as in the reference,
+    /// whose `APICalling` is never created for either.
+    pub fn is_refused_before_sending(self) -> bool {
+        matches!(self, Self::InvalidPayload | Self::InputTokenCap)
+    }
+
     /// Whether the HTTP layer retries this kind.
     pub fn is_retryable(self) -> bool {
         matches!(
