@@ -369,12 +369,12 @@ def agent_calls():
     return calls
 
 
-def model(name):
+def model(name, **kw):
     """A model at the scripted server: `anthropic/NAME` on Anthropic
     Messages, any other name on OpenAI chat completions."""
     provider, name = name.split("/", 1) if name.startswith("anthropic/") else ("openai", name)
     return iModel(provider=provider, model=name, base_url=BASE_URL, api_key="test",
-                  allow_local_network=True)
+                  allow_local_network=True, **kw)
 
 
 def resolve(v):
@@ -414,11 +414,13 @@ def error_of(e):
 
 def new_branch(spec):
     kw = {k: resolve(v) for k, v in spec.items()
-          if k not in ("tools", "model", "parse_model", "cli_model", "memory")}
+          if k not in ("tools", "model", "parse_model", "cli_model", "memory",
+                       "max_input_tokens")}
     if spec.get("memory"):
         from lionagi.protocols.memory import InMemoryStore
         kw["memory"] = InMemoryStore()
-    kw["chat_model"] = model(spec.get("model", "gpt-4.1-mini"))
+    cap = {"max_input_tokens": spec["max_input_tokens"]} if "max_input_tokens" in spec else {}
+    kw["chat_model"] = model(spec.get("model", "gpt-4.1-mini"), **cap)
     if "cli_model" in spec:
         # A CLI agent model (never run here: only built, cloned, stored).
         provider, name = spec["cli_model"].split("/", 1)

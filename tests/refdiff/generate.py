@@ -987,6 +987,11 @@ sc("anthropic_request_options", "a Claude model's request model in to_dict "
    [step("communicate", instruction="q")], [{"text": "a"}], branch=CLAUDE,
    to_dict=[{"mode": "json", "include_request_options": True, "key": "json_ro"},
             {"mode": "db", "include_request_options": True, "key": "db_ro"}])
+sc("input_cap_refused", "an input over the chat model's max_input_tokens is refused before "
+   "sending, and no call is logged (compat.md §13)",
+   [step("communicate", instruction="A question far longer than five tokens, to be refused"),
+    step("communicate", instruction="A second question, also far longer than five tokens")],
+   [{"text": "never"}], branch={"system": "You are terse.", "max_input_tokens": 5})
 sc("openai_ranges_refused", "OpenAI chat: a temperature above 2 or below 0 and a top_p above "
    "1 are refused before anything is sent, and no call is logged; 2 itself is sent",
    [step("communicate", instruction="a", temperature=2.5),

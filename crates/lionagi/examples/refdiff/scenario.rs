@@ -110,17 +110,24 @@ impl Ctx<'_> {
     /// A model at the scripted server: `anthropic/NAME` on Anthropic
     /// Messages, any other name on OpenAI chat completions.
     fn model(&self, name: &str) -> Result<Arc<dyn ChatModel>, String> {
+        self.capped_model(name, None)
+    }
+
+    /// [`Ctx::model`] with an input cap (`max_input_tokens`).
+    fn capped_model(&self, name: &str, cap: Option<u64>) -> Result<Arc<dyn ChatModel>, String> {
         let (provider, name) = match name.strip_prefix("anthropic/") {
             Some(n) => ("anthropic", n),
             None => ("openai", name),
         };
-        let config = ModelConfig::builder()
+        let mut config = ModelConfig::builder()
             .provider(provider)
             .model(name)
             .base_url(&self.server.base_url())
-            .allow_local_network(true)
-            .build()
-            .map_err(|e| e.to_string())?;
+            .allow_local_network(true);
+        if let Some(cap) = cap {
+            config = config.max_input_tokens(cap);
+        }
+        let config = config.build().map_err(|e| e.to_string())?;
         Ok(Arc::new(
             IModel::with_api_key(config, "test").map_err(|e| e.to_string())?,
         ))
@@ -943,14 +950,14 @@ fn build_branch(ctx: &Ctx<'_>, spec: &Value) -> Result<Branch, String> {
                 Arc::new(ModelConfig::new(provider, name).map_err(|e| e.to_string())?);
             bld.chat_model(m)
         }
-        None => bld.chat_model(ctx.model(model)?),
+        None => bld.chat_model(ctx.capped_model(model, spec["max_input_tokens"].as_u64())?),
     };
     if let Some(p) = spec["parse_model"].as_str() {
         bld = bld.parse_model(ctx.model(p)?);
     }
     for (k, v) in spec.as_object().into_iter().flatten() {
         bld = match (k.as_str(), v) {
-            ("model" | "parse_model" | "cli_model", _) => bld,
+            ("model" | "parse_model" | "cli_model" | "max_input_tokens", _) => bld,
             ("memory", Value::Bool(true)) => {
                 bld.memory(Arc::new(lionagi::core::InMemoryStore::new()))
             }
