@@ -842,6 +842,35 @@ sc("connect_then_operate", "the connected model's schema is offered to operate",
    [step("connect", model="gpt-4o-mini", name="helper", description="Ask another model"),
     step("operate", instruction="Use the helper", response_format=F("Answer"), actions=True)],
    [ANSWER])
+HELPER = dict(name="helper", description="Ask another model")
+ASK = [{"role": "user", "content": "Capital of France?"}]
+sc("connect_call_anthropic", "act calls a connected Claude model: its API call is logged in "
+   "the branch before the tool call's own log, and the tool offers the Messages request",
+   [step("connect", model="anthropic/claude-haiku-4-5", **HELPER),
+    step("act", action_request=[call("helper", model="claude-haiku-4-5", messages=ASK,
+                                      max_tokens=50, system="Be brief.")])],
+   [{"text": "Paris."}])
+sc("connect_call_openai", "act calls a connected OpenAI model: the reference's tool adds "
+   "`reasoning_effort: null` to the arguments it sends (compat.md §21 H18)",
+   [step("connect", model="gpt-4o-mini", **HELPER),
+    step("act", action_request=[call("helper", model="gpt-4o-mini", messages=ASK)])],
+   [{"text": "Paris."}],
+   expect={"section": "§21 H18", "paths": [
+       "/requests/0/reasoning_effort",
+       "/to_dict/json/logs/collections/0/content/payload/reasoning_effort",
+       "/to_dict/db/logs/collections/0/content/payload/reasoning_effort",
+       "/to_dict/json/logs/collections/1/content/arguments/reasoning_effort",
+       "/to_dict/db/logs/collections/1/content/arguments/reasoning_effort"]})
+sc("connect_call_fails", "a connected model's call fails at the provider: the reference's "
+   "tool answers None and the tool call completes; ours fails it with the provider's error "
+   "(compat.md §21 H18). Both log the failed API call",
+   [step("connect", model="anthropic/claude-haiku-4-5", **HELPER),
+    step("act", action_request=[call("helper", model="claude-haiku-4-5", messages=ASK,
+                                      max_tokens=50)], suppress_errors=True)],
+   [{"status": 400, "error": "bad"}],
+   expect={"section": "§21 H18", "paths": [
+       "/to_dict/json/messages/collections/", "/to_dict/db/messages/collections/",
+       "/to_dict/json/logs/collections/1/", "/to_dict/db/logs/collections/1/"]})
 
 # ---------------------------------------------------------------- serialization
 MODES = {

@@ -205,10 +205,12 @@ pub async fn invoke_tool(
     // not cross `spawn`): model calls inside carry its id, MCP progress
     // goes to its branch.
     let conversation = branch_core::telemetry::conversation_id();
+    // It may leave logs for the branch (`tool_logs`), gathered here.
     let body = tracing::Instrument::in_current_span(async move {
+        let call = branch_core::tool_logs::collect(t.call(args));
         match conversation {
-            Some(id) => branch_core::telemetry::in_conversation(id, t.call(args)).await,
-            None => t.call(args).await,
+            Some(id) => branch_core::telemetry::in_conversation(id, call).await,
+            None => call.await,
         }
     });
     let mut task = AbortOnDrop(tokio::spawn(body));
@@ -219,9 +221,13 @@ pub async fn invoke_tool(
     drop(task);
     let elapsed = start.elapsed();
     let cancelled = matches!(&joined, Some(Err(e)) if e.is_cancelled());
+    let mut logs = Vec::new();
     let result = match joined {
         None => Err(ToolError::Timeout(timeout.unwrap_or_default())),
-        Some(Ok(r)) => r,
+        Some(Ok((r, left))) => {
+            logs = left;
+            r
+        }
         Some(Err(e)) if e.is_panic() => Err(ToolError::Panicked(panic_message(e.into_panic()))),
         Some(Err(_)) => Err(ToolError::Failed("the tool task was cancelled".into())),
     };
@@ -235,6 +241,7 @@ pub async fn invoke_tool(
     if cancelled {
         outcome.calling.status = CallStatus::Cancelled;
     }
+    outcome.logs = logs;
     outcome
 }
 
@@ -261,6 +268,7 @@ fn finish(
         tool_id,
         result,
         calling,
+        logs: Vec::new(),
     }
 }
 

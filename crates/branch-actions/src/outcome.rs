@@ -2,6 +2,7 @@
 //! ActionResponse output, `act`'s return value, the log entry and the
 //! messages' participants, each as the reference writes them.
 
+use branch_core::log::Log;
 use branch_core::{Participant, ToolError};
 use serde_json::{Value, json};
 use uuid::Uuid;
@@ -21,6 +22,9 @@ pub struct CallOutcome {
     pub result: Result<Value, CallError>,
     /// The `FunctionCalling` record.
     pub calling: FunctionCalling,
+    /// Logs the tool left for the branch ([`branch_core::tool_logs`]): a
+    /// connected model's API call, say. Logged before the call's own.
+    pub logs: Vec<Log>,
 }
 
 impl CallOutcome {

@@ -46,6 +46,7 @@ pub mod progression;
 mod small_map;
 mod str_or_value;
 pub mod telemetry;
+pub mod tool_logs;
 
 pub use action::{ActionManager, RegisteredTool, Tool, ToolError};
 pub use branch::{

@@ -398,7 +398,13 @@ pub(crate) async fn execute(
                 branch_id,
                 &ToolCall::new(call.function.clone(), call.effective_arguments().clone()),
             ),
-            Some(o) => {
+            Some(mut o) => {
+                // What the tool left for the branch (a connected model's
+                // API call) goes first, as the reference logs it inside
+                // the call.
+                for log in std::mem::take(&mut o.logs) {
+                    branch.log(log);
+                }
                 branch.log(Log::from_json(o.log_content(branch_id)));
                 if let Err(e) = &o.result {
                     tracing::warn!(function = %o.call.function, error = %e, "tool call failed");

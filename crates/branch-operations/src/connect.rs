@@ -1,6 +1,9 @@
 //! `Branch.connect`: a model registered as a tool. The tool's parameters
-//! are the provider's chat request schema; calling it sends the arguments
-//! as one request to the model and returns the provider's raw reply.
+//! are the model's request schema (its endpoint's request model, as the
+//! reference's `imodel.request_options`: OpenAI's chat request, Anthropic's
+//! Messages request; OpenAI's chat request for a model without one);
+//! calling it sends the arguments as one request to the model and returns
+//! the provider's raw reply.
 
 use std::sync::Arc;
 
@@ -60,17 +63,40 @@ pub(crate) fn connect(
             message: format!("Tool with name '{name}' already exists."),
         });
     }
+    let schema = match model.config().endpoint().request_options.schema() {
+        Some(s) => s.clone(),
+        None => openai_chat_request_schema().clone(),
+    };
     let tool = DynamicTool::new(
         name,
         description.map(str::to_owned),
-        openai_chat_request_schema().clone(),
+        schema,
         move |args: Value| {
             let model = model.clone();
             async move {
                 let request = request_of(args)?;
-                model
-                    .chat(request)
-                    .await
+                // Logged in the branch as the reference's connected model
+                // logs its call, before the tool call's own log; a call
+                // refused before sending was never made.
+                let body = model.request_body(&request).ok();
+                let started_at = branch_core::model::now_timestamp();
+                let t0 = std::time::Instant::now();
+                let mut result = match &body {
+                    Some(b) => model.chat_with_body(request, b).await,
+                    None => model.chat(request).await,
+                };
+                if !matches!(&result, Err(e) if e.kind.is_refused_before_sending()) {
+                    let duration = t0.elapsed().as_secs_f64();
+                    let vouched = model.keeps_reply_bytes();
+                    branch_core::tool_logs::record(crate::call_log::api_call_log(
+                        body.as_ref(),
+                        &mut result,
+                        started_at,
+                        duration,
+                        vouched,
+                    ));
+                }
+                result
                     .map(|r| r.raw.into_value())
                     .map_err(|e| e.to_string())
             }

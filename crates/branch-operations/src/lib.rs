@@ -34,6 +34,7 @@
 mod act;
 mod agent;
 mod approval;
+mod call_log;
 mod chat;
 mod cli_call;
 pub mod cli_stream;

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use branch_core::branch::same_model;
-use branch_core::log::{ApiCallHead, KeptJson, Log};
 use branch_core::message::{ImageDetail, InstructionContent, Message, MessageManager};
 use branch_core::model::{
     ChatModel, ChatRequest, ChatResponse, LazyJson, REASONING_METADATA_KEY, ReasoningBlock,
@@ -478,49 +477,16 @@ pub(crate) fn send<'a>(
             return result.map_err(OperationError::api);
         }
         let duration = t0.elapsed().as_secs_f64();
-        // The reply's own bytes stand for `raw` (in the log and the message)
-        // only when the model vouches for them and no middleware stood between
-        // it and us: either could have changed `raw`.
-        if let Ok(r) = &mut result {
-            if caller.is_some() || !model.keeps_reply_bytes() {
-                r.raw_text = None;
-            }
-            // A reply still held as its text reads as that text, whoever
-            // returned it (a change through `raw` drops the text).
-            if let Some(t) = r.raw.text() {
-                r.raw_text = Some(t.clone());
-            }
-        }
-        // The served model moves to the log: the turn's messages do not
-        // carry it, and nothing after this reads it from the reply.
-        let served_model = result.as_mut().ok().and_then(|r| r.served_model.take());
-        let mut head = ApiCallHead::of(result.as_ref(), started_at, duration);
-        head.served_model = served_model;
-        // The request body and the reply are kept as JSON text (the body the
-        // very bytes sent), parsed only if the log is read; the rest of the
-        // record stays typed.
-        let mut kept = Vec::with_capacity(2);
-        if let Some(b) = &body {
-            kept.push(KeptJson::body(&["payload"], b));
-        }
-        let reply = |r: &ChatResponse| match (r.raw_text.as_ref())
-            .and_then(|t| KeptJson::parsed(&["execution", "response"], t))
-        {
-            Some(kept) => Ok(kept),
-            None => KeptJson::value(&["execution", "response"], &r.raw),
-        };
-        let log = match &result {
-            Ok(r) => match reply(r) {
-                Ok(k) => {
-                    kept.push(k);
-                    Log::api_call(head, kept)
-                }
-                // A `Value` always serializes; were it ever not to, the reply
-                // is still recorded whole.
-                Err(_) => Log::with_kept(head.record(Value::Null, r.raw.peek().into_owned()), kept),
-            },
-            Err(_) => Log::api_call(head, kept),
-        };
+        // The reply's own bytes stand for `raw` only when the model vouches
+        // for them and no middleware stood between it and us.
+        let vouched = caller.is_none() && model.keeps_reply_bytes();
+        let log = crate::call_log::api_call_log(
+            body.as_ref(),
+            &mut result,
+            started_at,
+            duration,
+            vouched,
+        );
         branch.log(log);
         result.map_err(OperationError::api)
     }

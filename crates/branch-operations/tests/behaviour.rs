@@ -1480,6 +1480,80 @@ async fn connect_registers_a_model_as_a_tool() {
     assert_eq!(server.request_count(), 1);
 }
 
+/// A connected model's call is an API call of the branch, as in the
+/// reference: its log (payload sent, reply received, or the failure) goes
+/// to the branch's logs right before the tool call's own. A Claude model's
+/// tool offers the Messages request model; its failure at the provider
+/// fails the tool call.
+#[tokio::test]
+async fn a_connected_models_call_is_logged_before_the_tool_call() {
+    let server = MockServer::start().await;
+    server.script([MockReply::text("Paris."), MockReply::error(400, "bad")]);
+    let c = branch_core::model::ModelConfig::builder()
+        .provider("anthropic")
+        .model("claude-haiku-4-5")
+        .base_url(&server.base_url())
+        .allow_local_network(true)
+        .build()
+        .unwrap();
+    let claude: Arc<dyn branch_core::model::ChatModel> =
+        Arc::new(branch_models::IModel::with_api_key(c, "test").unwrap());
+    let mut b = Branch::builder()
+        .chat_model(model(&server, "gpt-4.1-mini"))
+        .build()
+        .unwrap();
+    b.connect(claude, "helper", None, false).unwrap();
+    let schema = b.acts().get("helper").unwrap().tool().schema().clone();
+    assert_eq!(
+        schema["function"]["parameters"],
+        *branch_core::model::anthropic_messages_request_schema()
+    );
+    let ask = |text: &str| {
+        ToolCall::new(
+            "helper",
+            json!({"model": "claude-haiku-4-5", "max_tokens": 50,
+                   "messages": [{"role": "user", "content": text}]})
+            .as_object()
+            .unwrap()
+            .clone(),
+        )
+    };
+    let out = b
+        .act(vec![ask("Capital?")], ActOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        out[0].output.as_ref().unwrap()["content"][0]["text"],
+        "Paris."
+    );
+    let logs: Vec<_> = b.logs().iter().map(|l| l.content().clone()).collect();
+    assert_eq!(logs.len(), 2);
+    assert_eq!(logs[0]["payload"], server.bodies()[0]);
+    assert_eq!(logs[0]["execution"]["status"], "completed");
+    assert_eq!(
+        logs[0]["execution"]["response"]["content"][0]["text"],
+        "Paris."
+    );
+    assert_eq!(logs[0]["metadata"]["served_model"], "claude-haiku-4-5");
+    assert_eq!(logs[1]["function"], "helper");
+    let out = b
+        .act(
+            vec![ask("fail")],
+            ActOptions::default().suppress_errors(true),
+        )
+        .await
+        .unwrap();
+    // Suppressed, the failure reads as no output (the log keeps why).
+    assert_eq!(out[0].output, None);
+    let logs: Vec<_> = b.logs().iter().map(|l| l.content().clone()).collect();
+    assert_eq!(logs.len(), 4);
+    assert_eq!(logs[2]["execution"]["status"], "failed");
+    assert_eq!(logs[2]["payload"], server.bodies()[1]);
+    assert_eq!(logs[3]["execution"]["status"], "failed");
+    let why = logs[3]["execution"]["error"]["message"].as_str().unwrap();
+    assert!(why.contains("status 400") && why.contains("bad"), "{why}");
+}
+
 /// Every span opened on this thread: its name, its parent's name and its
 /// `lionagi.operation` / `gen_ai.conversation.id` fields.
 #[derive(Clone, Default)]
