@@ -667,6 +667,14 @@ for op in ("ReAct", "ReActStream"):
     sc(f"{op.lower()}_dict_format", f"{op}: the final answer in a dict format",
        [step(op, instruction="go", response_format=DICT_FORMAT)],
        [analysis("a", False), {"json": {"title": "t", "year": 3, "extra": True}}], branch=R)
+sc("dict_format_not_object", "communicate's dict format read from JSON that is not an object: "
+   "the reference reads it as an empty object, ours repairs it (compat.md §21 H10; found by "
+   "random seed 512)",
+   [step("communicate", instruction="q1", response_format=DICT_FORMAT)],
+   [{"text": "[1, 2, 3]"}, {"json": {"title": "t", "year": 1}}],
+   expect={"section": "§21 H10", "paths": ["/requests", "/steps/", "/to_dict/json/messages/",
+                                           "/to_dict/db/messages/", "/to_dict/json/logs/",
+                                           "/to_dict/db/logs/"]})
 sc("react_dict_format_answer", "ReAct: a dict format's answer is the whole reading",
    [step("ReAct", instruction="go", response_format={"answer": "the answer", "why": "a reason"})],
    [analysis("a", False), {"json": {"answer": "x", "why": "y", "extra": 1}}], branch=R)
@@ -871,6 +879,16 @@ sc("connect_call_fails", "a connected model's call fails at the provider: the re
    expect={"section": "§21 H18", "paths": [
        "/to_dict/json/messages/collections/", "/to_dict/db/messages/collections/",
        "/to_dict/json/logs/collections/1/", "/to_dict/db/logs/collections/1/"]})
+sc("connect_call_beside_tools", "act runs a connected model's call and a local tool at once: "
+   "the reference records each call as it finishes (the tool's first), ours in the order "
+   "asked (compat.md §21 H19)",
+   [step("connect", model="anthropic/claude-haiku-4-5", **HELPER),
+    step("act", action_request=[call("helper", model="claude-haiku-4-5", messages=ASK,
+                                      max_tokens=50), call("echo", text="hi")])],
+   [{"text": "Paris."}], branch={"system": "You are terse.", "tools": ["echo"]},
+   expect={"section": "§21 H19", "paths": [
+       "/to_dict/json/messages/", "/to_dict/db/messages/",
+       "/to_dict/json/logs/collections/", "/to_dict/db/logs/collections/"]})
 
 # ---------------------------------------------------------------- serialization
 MODES = {

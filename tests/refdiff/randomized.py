@@ -14,11 +14,11 @@ that differs can be copied into `scenarios/` as a regression test.
 
 A scenario strings together one to four steps of the verbs a conversation
 uses (chat, communicate, operate, parse, interpret, act, ReAct,
-ReActStream, with context providers and capability grants), each with a
-random subset of its keywords, on a branch with random tools, user, system
-message and parse model, and scripts replies of every kind: plain text,
-well-formed, fenced, near-miss and unparseable structured replies, tool
-calls, and provider errors. Where a departure is documented in
+ReActStream, with context providers, capability grants and a connected
+model), each with a random subset of its keywords, on a branch with random
+tools, user, system message and parse model, and scripts replies of every
+kind: plain text, well-formed, fenced, near-miss and unparseable structured
+replies, tool calls, and provider errors. Where a departure is documented in
 docs/compat.md and needs a declaration (`expect_deviation`), the generator
 stays out of its way rather than declare it, so that every difference it
 finds is one nobody has written down:
@@ -34,8 +34,8 @@ finds is one nobody has written down:
 - no call is asked for twice in one batch (§21 H7), no tool result
   passes 64 bits (§21 H8), no ReAct with a reasoning effort has a
   guidance that is not text (§21 H9), and no reply is JSON that is not an
-  object where operate's own structure, ReAct's analysis or a parse that
-  forces or fills keys is read (§21 H10); `act` raises only from a batch
+  object where operate's own structure, ReAct's analysis, a dict format or
+  a parse that forces or fills keys is read (§21 H10); `act` raises only from a batch
   of one call (§21 H11);
   `between_rounds` goes to ReAct only (§21 H12), images to every verb
   but ReAct (§21 H13), and no similarity threshold lies outside 0..1
@@ -57,6 +57,11 @@ finds is one nobody has written down:
 - on Anthropic Messages (about one conversation in six), no images (§25)
   and no `clear_messages` where a temperature above Anthropic's 1 has the
   call refused (§18 O2);
+- `connect` registers a Claude or an OpenAI model as the tool `helper`,
+  and `act` calls it only when it is Claude's and no provider error is
+  scripted (the reference's connected tool adds `reasoning_effort: null`
+  to an OpenAI model's arguments and answers None for a failed call,
+  §21 H18), in turn when other calls join it (§21 H19);
 - `clone`, `run`, sessions and ReAct's `return_analysis` are left to the
   matrix (§5, §18 O4, §7, §18).
 """
@@ -137,6 +142,8 @@ class Gen:
         # The first ReAct given deliverables sets them for the conversation
         # (the spare analysis that ends the script carries them).
         self.deliverables = None
+        # The model a `connect` step registered as the tool `helper`.
+        self.helper = None
 
     def maybe(self, p=0.5):
         return self.r.random() < p
@@ -423,10 +430,24 @@ class Gen:
             self.interpret_args(a, "domain", "style", "sample_writing")
             replies.append(self.text_reply())
         elif op == "act":
-            calls = self.calls(r.randint(1, 3))
+            calls = self.calls(r.randint(1, 3)) if self.tools else []
+            # A connected Claude model is called with a reply of its own;
+            # an OpenAI one is not (its reference tool adds arguments,
+            # §21 H18), nor one whose call could meet a provider error
+            # (the reference's tool answers None, §21 H18).
+            if self.helper == CLAUDE_HELPER and not self.errors and (not calls or self.maybe()):
+                calls.insert(r.randint(0, len(calls)), {"function": "helper", "arguments": {
+                    "model": CLAUDE_HELPER.split("/", 1)[1], "max_tokens": 64,
+                    "messages": [{"role": "user", "content": r.choice(TEXTS)}]}})
+                replies.append(self.text_reply())
             a["action_request"] = calls[0] if len(calls) == 1 and self.maybe() else calls
             if self.maybe(0.3):
                 a["strategy"] = r.choice(["sequential", "concurrent"])
+            # Run at once, the reference records each call as it finishes
+            # (§21 H19): a batch with the helper's slower call beside
+            # others runs in turn.
+            if len(calls) > 1 and any(c["function"] == "helper" for c in calls):
+                a["strategy"] = "sequential"
             # A batch that raises is cut short in the reference, and what
             # it recorded depends on timing (compat.md §21 H11): errors
             # are raised only from a batch of one.
@@ -505,6 +526,11 @@ class Gen:
                                {"text": "", "kind": "none", "name": "empty"},
                                {"text": "", "kind": "fail", "name": "broken"},
                                {"text": "word " * 50, "name": "big", "max_tokens": 5}]))
+        elif op == "connect":
+            if self.helper and self.maybe(0.7):
+                a["update"] = True
+            self.helper = r.choice([CLAUDE_HELPER, "gpt-4o-mini"])
+            a.update({"model": self.helper, "name": "helper", "description": "Ask another model"})
         elif op == "grant_capabilities":
             a.update({"name": "Reviewer", "prompt": self.maybe(0.8),
                       "fields": [{"name": "note", "type": "str", "description": "A short note"},
@@ -518,7 +544,10 @@ STRUCTURED = {"operate", "parse", "ReAct", "ReActStream"}
 # a parse repair compiles it too).
 HISTORY = {"chat", "communicate", "operate", "interpret", "parse", "ReAct", "ReActStream"}
 OPS = (["communicate"] * 5 + ["operate"] * 4 + ["chat"] * 2 + ["parse"] * 2
-       + ["interpret", "act", "ReAct", "ReActStream", "register_provider", "grant_capabilities"])
+       + ["interpret", "act", "ReAct", "ReActStream", "register_provider", "grant_capabilities",
+          "connect"])
+# The model a `connect` step may register that `act` then calls.
+CLAUDE_HELPER = "anthropic/claude-haiku-4-5"
 
 
 # A CLI agent's conversation: the branch's model is a Claude Code agent that both sides run
@@ -633,9 +662,13 @@ def scenario(seed, i):
         # A step may take more or fewer calls than scripted (a repair,
         # ReAct's rounds), so a provider error could land on a repair:
         # a conversation with errors parses no structure at all.
+        callable_helper = g.helper == CLAUDE_HELPER and not g.errors
         op = rng.choice([o for o in OPS if not (acted and o in HISTORY)
                          and not (g.errors and o in STRUCTURED)
-                         and not (o == "act" and not g.tools)])
+                         and not (o == "act" and not g.tools and not callable_helper)])
+        # A model just connected is often called at once.
+        if steps and steps[-1]["op"] == "connect" and callable_helper and g.maybe(0.6):
+            op = "act"
         s, rs = g.step(op)
         acted = acted or op == "act"
         steps.append(s)
@@ -655,11 +688,12 @@ def scenario(seed, i):
     replies += spares * 12
     # A reply may reach a step other than the one it was scripted for, and
     # the reference's own structures (operate's without a format, ReAct's
-    # analysis) and a parse that forces or fills read JSON that is not an
-    # object as an empty one (§21 H10), and its request_fields fail on a
+    # analysis), a dict format and a parse that forces or fills read JSON
+    # that is not an object as an empty one (§21 H10), and its request_fields fail on a
     # JSON list of anything but objects (§21 H16): where one is parsed, no
     # reply is such a text.
-    if any(s["op"].startswith("ReAct") or "request_fields" in s["args"] or (
+    if any(s["op"].startswith("ReAct") or "request_fields" in s["args"]
+           or s["args"].get("response_format") == DICT_FORMAT or (
             s["op"] == "operate" and "response_format" not in s["args"]
             and (s["args"].get("actions") or s["args"].get("reason")
                  or s["args"].get("field_models"))) or (

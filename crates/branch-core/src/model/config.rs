@@ -34,34 +34,30 @@ const RESTORABLE_CLIENT_KWARGS: &[&str] = &[
     "limits",
 ];
 
-const OPENAI_CHAT_SCHEMA_TEXT: &str = include_str!("openai_chat_request_schema.json");
+/// A request model's schema compiled in, parsed once into `cell`.
+fn embedded_schema(cell: &'static OnceLock<Value>, text: &'static str) -> &'static Value {
+    #[allow(
+        clippy::expect_used,
+        reason = "compiled-in text, parsed by a test; not input"
+    )]
+    cell.get_or_init(|| serde_json::from_str(text).expect("embedded schema is valid JSON"))
+}
 
 /// The JSON Schema of the reference's OpenAI chat-completions request model,
 /// exactly as `to_dict(include_request_options=True)` writes it.
 pub fn openai_chat_request_schema() -> &'static Value {
     static SCHEMA: OnceLock<Value> = OnceLock::new();
-    #[allow(
-        clippy::expect_used,
-        reason = "compiled-in text, parsed by a test; not input"
-    )]
-    SCHEMA.get_or_init(|| {
-        serde_json::from_str(OPENAI_CHAT_SCHEMA_TEXT).expect("embedded schema is valid JSON")
-    })
+    embedded_schema(&SCHEMA, include_str!("openai_chat_request_schema.json"))
 }
-
-const ANTHROPIC_MESSAGES_SCHEMA_TEXT: &str = include_str!("anthropic_messages_request_schema.json");
 
 /// The JSON Schema of the reference's Anthropic Messages request model,
 /// exactly as `to_dict(include_request_options=True)` writes it.
 pub fn anthropic_messages_request_schema() -> &'static Value {
     static SCHEMA: OnceLock<Value> = OnceLock::new();
-    #[allow(
-        clippy::expect_used,
-        reason = "compiled-in text, parsed by a test; not input"
-    )]
-    SCHEMA.get_or_init(|| {
-        serde_json::from_str(ANTHROPIC_MESSAGES_SCHEMA_TEXT).expect("embedded schema is valid JSON")
-    })
+    embedded_schema(
+        &SCHEMA,
+        include_str!("anthropic_messages_request_schema.json"),
+    )
 }
 
 /// How the API key is sent.
