@@ -460,8 +460,9 @@ pub static PROVIDERS: &[ProviderSpec] = &[
             aliases: &["chat/completions"],
             base_url: None,
             auth_type: N,
-            // The note of `include_token_usage_to_model` is given where an
-            // endpoint counts tokens; a local model counts its own.
+            // `include_token_usage_to_model` gives its note only where the
+            // endpoint counts tokens; the embedded model's window is small,
+            // so it takes the note (the same estimate as any other).
             requires_tokens: true,
             request_model: RequestModel::None,
             default_headers: &[],

@@ -122,7 +122,8 @@ pub fn try_build_body(
     stream: bool,
 ) -> Result<Value, ModelError> {
     let payload = merged_payload(config, &request.fields, stream);
-    let body = match Dialect::of(config) {
+    let dialect = Dialect::of(config);
+    let body = match dialect {
         Dialect::OpenAiChat => openai_chat::build_body(config, request, stream, payload),
         Dialect::Responses => responses::build_body(config, request, stream, payload),
         Dialect::Anthropic => {
@@ -136,7 +137,7 @@ pub fn try_build_body(
         }
     };
     if let Value::Object(sent) = &body {
-        let checked = match Dialect::of(config) {
+        let checked = match dialect {
             Dialect::OpenAiChat => openai_chat::check_ranges(config, sent),
             Dialect::Anthropic => anthropic::check_ranges(config, sent),
             Dialect::Responses => Ok(()),
