@@ -373,8 +373,8 @@ def model(name, **kw):
     """A model at the scripted server: `anthropic/NAME` on Anthropic
     Messages, any other name on OpenAI chat completions."""
     provider, name = name.split("/", 1) if name.startswith("anthropic/") else ("openai", name)
-    return iModel(provider=provider, model=name, base_url=BASE_URL, api_key="test",
-                  allow_local_network=True, **kw)
+    kw.setdefault("allow_local_network", True)
+    return iModel(provider=provider, model=name, base_url=BASE_URL, api_key="test", **kw)
 
 
 def resolve(v):
@@ -415,11 +415,11 @@ def error_of(e):
 def new_branch(spec):
     kw = {k: resolve(v) for k, v in spec.items()
           if k not in ("tools", "model", "parse_model", "cli_model", "memory",
-                       "max_input_tokens")}
+                       "max_input_tokens", "allow_local_network")}
     if spec.get("memory"):
         from lionagi.protocols.memory import InMemoryStore
         kw["memory"] = InMemoryStore()
-    cap = {"max_input_tokens": spec["max_input_tokens"]} if "max_input_tokens" in spec else {}
+    cap = {k: spec[k] for k in ("max_input_tokens", "allow_local_network") if k in spec}
     kw["chat_model"] = model(spec.get("model", "gpt-4.1-mini"), **cap)
     if "cli_model" in spec:
         # A CLI agent model (never run here: only built, cloned, stored).
@@ -534,6 +534,20 @@ async def run_step(state, step):
                  for f in args["fields"]]
         b.grant_capabilities(Operable(specs, name=args.get("name")), prompt=args.get("prompt", True))
         return None
+    if op == "reload":
+        # The branch written by to_dict (json mode) and read back by from_dict;
+        # models and tools are not written with their keys or code, so the
+        # step gives them again.
+        nb = Branch.from_dict(json.loads(json.dumps(jsonable(b.to_dict()))))
+        designate_system(nb)
+        nb.chat_model = model(args["model"])
+        # Without a parse model of its own the branch's parse model is its
+        # chat model, as a branch built with a chat model alone has.
+        nb.parse_model = model(args["parse_model"]) if args.get("parse_model") else nb.chat_model
+        if args.get("tools"):
+            nb.register_tools([TOOLS[t] for t in args["tools"]])
+        state["branch"] = nb
+        return {"messages": len(nb.messages)}
     if op == "session":
         from lionagi import Session
         s = Session()
@@ -544,6 +558,48 @@ async def run_step(state, step):
             s.remove_branch(b)
         return {"branches": len(s.branches), "default_is_branch": s.default_branch is b}
     raise ValueError(f"unknown op {op}")
+
+
+def designate_system(b):
+    """The reference's from_dict leaves the System message that leads the
+    pile undesignated, so a restored branch stops sending its text; ours
+    designates it (docs/compat.md §1). Designated here, so that what a
+    restored branch's next turn compares is everything else."""
+    first = next(iter(b.messages), None)
+    if b.msgs.system is None and type(first).__name__ == "System":
+        b.msgs.system = first
+
+
+CONTINUE = "Continue."
+
+
+def continues(sc):
+    """The to_dict key whose output a loaded branch goes on from (the first
+    json-mode one), or None: a CLI agent's branch is not run again, and after
+    `act` the reference drops the results still pending (§15 M3)."""
+    if "cli_model" in sc.get("branch", {}) or any(s["op"] == "act" for s in sc["steps"]):
+        return None
+    modes = sc.get("to_dict", DEFAULT_DICTS)
+    return next(((m.get("key") or m["mode"]) for m in modes if m["mode"] == "json"), None)
+
+
+async def continued(data, spec):
+    """The turn a branch loaded from `data` takes next: given the scenario's
+    chat model again (a stored model has no key), it communicates once; the
+    request it sent, or its failure, is the result."""
+    b = Branch.from_dict(copy.deepcopy(data))
+    cap = {k: spec[k] for k in ("max_input_tokens", "allow_local_network") if k in spec}
+    b.chat_model = model(spec.get("model", "gpt-4.1-mini"), **cap)
+    b.parse_model = b.chat_model
+    designate_system(b)
+    SCRIPT.reset([{"text": "Continued."}])
+    try:
+        await b.communicate(instruction=CONTINUE)
+        r = {"ok": True}
+    except Exception as e:  # noqa: BLE001 - recorded as the outcome
+        r = error_of(e)
+    r["requests"] = list(SCRIPT.bodies)
+    return r
 
 
 def to_dicts(b, modes):
@@ -583,10 +639,22 @@ async def run_scenario(sc):
     }
 
 
-def cross_load(theirs, ours, modes):
+def cross_load(theirs, ours, sc, loop):
     """from_dict of the other side's to_dict outputs and of our own, each
-    followed by to_dict with the same options."""
-    return {"other": reload(theirs, modes), "self": reload(ours, modes)}
+    followed by to_dict with the same options; and the turn each loaded
+    branch takes next (`continued`)."""
+    modes = sc.get("to_dict", DEFAULT_DICTS)
+    out = {"other": reload(theirs, modes), "self": reload(ours, modes), "continued": {}}
+    key = continues(sc)
+    for side, data in (("other", theirs), ("self", ours)):
+        r = data.get("to_dict", {}).get(key) if key else None
+        if r and r.get("ok"):
+            try:
+                out["continued"][side] = loop.run_until_complete(
+                    asyncio.wait_for(continued(r["value"], sc.get("branch", {})), 60))
+            except Exception as e:  # noqa: BLE001 - from_dict refused it
+                out["continued"][side] = dict(error_of(e), requests=[])
+    return out
 
 
 def reload(data, modes):
@@ -665,9 +733,8 @@ def main():
                 theirs = json.load(fh)
             with open(os.path.join(out_dir, name + ".json")) as fh:
                 ours = json.load(fh)
-            modes = sc.get("to_dict", DEFAULT_DICTS)
             with open(os.path.join(out_dir, name + ".cross.json"), "w") as fh:
-                json.dump(cross_load(theirs, ours, modes), fh, indent=1)
+                json.dump(cross_load(theirs, ours, sc, loop), fh, indent=1)
         print("CROSSED", flush=True)
     server.shutdown()
 

@@ -404,6 +404,13 @@ sc("act_unknown", "act with an unknown tool",
 sc("act_string_arguments", "act with arguments as a JSON text",
    [step("act", action_request={"function": "add", "arguments": '{"a": 5, "b": 6}'})], branch=A,
    expect={"section": "§21 H4"})
+sc("act_argument_checks", "act with arguments the tool's schema refuses: a required key "
+   "missing fails on both sides (in other words), a value of the wrong type only here (the "
+   "reference checks keys only and runs the tool, compat.md §16 A2)",
+   [step("act", action_request=[call("multiply", a=6), call("lookup_capital", country=5)])],
+   branch=A, expect={"section": "§16 A2", "paths": [
+       "/steps/0", "/to_dict/json/messages/collections/", "/to_dict/db/messages/collections/",
+       "/to_dict/json/logs/collections/", "/to_dict/db/logs/collections/"]})
 sc("act_then_communicate", "act, then a turn that sees its result",
    [step("act", action_request=call("multiply", a=3, b=4)), step("communicate", instruction="Result?")],
    [{"text": "12"}], branch=A, expect={"section": "§15 M3"})
@@ -890,6 +897,44 @@ sc("connect_call_beside_tools", "act runs a connected model's call and a local t
        "/to_dict/json/messages/", "/to_dict/db/messages/",
        "/to_dict/json/logs/collections/", "/to_dict/db/logs/collections/"]})
 
+# ---------------------------------------------------------------- reload
+# `reload` writes the branch with to_dict, reads it back with from_dict and goes on with
+# the restored branch: what a later turn sends must be what the live branch would have.
+TOOLS2 = {"system": "Use tools when helpful.", "tools": ["multiply", "lookup_capital"]}
+RELOAD = step("reload", model="gpt-4.1-mini", tools=["multiply", "lookup_capital"])
+sc("reload_continue", "a branch restored mid-conversation sends its history as the live "
+   "one did: the system text folded in, the context, a structured turn and its tool call",
+   [step("communicate", instruction="Hi", context={"city": "Paris", "n": [1, 2]}),
+    step("operate", instruction="6*7?", response_format=F("Answer"), actions=True),
+    RELOAD,
+    step("communicate", instruction="And the capital?"),
+    step("chat", instruction="Once more", record=True)],
+   [{"text": "Hello."},
+    {"json": {"answer": "42", "confidence": 0.8, "action_required": True,
+              "action_requests": [call("multiply", a=6, b=7)]}},
+    {"text": "Paris."}, {"text": "Again."}],
+   branch=TOOLS2)
+sc("reload_first", "a branch restored before its first turn keeps its system message",
+   [RELOAD, step("communicate", instruction="Hi")], [{"text": "Hello."}], branch=TOOLS2)
+sc("reload_parse_model", "a restored branch with a parse model of its own",
+   [step("communicate", instruction="Hi"),
+    step("reload", model="gpt-4.1-mini", parse_model="gpt-4.1-nano"),
+    step("parse", text="name Ada, 36", response_format=F("Person"))],
+   [{"text": "Hello."}, PERSON], branch={"system": "Be brief.", "parse_model": "gpt-4.1-nano"})
+sc("reload_anthropic", "a Claude branch restored mid-conversation",
+   [step("communicate", instruction="Hi", temperature=0.3),
+    step("reload", model="anthropic/claude-sonnet-4-5"),
+    step("communicate", instruction="Again")],
+   [{"text": "Hello."}, {"text": "Again."}],
+   branch={"system": "Be brief.", "model": "anthropic/claude-sonnet-4-5"})
+sc("reload_react", "a branch restored after ReAct's rounds and a tool call goes on",
+   [step("ReAct", instruction="What is 6*7?", max_extensions=2),
+    RELOAD,
+    step("communicate", instruction="Say it again")],
+   [analysis("Need product.", True, [call("multiply", a=6, b=7)], reason=REASON),
+    analysis("42, done.", False, reason=REASON), {"json": {"answer": "42"}}, {"text": "42."}],
+   branch=dict(TOOLS2, system=R["system"]))
+
 # ---------------------------------------------------------------- serialization
 MODES = {
     "python": {"mode": "python"},
@@ -1039,6 +1084,14 @@ sc("input_cap_refused", "an input over the chat model's max_input_tokens is refu
    [step("communicate", instruction="A question far longer than five tokens, to be refused"),
     step("communicate", instruction="A second question, also far longer than five tokens")],
    [{"text": "never"}], branch={"system": "You are terse.", "max_input_tokens": 5})
+sc("network_guard_logged", "a model at a loopback address without the local-network opt-in: "
+   "the guard refuses the call, which is logged as a failed call, and the turn is not kept; "
+   "ours' message names the range (compat.md §13)",
+   [step("communicate", instruction="Hi"), step("chat", instruction="Again", record=True)],
+   [{"text": "never"}], branch={"system": "You are terse.", "allow_local_network": False},
+   expect={"section": "§13", "paths": [
+       f"/to_dict/{m}/logs/collections/{k}/content/execution/error/message"
+       for m in ("json", "db") for k in (0, 1)]})
 sc("openai_ranges_refused", "OpenAI chat: a temperature above 2 or below 0 and a top_p above "
    "1 are refused before anything is sent, and no call is logged; 2 itself is sent",
    [step("communicate", instruction="a", temperature=2.5),

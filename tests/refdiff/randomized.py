@@ -714,7 +714,27 @@ def scenario(seed, i):
         d["to_dict"] = [dict(m, key=f"m{k}") for k, m in enumerate(rng.sample(MODES, 2))]
     if rng.random() < ANTHROPIC_SHARE:
         on_anthropic(d, rng)
+    with_reload(d, random.Random(seed * 7_919 + i))
     return d
+
+
+def with_reload(d, rng):
+    """About one conversation in four writes its branch with to_dict, reads
+    it back with from_dict and goes on with the restored branch (`reload`),
+    drawn last so that the rest of a scenario's draws stay as they were.
+    Models and tools are given again (neither is written with its key or
+    code). A tool `connect` made is not one of them: a reload comes before
+    any connect."""
+    if rng.random() >= 0.25:
+        return
+    steps, branch = d["steps"], d["branch"]
+    last = next((k for k, s in enumerate(steps) if s["op"] == "connect"), len(steps))
+    args = {"model": branch.get("model", "gpt-4.1-mini")}
+    if "parse_model" in branch:
+        args["parse_model"] = branch["parse_model"]
+    if branch.get("tools"):
+        args["tools"] = branch["tools"]
+    steps.insert(rng.randint(0, last), {"op": "reload", "args": args})
 
 
 # About one conversation in six runs on Anthropic Messages, drawn after

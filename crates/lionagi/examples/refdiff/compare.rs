@@ -608,6 +608,40 @@ fn compare_all(sc: &Value, s: &Sides, normalise: bool) -> Comparer {
             }
         }
     }
+    // The turn a loaded branch takes next: from the reference's output and
+    // from ours, whichever side loaded it, the same request and outcome.
+    let continued = [
+        (
+            "continued from ref",
+            &s.reference_loads_ours["continued"]["self"],
+            &s.ours_loads_reference["continued"]["other"],
+        ),
+        (
+            "continued from ours",
+            &s.reference_loads_ours["continued"]["other"],
+            &s.ours_loads_reference["continued"]["self"],
+        ),
+    ];
+    for (label, by_reference, by_us) in continued {
+        let merged = normalise
+            .then(|| merged_anthropic_turns(by_reference))
+            .flatten();
+        if merged.is_some() {
+            c.used.insert("§25");
+        }
+        let by_reference = merged.as_ref().unwrap_or(by_reference);
+        c.value(
+            &format!("/{label}/requests"),
+            &by_reference["requests"],
+            &by_us["requests"],
+        );
+        if by_reference["ok"] != by_us["ok"] {
+            c.diff(
+                &format!("/{label}"),
+                format!("ref {} ours {}", short(by_reference), short(by_us)),
+            );
+        }
+    }
     // Our own outputs load back, in every mode (compat.md §9).
     for k in &keys {
         if let Some(original) = ok_value(&s.ours["to_dict"][k]) {

@@ -67,7 +67,7 @@ async fn run_all(
         } else {
             Value::Null
         };
-        let cross = scenario::cross_load(&theirs, &result, &sc);
+        let cross = scenario::cross_load(&theirs, &result, &sc, library).await;
         write_json(&out_dir.join(format!("{name}.cross.json")), &cross)?;
     }
     Ok(())

@@ -110,11 +110,17 @@ impl Ctx<'_> {
     /// A model at the scripted server: `anthropic/NAME` on Anthropic
     /// Messages, any other name on OpenAI chat completions.
     fn model(&self, name: &str) -> Result<Arc<dyn ChatModel>, String> {
-        self.capped_model(name, None)
+        self.branch_model(name, None, true)
     }
 
-    /// [`Ctx::model`] with an input cap (`max_input_tokens`).
-    fn capped_model(&self, name: &str, cap: Option<u64>) -> Result<Arc<dyn ChatModel>, String> {
+    /// [`Ctx::model`] with an input cap (`max_input_tokens`) and the
+    /// local-network opt-in as given (`allow_local_network`).
+    fn branch_model(
+        &self,
+        name: &str,
+        cap: Option<u64>,
+        local_network: bool,
+    ) -> Result<Arc<dyn ChatModel>, String> {
         let (provider, name) = match name.strip_prefix("anthropic/") {
             Some(n) => ("anthropic", n),
             None => ("openai", name),
@@ -123,7 +129,7 @@ impl Ctx<'_> {
             .provider(provider)
             .model(name)
             .base_url(&self.server.base_url())
-            .allow_local_network(true);
+            .allow_local_network(local_network);
         if let Some(cap) = cap {
             config = config.max_input_tokens(cap);
         }
@@ -840,6 +846,36 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
             st.branch = clone;
             Ok(json!({"same_chat_model": same}))
         }
+        "reload" => {
+            // The branch written by to_dict (json mode) and read back by
+            // from_dict; models and tools are not written with their keys
+            // or code, so the step gives them again.
+            let model = a.str("model")?.ok_or("reload needs model")?;
+            let parse = a.str("parse_model")?;
+            let tools = a.strings("tools")?.unwrap_or_default();
+            a.done(op)?;
+            let d = b
+                .to_dict(&ToDictOptions::mode(SerializationMode::Json))
+                .map_err(|e| e.to_string())?;
+            let mut restored = Branch::from_dict(&d).map_err(|e| e.to_string())?;
+            let chat = ctx.model(&model)?;
+            // Without a parse model of its own the branch's parse model is
+            // its chat model, as a branch built with a chat model alone has.
+            restored.set_parse_model(match parse {
+                Some(p) => ctx.model(&p)?,
+                None => chat.clone(),
+            });
+            restored.set_chat_model(chat);
+            for t in tools {
+                restored
+                    .acts_mut()
+                    .register(ctx.library.tool(&t)?, false)
+                    .map_err(|e| e.to_string())?;
+            }
+            let messages = restored.messages().len();
+            st.branch = restored;
+            Ok(json!({"messages": messages}))
+        }
         "session" => {
             let extra = a.strings("extra")?.unwrap_or_default();
             let remove = a.bool("remove")?.unwrap_or(false);
@@ -950,14 +986,21 @@ fn build_branch(ctx: &Ctx<'_>, spec: &Value) -> Result<Branch, String> {
                 Arc::new(ModelConfig::new(provider, name).map_err(|e| e.to_string())?);
             bld.chat_model(m)
         }
-        None => bld.chat_model(ctx.capped_model(model, spec["max_input_tokens"].as_u64())?),
+        None => bld.chat_model(ctx.branch_model(
+            model,
+            spec["max_input_tokens"].as_u64(),
+            spec["allow_local_network"].as_bool().unwrap_or(true),
+        )?),
     };
     if let Some(p) = spec["parse_model"].as_str() {
         bld = bld.parse_model(ctx.model(p)?);
     }
     for (k, v) in spec.as_object().into_iter().flatten() {
         bld = match (k.as_str(), v) {
-            ("model" | "parse_model" | "cli_model" | "max_input_tokens", _) => bld,
+            (
+                "model" | "parse_model" | "cli_model" | "max_input_tokens" | "allow_local_network",
+                _,
+            ) => bld,
             ("memory", Value::Bool(true)) => {
                 bld.memory(Arc::new(lionagi::core::InMemoryStore::new()))
             }
@@ -1078,11 +1121,74 @@ pub async fn run(sc: &Value, library: &Library) -> Value {
 }
 
 /// `from_dict` of the reference's `to_dict` outputs (`other`) and of our
-/// own (`self`), each followed by `to_dict` with the same options.
-pub fn cross_load(theirs: &Value, ours: &Value, sc: &Value) -> Value {
+/// own (`self`), each followed by `to_dict` with the same options; and the
+/// turn each loaded branch takes next (`continued`).
+pub async fn cross_load(theirs: &Value, ours: &Value, sc: &Value, library: &Library) -> Value {
     let modes = dict_modes(sc);
-    json!({"other": reload(theirs, &modes), "self": reload(ours, &modes)})
+    let mut continued = Map::new();
+    if let Some(key) = continues(sc) {
+        for (side, produced) in [("other", theirs), ("self", ours)] {
+            let r = &produced["to_dict"][&key];
+            if r["ok"] == json!(true) {
+                continued.insert(side.into(), continue_from(&r["value"], sc, library).await);
+            }
+        }
+    }
+    json!({"other": reload(theirs, &modes), "self": reload(ours, &modes),
+           "continued": continued})
 }
+
+/// The `to_dict` key whose output a loaded branch goes on from (the first
+/// json-mode one), or `None`: a CLI agent's branch is not run again, and
+/// after `act` the reference drops the results still pending (§15 M3).
+fn continues(sc: &Value) -> Option<String> {
+    let steps = sc["steps"].as_array().into_iter().flatten();
+    if !sc["branch"]["cli_model"].is_null() || steps.clone().any(|s| s["op"] == "act") {
+        return None;
+    }
+    dict_modes(sc)
+        .iter()
+        .find(|m| m["mode"] == "json")
+        .map(mode_key)
+}
+
+/// The turn a branch loaded from `data` takes next: given the scenario's
+/// chat model again (a stored model has no key), it communicates once; the
+/// request it sent, or its failure, is the result.
+async fn continue_from(data: &Value, sc: &Value, library: &Library) -> Value {
+    let ctx = Ctx {
+        server: MockServer::start().await,
+        library,
+    };
+    ctx.server.script([MockReply::text("Continued.")]);
+    ctx.server.script(
+        std::iter::repeat_with(|| MockReply::error(400, "mock: no scripted reply left")).take(4),
+    );
+    let spec = &sc["branch"];
+    let turn = async {
+        let mut b = Branch::from_dict(data).map_err(|e| e.to_string())?;
+        let chat = ctx.branch_model(
+            spec["model"].as_str().unwrap_or("gpt-4.1-mini"),
+            spec["max_input_tokens"].as_u64(),
+            spec["allow_local_network"].as_bool().unwrap_or(true),
+        )?;
+        b.set_parse_model(chat.clone());
+        b.set_chat_model(chat);
+        b.communicate(CommunicateOptions::new(CONTINUE))
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let mut r = match tokio::time::timeout(std::time::Duration::from_secs(60), turn).await {
+        Ok(Ok(_)) => json!({"ok": true}),
+        Ok(Err(e)) => err_value(e, "OperationError"),
+        Err(_) => err_value("no result within 60 s", "OperationError"),
+    };
+    r["requests"] = json!(ctx.server.bodies());
+    r
+}
+
+/// What a loaded branch is asked when it goes on (`continued`).
+const CONTINUE: &str = "Continue.";
 
 fn reload(produced: &Value, modes: &[Value]) -> Value {
     let mut out = Map::new();
