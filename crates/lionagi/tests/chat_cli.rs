@@ -1,6 +1,7 @@
 //! `lionagi chat` end to end: the built binary against the loopback mock
 //! server (one-shot, streaming, `--json`, store and resume, piped
-//! conversations, error messages, Ctrl-C).
+//! conversations, error messages, Ctrl-C), on OpenAI chat completions
+//! and on Anthropic Messages.
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
@@ -522,4 +523,92 @@ async fn clear_starts_a_new_conversation_and_json_lines_say_which() {
         pairs(&[("user", "Instruction: Two?")]),
         "no history after /clear"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_conversation_streams_and_resumes_in_its_own_protocol() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("Four.").chunk_size(2),
+        MockReply::text("Six.").chunk_size(3),
+    ]);
+    let sb = Sandbox::new();
+    let db = sb.path("chat.db");
+    let url = server.base_url();
+    let first = sb
+        .command(&[
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-sonnet-4-5",
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--name",
+            "sums",
+            "--system",
+            "Be brief.",
+            "--max-tokens",
+            "20",
+            "What is 2+2?",
+        ])
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .output()
+        .await
+        .expect("run lionagi");
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    assert_eq!(text(&first.stdout), "Four.\n");
+    let requests = server.requests();
+    assert_eq!(requests[0].path, "/v1/messages");
+    // The user pointed the provider at this server: its key goes there.
+    assert_eq!(requests[0].header("x-api-key"), Some("sk-ant-test"));
+    assert_eq!(requests[0].header("authorization"), None);
+    assert!(requests[0].header("anthropic-version").is_some());
+    assert_eq!(
+        requests[0].body,
+        json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 20,
+            "messages": [
+                {"role": "user", "content": "Guidance: Be brief.\nInstruction: What is 2+2?"}
+            ],
+            "stream": true
+        })
+    );
+
+    // Resumed from the store: the stored model and server, no key (a
+    // stored address is not the provider's registered one).
+    let second = sb
+        .command(&[
+            "--store",
+            &db,
+            "--resume",
+            "sums",
+            "--allow-local-network",
+            "And 3+3?",
+        ])
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        .output()
+        .await
+        .expect("run lionagi");
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "Six.\n");
+    let requests = server.requests();
+    assert_eq!(requests[1].path, "/v1/messages");
+    assert_eq!(requests[1].header("x-api-key"), None);
+    assert_eq!(
+        requests[1].body,
+        json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 20,
+            "messages": [
+                {"role": "user", "content": "Guidance: Be brief.\nInstruction: What is 2+2?"},
+                {"role": "assistant", "content": "Four."},
+                {"role": "user", "content": "Instruction: And 3+3?"}
+            ],
+            "stream": true
+        })
+    );
+    assert_eq!(stored_messages(&db).await, vec![5]);
 }

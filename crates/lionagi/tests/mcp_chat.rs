@@ -237,6 +237,98 @@ async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-chat-anthropic-{}", std::process::id());
+    let model = MockServer::start().await;
+    model.script([
+        MockReply::tool_calls(vec![MockToolCall {
+            id: "toolu_1".into(),
+            name: "echo".into(),
+            arguments: json!({"text": "ping from Claude"}),
+        }]),
+        MockReply::text("The server echoed it."),
+    ]);
+    let sb = Sandbox::new();
+    let cfg = sb.config(
+        "mcp.json",
+        json!({"py": {"command": python.display().to_string(),
+                      "args": [server_script("py_server.py"), "stdio", tag]}}),
+    );
+    let db = sb.path("chat.db");
+    let url = model.base_url();
+    let out = sb
+        .chat(&[
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-sonnet-4-5",
+            "--max-tokens",
+            "64",
+            "--base-url",
+            &url,
+            "--mcp",
+            &cfg,
+            "--store",
+            &db,
+            "--name",
+            "t",
+            "--json",
+            "Echo something.",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(line["reply"], "The server echoed it.");
+    assert_eq!(line["tool_calls"][0]["name"], "echo");
+    assert_eq!(
+        line["tool_calls"][0]["arguments"],
+        json!({"text": "ping from Claude"})
+    );
+
+    let requests = model.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(requests.iter().all(|r| r.path == "/v1/messages"));
+    // Offered in Anthropic's shape, with the server's inputSchema.
+    let tools = requests[0].body["tools"].as_array().unwrap();
+    let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
+    assert_eq!(echo["input_schema"]["required"], json!(["text"]));
+    // The tool use goes back as the assistant's block, and the
+    // MCP server's answer as the user's tool_result for the same id.
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let used = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .find(|b| b["type"] == "tool_use")
+        .expect("the tool use is sent back");
+    assert_eq!(used["id"], "toolu_1");
+    assert_eq!(used["input"], json!({"text": "ping from Claude"}));
+    let result = messages
+        .iter()
+        .flat_map(|m| m["content"].as_array().into_iter().flatten())
+        .find(|b| b["type"] == "tool_result")
+        .expect("the tool's result is sent");
+    assert_eq!(result["tool_use_id"], "toolu_1");
+    assert!(result.to_string().contains("ping from Claude"), "{result}");
+
+    assert_eq!(
+        kinds(&db).await,
+        vec![vec![
+            "instruction",
+            "assistant",
+            "action_request",
+            "action_response",
+            "instruction",
+            "assistant"
+        ]]
+    );
+    assert!(
+        running_with(&tag).is_empty(),
+        "the MCP server outlived the chat"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tool_failures_reach_the_model_and_broken_servers_change_nothing() {
     let python3 = which("python3");
     let tag = format!("mcp-chat-fail-{}", std::process::id());
