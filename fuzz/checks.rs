@@ -634,6 +634,25 @@ pub fn tool_arguments(data: &[u8]) {
             );
         }
     }
+    if let Ok(args) = &parsed {
+        // Checked against alternatives, as pydantic's optional fields are
+        // written: a refusal names a place in the arguments.
+        static SCHEMA: OnceLock<ArgSchema> = OnceLock::new();
+        let schema = SCHEMA.get_or_init(|| {
+            ArgSchema::from_value(serde_json::json!({"type": "object", "properties": {
+                "n": {"anyOf": [{"type": "number", "maximum": 1}, {"type": "null"}]},
+                "items": {"type": "array", "items": {"oneOf": [
+                    {"type": "object", "required": ["role"],
+                     "properties": {"role": {"anyOf": [{"type": "string"}, {"type": "null"}]}}},
+                    {"type": "string"}]}}}}))
+            .expect("the schema compiles")
+        });
+        if let Err(branch_core::ToolError::InvalidArguments { path, .. }) =
+            schema.validate(&Value::Object(args.clone()))
+        {
+            assert!(path.starts_with('$'), "{path}");
+        }
+    }
     let call = branch_actions::ToolCall::from_text("f", text);
     assert_eq!(call.malformed.is_some(), parsed.is_err());
     if call.malformed.is_some() {

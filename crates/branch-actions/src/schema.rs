@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use branch_core::ToolError;
+use jsonschema::ValidationError;
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::paths::LocationSegment;
 use schemars::JsonSchema;
@@ -106,9 +107,10 @@ impl ArgSchema {
     /// offending field as a path (`$.items[0].name`; `$` is the arguments
     /// object itself).
     pub fn validate(&self, arguments: &Value) -> Result<(), ToolError> {
-        let Some(err) = self.validator.iter_errors(arguments).next() else {
+        let Some(first) = self.validator.iter_errors(arguments).next() else {
             return Ok(());
         };
+        let err = explaining(&first);
         let mut path = String::from("$");
         for seg in err.instance_path().iter() {
             match seg {
@@ -127,6 +129,49 @@ impl ArgSchema {
             reason: err.to_string(),
         })
     }
+}
+
+/// Most `anyOf` / `oneOf` levels a report descends: schemas nest them
+/// (an `Option` inside an `Option`), but never this deep in practice.
+const MAX_ALTERNATIVE_DEPTH: usize = 16;
+
+/// The error that says what is wrong with a value no alternative of an
+/// `anyOf` / `oneOf` accepts: the alternative that got furthest, where one
+/// did. An `Option<T>` field is `anyOf: [T, null]`, so `-1` for an
+/// `Option<u8>` fails both; of those the `null` alternative's failure is
+/// only a type mismatch, while `T`'s says "less than the minimum of 0",
+/// which is what a model can correct. An alternative got further when its
+/// first error lies deeper in the value, or at the same place is not a type
+/// mismatch. When every alternative fails on the value's type alone, the
+/// combinator's own error stands.
+fn explaining<'e, 'a>(err: &'e ValidationError<'a>) -> &'e ValidationError<'a> {
+    let mut err = err;
+    for _ in 0..MAX_ALTERNATIVE_DEPTH {
+        let (ValidationErrorKind::AnyOf { context }
+        | ValidationErrorKind::OneOfNotValid { context }) = err.kind()
+        else {
+            break;
+        };
+        let depth = |e: &ValidationError<'_>| e.instance_path().iter().count();
+        let reach = |e: &ValidationError<'_>| {
+            let mismatch = matches!(e.kind(), ValidationErrorKind::Type { .. });
+            (depth(e), !mismatch)
+        };
+        let here = (depth(err), false);
+        // The first alternative of the furthest reach: `max_by_key` would
+        // take the last.
+        let mut best: Option<&'e ValidationError<'a>> = None;
+        for e in context.iter().filter_map(|alternative| alternative.first()) {
+            if best.is_none_or(|b| reach(e) > reach(b)) {
+                best = Some(e);
+            }
+        }
+        match best {
+            Some(b) if reach(b) > here => err = b,
+            _ => break,
+        }
+    }
+    err
 }
 
 fn push_property(path: &mut String, p: &str) {

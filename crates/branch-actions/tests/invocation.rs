@@ -157,6 +157,69 @@ async fn invalid_arguments_name_the_field() {
     );
 }
 
+/// pydantic writes an optional field as `anyOf: [T, null]` (so MCP servers'
+/// and connected models' schemas do): a value no alternative accepts is
+/// explained by the alternative that got furthest, not by "not valid under
+/// any of the schemas".
+#[tokio::test]
+async fn a_value_no_alternative_accepts_is_explained_by_the_closest_one() {
+    let schema = json!({"type": "object", "properties": {
+        "temperature": {"anyOf": [{"type": "number", "minimum": 0, "maximum": 1},
+                                  {"type": "null"}]},
+        "messages": {"type": "array", "items": {"anyOf": [
+            {"type": "object", "properties": {"role": {"type": "string"}}, "required": ["role"]},
+            {"type": "string"}]}},
+        "nested": {"anyOf": [{"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]},
+                             {"type": "string"}]},
+        "either": {"oneOf": [{"type": "string"}, {"type": "integer"}]}}});
+    let tool = DynamicTool::new("sample", None, schema, |v: Value| async move {
+        Ok::<_, String>(v)
+    })
+    .unwrap();
+    let mut acts = ActionManager::new();
+    acts.register(tool.into_tool(), false).unwrap();
+    let refused = |arguments: Value| {
+        let acts = &acts;
+        async move {
+            match acts
+                .invoke(ToolCall::new("sample", args(arguments)), None)
+                .await
+                .result
+            {
+                Err(CallError::Tool(ToolError::InvalidArguments { path, reason })) => {
+                    (path, reason)
+                }
+                other => panic!("expected invalid arguments, got {other:?}"),
+            }
+        }
+    };
+    let (path, reason) = refused(json!({"temperature": 3})).await;
+    assert_eq!(path, "$.temperature");
+    assert_eq!(reason, "3 is greater than the maximum of 1");
+    let (path, reason) = refused(json!({"messages": [{"role": "user"}, {"content": "x"}]})).await;
+    assert_eq!(path, "$.messages[1].role");
+    assert_eq!(reason, "\"role\" is a required property");
+    let (path, reason) = refused(json!({"nested": -1})).await;
+    assert_eq!(path, "$.nested");
+    assert_eq!(reason, "-1 is less than the minimum of 0");
+    // Every alternative refuses the type alone: the combinator says so.
+    let (path, reason) = refused(json!({"temperature": "warm"})).await;
+    assert_eq!(path, "$.temperature");
+    assert!(reason.contains("anyOf"), "{reason}");
+    let (path, reason) = refused(json!({"either": true})).await;
+    assert_eq!(path, "$.either");
+    assert!(reason.contains("oneOf"), "{reason}");
+    assert!(
+        acts.invoke(
+            ToolCall::new("sample", args(json!({"temperature": null, "nested": 2}))),
+            None
+        )
+        .await
+        .result
+        .is_ok()
+    );
+}
+
 /// act_direct: `does_not_exist` → the reference's ActionResponse output,
 /// return value and log record.
 #[tokio::test]
