@@ -14,6 +14,7 @@ use schemars::JsonSchema;
 use serde_json::{Map, Value};
 
 use crate::error::ToolBuildError;
+use crate::limits::QUOTED_VALUE_BYTES;
 
 /// A tool's parameter schema with its compiled validator.
 pub struct ArgSchema {
@@ -124,11 +125,26 @@ impl ArgSchema {
         {
             push_property(&mut path, p);
         }
-        Err(ToolError::InvalidArguments {
-            path,
-            reason: err.to_string(),
-        })
+        let reason = if longer_than(err.instance(), QUOTED_VALUE_BYTES) {
+            err.masked_with("the value").to_string()
+        } else {
+            err.to_string()
+        };
+        Err(ToolError::InvalidArguments { path, reason })
     }
+}
+
+/// Whether `v`'s JSON text is longer than `max` bytes, found without
+/// writing more than that.
+fn longer_than(v: &Value, max: usize) -> bool {
+    struct Budget(usize);
+    impl std::fmt::Write for Budget {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            self.0 = self.0.checked_sub(s.len()).ok_or(std::fmt::Error)?;
+            Ok(())
+        }
+    }
+    std::fmt::write(&mut Budget(max), format_args!("{v}")).is_err()
 }
 
 /// Most `anyOf` / `oneOf` levels a report descends: schemas nest them

@@ -209,6 +209,13 @@ async fn a_value_no_alternative_accepts_is_explained_by_the_closest_one() {
     let (path, reason) = refused(json!({"either": true})).await;
     assert_eq!(path, "$.either");
     assert!(reason.contains("oneOf"), "{reason}");
+    // A long value is not quoted back to the model: its path names it.
+    let (path, reason) = refused(json!({"temperature": "warm ".repeat(100)})).await;
+    assert_eq!(path, "$.temperature");
+    assert!(reason.starts_with("the value is not valid"), "{reason}");
+    let (path, reason) = refused(json!({"nested": -(10_i64.pow(15))})).await;
+    assert_eq!(path, "$.nested");
+    assert_eq!(reason, "-1000000000000000 is less than the minimum of 0");
     assert!(
         acts.invoke(
             ToolCall::new("sample", args(json!({"temperature": null, "nested": 2}))),
