@@ -18,7 +18,8 @@ ReActStream, with context providers, capability grants and a connected
 model), each with a random subset of its keywords, on a branch with random
 tools, user, system message and parse model, and scripts replies of every
 kind: plain text, well-formed, fenced, near-miss and unparseable structured
-replies, tool calls, and provider errors. Where a departure is documented in
+replies, tool calls, and provider errors. Some go on from a branch written
+and read back (`reload`), some carry text YAML must quote, escape or fold. Where a departure is documented in
 docs/compat.md and needs a declaration (`expect_deviation`), the generator
 stays out of its way rather than declare it, so that every difference it
 finds is one nobody has written down:
@@ -51,7 +52,8 @@ finds is one nobody has written down:
   carries them (the reference's analysis requires them);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
-- no reply is empty (an empty reply fails the call, §13);
+- no reply is empty (an empty reply fails the call, §13), and no
+  instruction or guidance is blank (§15 M4);
 - `act` is followed only by steps that call no model (§15 M3: a parse's
   repair sends the history too);
 - on Anthropic Messages (about one conversation in six), no images (§25)
@@ -715,7 +717,70 @@ def scenario(seed, i):
     if rng.random() < ANTHROPIC_SHARE:
         on_anthropic(d, rng)
     with_reload(d, random.Random(seed * 7_919 + i))
+    with_awkward_text(d, random.Random(seed * 104_729 + i))
     return d
+
+
+# Pieces of text that YAML reads as something else, or writes quoted,
+# escaped or folded: keywords and numbers, indicators, quotes, white space
+# and line breaks, wide, combining, invisible and control characters, and
+# words and lines past the emitter's width. U+0085, U+2028 and U+2029 are
+# left out: PyYAML writes them across lines where ours escapes them (§15 M6).
+AWKWARD = [
+    "yes", "No", "null", "~", "true", "1e3", "0x1F", ".inf", "-.5", "1_000", "0o17",
+    "12:30", "2024-01-01", "- a", ": x", "a: b", " #c", "#c", "? k", "---", "...", "%YAML",
+    "@at", "`tick", "!tag", "&anc", "*ali", "|", ">", "'", '"', "\\", "\t", "\n", "\n\n",
+    " \n", "\r\n", "  ", " ", "é", "日本", "🙂", "e\u0301", "\u00a0", "\ufeff", "\u200b",
+    "\u202e", "\x07", "\x1b[0m", "\x7f", "\x00", "{", "}", "[", "]", ", ", "=",
+    "a" * 90, "word " * 20, "x",
+]
+# Numbers whose text differs from language to language (a sign of zero,
+# exponents, integers past 2^53).
+AWKWARD_NUMBERS = [-0.0, 1e16, 1.5e-7, 0.1, 123456789012345678, -1, 2.0, 1e300]
+
+
+def with_awkward_text(d, rng):
+    """About one conversation in five gets text the YAML rendering must
+    write as PyYAML does: in a turn's instruction, guidance or context, or
+    in the system message (drawn last, as `with_reload`)."""
+    if rng.random() >= 0.2:
+        return
+
+    def text():
+        return "".join(rng.choice(AWKWARD) for _ in range(rng.randint(1, 5)))
+
+    def field():
+        # A blank instruction or guidance renders as nothing, which the
+        # reference sends as "{}" and ours refuses (§15 M4).
+        t = text()
+        return t if t.strip() else t + "x"
+
+    def value(depth=0):
+        k = rng.random()
+        if depth < 2 and k < 0.25:
+            return {text(): value(depth + 1) for _ in range(rng.randint(1, 3))}
+        if depth < 2 and k < 0.4:
+            return [value(depth + 1) for _ in range(rng.randint(1, 3))]
+        if k < 0.55:
+            return rng.choice(AWKWARD_NUMBERS)
+        if k < 0.6:
+            return rng.choice([True, False, None])
+        return text()
+
+    if rng.random() < 0.3 and "system" in d["branch"]:
+        d["branch"]["system"] = field()
+    for s in d["steps"]:
+        a = s["args"]
+        if s["op"] not in ("chat", "communicate", "operate", "ReAct", "ReActStream") \
+                or not isinstance(a.get("instruction"), str) or rng.random() < 0.4:
+            continue
+        k = rng.random()
+        if k < 0.4:
+            a["instruction"] = field()
+        elif k < 0.8:
+            a["context"] = value()
+        elif isinstance(a.get("guidance", ""), str):
+            a["guidance"] = field()
 
 
 def with_reload(d, rng):
