@@ -769,6 +769,28 @@ def with_awkward_text(d, rng):
 
     if rng.random() < 0.3 and "system" in d["branch"]:
         d["branch"]["system"] = field()
+
+    used = set()
+
+    def echoed(v):
+        # What `echo` answers is rendered in the next turn's context. No
+        # two calls alike: the reference runs a repeated call once (§21 H7).
+        if isinstance(v, dict):
+            if v.get("function", v.get("name")) == "echo" and isinstance(
+                    v.get("arguments"), dict) and rng.random() < 0.5:
+                t = text()
+                while t in used:
+                    t = text()
+                used.add(t)
+                v["arguments"]["text"] = t
+            for x in v.values():
+                echoed(x)
+        elif isinstance(v, list):
+            for x in v:
+                echoed(x)
+
+    echoed(d["replies"])
+    echoed([s["args"] for s in d["steps"]])
     for s in d["steps"]:
         a = s["args"]
         if s["op"] not in ("chat", "communicate", "operate", "ReAct", "ReActStream") \
