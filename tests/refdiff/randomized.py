@@ -52,8 +52,9 @@ finds is one nobody has written down:
   carries them (the reference's analysis requires them);
 - `clear_messages` only where no call fails (the reference clears before
   the call, §18 O2);
-- no reply is empty (an empty reply fails the call, §13), and no
-  instruction or guidance is blank (§15 M4);
+- no reply is empty (an empty reply fails the call, §13), no
+  instruction or guidance is blank (§15 M4), and a system prompt that
+  capabilities are granted to has no leading white space (§17);
 - `act` is followed only by steps that call no model (§15 M3: a parse's
   repair sends the history too);
 - on Anthropic Messages (about one conversation in six), no images (§25)
@@ -769,6 +770,10 @@ def with_awkward_text(d, rng):
 
     if rng.random() < 0.3 and "system" in d["branch"]:
         d["branch"]["system"] = field()
+        # Granting capabilities again strips the prompt's leading white
+        # space in the reference; ours keeps it (§17, Capabilities).
+        if any(s["op"] == "grant_capabilities" for s in d["steps"]):
+            d["branch"]["system"] = d["branch"]["system"].lstrip() or "x"
 
     used = set()
 
