@@ -1023,6 +1023,19 @@ sc("capabilities_communicate", "grant then communicate",
    [{"text": "Fine.\n```json\n{\"note\": \"ok\", \"score\": 8}\n```"}])
 sc("capabilities_regrant", "grant twice",
    [step("grant_capabilities", **CAP), step("grant_capabilities", **CAP)])
+sc("capabilities_regrant_keeps_leading_space", "grant twice on a prompt that starts with white "
+   "space: the reference strips it on the second grant, ours keeps it (compat.md §17)",
+   [step("grant_capabilities", **CAP), step("grant_capabilities", **CAP),
+    step("communicate", instruction="Hi")],
+   [{"text": "Hello."}], branch={"system": "\tBe terse."},
+   expect={"section": "§17", "paths": [
+       "/requests/0/messages/0/content",
+       "/to_dict/json/system/content/system_message",
+       "/to_dict/db/system/content/system_message",
+       "/to_dict/json/messages/collections/0/content/system_message",
+       "/to_dict/db/messages/collections/0/content/system_message",
+       "/to_dict/json/logs/collections/0/content/payload/messages/0/content",
+       "/to_dict/db/logs/collections/0/content/payload/messages/0/content"]})
 sc("capabilities_no_system", "grant on a branch without a system message",
    [step("grant_capabilities", **CAP)], branch={})
 sc("capabilities_operate", "grant then operate",
