@@ -1036,6 +1036,12 @@ sc("capabilities_regrant_keeps_leading_space", "grant twice on a prompt that sta
        "/to_dict/db/messages/collections/0/content/system_message",
        "/to_dict/json/logs/collections/0/content/payload/messages/0/content",
        "/to_dict/db/logs/collections/0/content/payload/messages/0/content"]})
+sc("capabilities_non_ascii", "a grant's descriptions and an emission outside ASCII: the block "
+   "writes them as UTF-8 on both sides",
+   [step("grant_capabilities", name="Reviewer",
+         fields=[{"name": "note", "type": "str", "description": "Une note — 日本 🙂"}]),
+    step("communicate", instruction="Hi")],
+   [{"text": "Fine.\n```json\n{\"note\": \"très 日本\"}\n```"}])
 sc("capabilities_no_system", "grant on a branch without a system message",
    [step("grant_capabilities", **CAP)], branch={})
 sc("capabilities_operate", "grant then operate",
