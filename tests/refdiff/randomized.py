@@ -644,7 +644,9 @@ def cli_scenario(seed, i, rng):
 def scenario(seed, i):
     rng = random.Random(seed * 1_000_003 + i)
     if rng.random() < 0.12:
-        return cli_scenario(seed, i, rng)
+        d = cli_scenario(seed, i, rng)
+        with_awkward_text(d, random.Random(seed * 104_729 + i))
+        return d
     g = Gen(rng)
     branch = {}
     if g.maybe(0.85):
@@ -798,7 +800,7 @@ def with_awkward_text(d, rng):
     echoed([s["args"] for s in d["steps"]])
     for s in d["steps"]:
         a = s["args"]
-        if s["op"] not in ("chat", "communicate", "operate", "ReAct", "ReActStream") \
+        if s["op"] not in ("chat", "communicate", "operate", "ReAct", "ReActStream", "run") \
                 or not isinstance(a.get("instruction"), str) or rng.random() < 0.4:
             continue
         k = rng.random()
