@@ -2,7 +2,7 @@
 //! loopback model and real MCP servers, and `lionagi mcp serve` used by our
 //! own client and by the Python `mcp` SDK's client.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
@@ -149,16 +149,24 @@ async fn kinds(db: &str) -> Vec<Vec<&'static str>> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
-    let Some(python) = python_sdk() else { return };
-    let tag = format!("mcp-chat-turn-{}", std::process::id());
+/// One `lionagi chat --mcp` turn (`--json`, stored as `t`) in which the
+/// model, chosen by `model_flags`, calls the Python server's `echo` once
+/// (call `id`, text `said`) and then answers "The server echoed it.".
+/// Returns the output, the model's server, the sandbox (kept alive by the
+/// caller) and the store's path.
+async fn echo_turn(
+    python: &Path,
+    tag: &str,
+    id: &str,
+    said: &str,
+    model_flags: &[&str],
+) -> (Output, MockServer, Sandbox, String) {
     let model = MockServer::start().await;
     model.script([
         MockReply::tool_calls(vec![MockToolCall {
-            id: "call_1".into(),
+            id: id.into(),
             name: "echo".into(),
-            arguments: json!({"text": "ping from the model"}),
+            arguments: json!({ "text": said }),
         }]),
         MockReply::text("The server echoed it."),
     ]);
@@ -170,23 +178,36 @@ async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
     );
     let db = sb.path("chat.db");
     let url = model.base_url();
-    let out = sb
-        .chat(&[
-            "--base-url",
-            &url,
-            "--model",
-            "m",
-            "--mcp",
-            &cfg,
-            "--store",
-            &db,
-            "--name",
-            "t",
-            "--json",
-            "Echo something.",
-        ])
-        .await;
+    let mut args = model_flags.to_vec();
+    args.extend([
+        "--base-url",
+        &url,
+        "--mcp",
+        &cfg,
+        "--store",
+        &db,
+        "--name",
+        "t",
+        "--json",
+        "Echo something.",
+    ]);
+    let out = sb.chat(&args).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
+    (out, model, sb, db)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-chat-turn-{}", std::process::id());
+    let (out, model, _sb, db) = echo_turn(
+        &python,
+        &tag,
+        "call_1",
+        "ping from the model",
+        &["--model", "m"],
+    )
+    .await;
     let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
     assert_eq!(line["reply"], "The server echoed it.");
     assert_eq!(line["tool_calls"][0]["name"], "echo");
@@ -240,44 +261,16 @@ async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
 async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
     let Some(python) = python_sdk() else { return };
     let tag = format!("mcp-chat-anthropic-{}", std::process::id());
-    let model = MockServer::start().await;
-    model.script([
-        MockReply::tool_calls(vec![MockToolCall {
-            id: "toolu_1".into(),
-            name: "echo".into(),
-            arguments: json!({"text": "ping from Claude"}),
-        }]),
-        MockReply::text("The server echoed it."),
-    ]);
-    let sb = Sandbox::new();
-    let cfg = sb.config(
-        "mcp.json",
-        json!({"py": {"command": python.display().to_string(),
-                      "args": [server_script("py_server.py"), "stdio", tag]}}),
-    );
-    let db = sb.path("chat.db");
-    let url = model.base_url();
-    let out = sb
-        .chat(&[
-            "--provider",
-            "anthropic",
-            "--model",
-            "claude-sonnet-4-5",
-            "--max-tokens",
-            "64",
-            "--base-url",
-            &url,
-            "--mcp",
-            &cfg,
-            "--store",
-            &db,
-            "--name",
-            "t",
-            "--json",
-            "Echo something.",
-        ])
-        .await;
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    let claude = [
+        "--provider",
+        "anthropic",
+        "--model",
+        "claude-sonnet-4-5",
+        "--max-tokens",
+        "64",
+    ];
+    let (out, model, _sb, db) =
+        echo_turn(&python, &tag, "toolu_1", "ping from Claude", &claude).await;
     let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
     assert_eq!(line["reply"], "The server echoed it.");
     assert_eq!(line["tool_calls"][0]["name"], "echo");
