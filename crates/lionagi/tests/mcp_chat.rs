@@ -149,6 +149,27 @@ async fn kinds(db: &str) -> Vec<Vec<&'static str>> {
     out
 }
 
+/// The echo turn's rounds are one stored turn (the tool's request and
+/// answer between the question and the reply), and the MCP server it
+/// started is gone.
+async fn recorded_whole_and_reaped(db: &str, tag: &str) {
+    assert_eq!(
+        kinds(db).await,
+        vec![vec![
+            "instruction",
+            "assistant",
+            "action_request",
+            "action_response",
+            "instruction",
+            "assistant"
+        ]]
+    );
+    assert!(
+        running_with(tag).is_empty(),
+        "the MCP server outlived the chat"
+    );
+}
+
 /// One `lionagi chat --mcp` turn (`--json`, stored as `t`) in which the
 /// model, chosen by `model_flags`, calls the Python server's `echo` once
 /// (call `id`, text `said`) and then answers "The server echoed it.".
@@ -240,21 +261,7 @@ async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
             .any(|m| m["role"] == "tool")
     );
 
-    assert_eq!(
-        kinds(&db).await,
-        vec![vec![
-            "instruction",
-            "assistant",
-            "action_request",
-            "action_response",
-            "instruction",
-            "assistant"
-        ]]
-    );
-    assert!(
-        running_with(&tag).is_empty(),
-        "the MCP server outlived the chat"
-    );
+    recorded_whole_and_reaped(&db, &tag).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -304,21 +311,7 @@ async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
     assert_eq!(result["tool_use_id"], "toolu_1");
     assert!(result.to_string().contains("ping from Claude"), "{result}");
 
-    assert_eq!(
-        kinds(&db).await,
-        vec![vec![
-            "instruction",
-            "assistant",
-            "action_request",
-            "action_response",
-            "instruction",
-            "assistant"
-        ]]
-    );
-    assert!(
-        running_with(&tag).is_empty(),
-        "the MCP server outlived the chat"
-    );
+    recorded_whole_and_reaped(&db, &tag).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
