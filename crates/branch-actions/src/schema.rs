@@ -153,10 +153,11 @@ const MAX_ALTERNATIVE_DEPTH: usize = 16;
 
 /// The error that says what is wrong with a value no alternative of an
 /// `anyOf` / `oneOf` accepts: the alternative that got furthest, where one
-/// did. An `Option<T>` field is `anyOf: [T, null]`, so `-1` for an
-/// `Option<u8>` fails both; of those the `null` alternative's failure is
-/// only a type mismatch, while `T`'s says "less than the minimum of 0",
-/// which is what a model can correct. An alternative got further when its
+/// did. pydantic writes an optional field as `anyOf: [T, null]` (so MCP
+/// servers' and connected models' schemas read), so `-1` for an optional
+/// non-negative integer fails both; of those the `null` alternative's
+/// failure is only a type mismatch, while `T`'s says "less than the minimum
+/// of 0", which is what a model can correct. An alternative got further when its
 /// first error lies deeper in the value, or at the same place is not a type
 /// mismatch. When every alternative fails on the value's type alone, the
 /// combinator's own error stands.
