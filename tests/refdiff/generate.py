@@ -171,6 +171,12 @@ sc("communicate_multiline", "multi-line instruction and reply",
 
 # ---------------------------------------------------------------- operate
 T2 = {"system": "Use tools when helpful.", "tools": ["multiply", "lookup_capital"]}
+sc("operate_blank_context", "a guidance or context of white space only: none for operate (the "
+   "reference's Instruct nulls blank text), kept by communicate",
+   [step("operate", instruction="Hi", guidance="  ", context=" \n"),
+    step("communicate", instruction="Again", guidance="  ", context=" \n"),
+    step("operate", instruction="Once more", context=[" ", "a"])],
+   [{"text": "one"}, {"text": "two"}, {"text": "three"}])
 sc("operate_format", "operate with a response format",
    [step("operate", instruction="2+2?", response_format=F("Answer"))], [ANSWER])
 sc("operate_no_format", "operate without any structure: the text",

@@ -119,7 +119,7 @@ impl Default for OperateOptions {
     }
 }
 
-turn_setters!(OperateOptions);
+turn_setters!(OperateOptions, blank_is_none);
 crate::options::shared_setters!(OperateOptions: chat_model, parse_model, skip_validation, on_parse_failure, act_options, action_strategy, native_tools, native_format, num_parse_retries, repair_backoff, include_token_usage_to_model, clear_messages);
 
 impl OperateOptions {

@@ -83,24 +83,37 @@ pub struct TurnInput {
 /// [`TurnInput`] as `turn`.
 macro_rules! turn_setters {
     ($t:ty) => {
+        $crate::turn::turn_setters!($t, keep_blank);
+    };
+    (@given keep_blank, $v:expr) => {
+        Some($v)
+    };
+    (@given blank_is_none, $v:expr) => {
+        $crate::turn::unless_blank($v)
+    };
+    // `blank_is_none`: a guidance or context that is a text of white space
+    // only is none (`operate`, see `unless_blank`).
+    ($t:ty, $blank:ident) => {
         impl $t {
             /// Sets the instruction.
             pub fn instruction(mut self, v: impl Into<serde_json::Value>) -> Self {
                 self.turn.instruction = Some(v.into());
                 self
             }
-            /// Sets the guidance.
+            /// Sets the guidance (for `operate`, a text of white space
+            /// only is none).
             pub fn guidance(mut self, v: impl Into<serde_json::Value>) -> Self {
-                self.turn.guidance = Some(v.into());
+                self.turn.guidance = $crate::turn::turn_setters!(@given $blank, v.into());
                 self
             }
             /// Sets the context: a list is the item list, anything else
-            /// one item.
+            /// one item (for `operate`, a text of white space only is no
+            /// item).
             pub fn context(mut self, v: impl Into<serde_json::Value>) -> Self {
-                self.turn.context = match v.into() {
-                    serde_json::Value::Array(a) => a,
-                    serde_json::Value::Null => Vec::new(),
-                    other => vec![other],
+                self.turn.context = match $crate::turn::turn_setters!(@given $blank, v.into()) {
+                    Some(serde_json::Value::Array(a)) => a,
+                    None | Some(serde_json::Value::Null) => Vec::new(),
+                    Some(other) => vec![other],
                 };
                 self
             }
@@ -159,6 +172,22 @@ macro_rules! turn_setters {
     };
 }
 pub(crate) use turn_setters;
+
+/// `v`, unless it is a text of white space only (Python's `str.isspace`,
+/// which also counts the separators U+001C–U+001F). `operate` reads such a
+/// guidance or context as none, as the reference's `operate` does (its
+/// `Instruct` model nulls blank text); the other verbs keep it, as theirs
+/// do. A list is kept whatever its items.
+pub(crate) fn unless_blank(v: Value) -> Option<Value> {
+    let blank = |s: &str| {
+        s.chars()
+            .all(|c| c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c))
+    };
+    match &v {
+        Value::String(s) if blank(s) => None,
+        _ => Some(v),
+    }
+}
 
 impl TurnInput {
     /// The instruction content of this turn, moved out of it: a turn

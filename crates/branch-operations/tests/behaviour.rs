@@ -1988,3 +1988,38 @@ async fn react_tool_schemas_go_with_the_answer_and_offer_actions() {
     let own = last_content(&bodies[3]);
     assert!(!own.contains("Tools:"), "{own}");
 }
+
+/// As the reference's `operate` reads them (its `Instruct` model nulls
+/// blank text): a guidance or context that is a text of white space only
+/// is none there, and kept by the other verbs, as theirs keep it.
+#[tokio::test]
+async fn operate_reads_blank_guidance_and_context_as_none() {
+    let server = MockServer::start().await;
+    server.script([MockReply::text("one"), MockReply::text("two")]);
+    let mut b = branch(&server);
+    b.operate(
+        OperateOptions::new("hi")
+            .guidance("  ")
+            .context(" \n\u{1f}"),
+    )
+    .await
+    .unwrap();
+    b.communicate(CommunicateOptions::new("hi").context(" \n").guidance("  "))
+        .await
+        .unwrap();
+    let instructions: Vec<_> = b
+        .messages()
+        .iter()
+        .filter_map(|m| match &m.content {
+            MessageContent::Instruction(c) => Some(c.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(instructions[0].guidance, None);
+    assert!(instructions[0].prompt_context.is_empty());
+    assert_eq!(instructions[1].guidance, Some(json!("  ")));
+    assert_eq!(instructions[1].prompt_context, vec![json!(" \n")]);
+    // A list is kept whatever its items, by operate too.
+    let kept = OperateOptions::new("hi").context(json!([" "]));
+    assert_eq!(kept.turn.context, vec![json!(" ")]);
+}
