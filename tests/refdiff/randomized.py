@@ -744,8 +744,9 @@ AWKWARD_NUMBERS = [-0.0, 1e16, 1.5e-7, 0.1, 123456789012345678, -1, 2.0, 1e300]
 
 def with_awkward_text(d, rng):
     """About one conversation in five gets text the YAML rendering must
-    write as PyYAML does: in a turn's instruction, guidance or context, or
-    in the system message (drawn last, as `with_reload`)."""
+    write as PyYAML does: in a turn's instruction, guidance or context, in
+    the system message, or in what `echo` is asked to return (drawn after
+    everything else, as `with_reload`)."""
     if rng.random() >= 0.2:
         return
 
