@@ -171,6 +171,17 @@ sc("communicate_multiline", "multi-line instruction and reply",
 
 # ---------------------------------------------------------------- operate
 T2 = {"system": "Use tools when helpful.", "tools": ["multiply", "lookup_capital"]}
+BROKEN = {"text": "```json\n{\"a\": \n```"}
+sc("operate_failure_policy", "handle_validation applies to a model format only: operate's own "
+   "structure (reason, field models) and a dict format that never parse give the text",
+   [step("operate", instruction="Why?", reason=True, handle_validation="return_none"),
+    step("operate", instruction="Note?", handle_validation="raise",
+         field_models=[{"name": "remark", "type": "string"}]),
+    step("operate", instruction="Dict?", response_format={"a": "x"},
+         handle_validation="return_none"),
+    step("operate", instruction="Model?", response_format=F("Answer"),
+         handle_validation="return_none")],
+   [BROKEN] * 24)
 sc("operate_blank_context", "a guidance or context of white space only: none for operate (the "
    "reference's Instruct nulls blank text), kept by communicate",
    [step("operate", instruction="Hi", guidance="  ", context=" \n"),

@@ -52,7 +52,9 @@ pub struct OperateOptions {
     pub parse_model: Option<Arc<dyn ChatModel>>,
     /// Return the text without parsing.
     pub skip_validation: bool,
-    /// What a final parse failure gives.
+    /// What a final parse failure of `response_format` gives, when it is a
+    /// typed format (a schema). A structure of operate's own or a field map
+    /// that does not parse gives the text, as the reference's operate.
     pub on_parse_failure: OnParseFailure,
     /// How tool calls run.
     pub act: ActOptions,
@@ -406,27 +408,33 @@ async fn finish(
     let mut messages = c.messages;
     let text = c.text;
 
+    // The failure policy is the caller's typed format's: a structure of
+    // operate's own (reason, actions, field models) or a field map that
+    // does not parse gives the text, as the reference's operate, which
+    // applies `handle_validation` only when a model was asked for.
+    let on_failure = match &opts.response_format {
+        Some(ResponseFormat::Schema(_)) => opts.on_parse_failure,
+        Some(ResponseFormat::Fields(_)) | None => OnParseFailure::ReturnValue,
+    };
     let (parsed, mut structured) = match (c.parsed, rendered.as_ref()) {
-        (Some(result), Some(format)) => {
-            match outcome(&text, result, opts.on_parse_failure, format) {
-                Ok(Parsed::Value(mut v)) => {
-                    if opts.response_format.is_none() {
-                        if let Value::Object(m) = &mut v {
-                            no_action_defaults(m);
-                        }
+        (Some(result), Some(format)) => match outcome(&text, result, on_failure, format) {
+            Ok(Parsed::Value(mut v)) => {
+                if opts.response_format.is_none() {
+                    if let Value::Object(m) = &mut v {
+                        no_action_defaults(m);
                     }
-                    (Parsed::Value(v.clone()), Some(v))
                 }
-                Ok(other) => (other, None),
-                Err(e) => {
-                    let n = commit_turn(branch, c.clear_first, messages);
-                    return Err(e.with_committed(Committed {
-                        messages: n,
-                        turns: 1,
-                    }));
-                }
+                (Parsed::Value(v.clone()), Some(v))
             }
-        }
+            Ok(other) => (other, None),
+            Err(e) => {
+                let n = commit_turn(branch, c.clear_first, messages);
+                return Err(e.with_committed(Committed {
+                    messages: n,
+                    turns: 1,
+                }));
+            }
+        },
         // A structure was requested but not parsed on purpose.
         (None, Some(_)) if opts.skip_validation => (Parsed::Unvalidated(text.clone()), None),
         _ => (

@@ -2023,3 +2023,34 @@ async fn operate_reads_blank_guidance_and_context_as_none() {
     let kept = OperateOptions::new("hi").context(json!([" "]));
     assert_eq!(kept.turn.context, vec![json!(" ")]);
 }
+
+/// The failure policy is the caller's typed format's, as the reference's
+/// operate applies `handle_validation` only when a model was asked for: a
+/// structure of operate's own (here `reason`) or a field map that never
+/// parses gives the text whatever the policy.
+#[tokio::test]
+async fn operate_applies_the_failure_policy_to_a_typed_format_only() {
+    let server = MockServer::start().await;
+    server.script((0..3).map(|_| MockReply::text("no json here")));
+    let mut b = branch(&server);
+    let quick = |o: OperateOptions| {
+        o.num_parse_retries(0)
+            .repair_backoff(Duration::ZERO, 1.0)
+            .on_parse_failure(OnParseFailure::ReturnNone)
+    };
+    let own = b
+        .operate(quick(OperateOptions::new("Why?").reason(true)))
+        .await
+        .unwrap();
+    assert!(matches!(&own.parsed, Parsed::Unparsed(u) if u.text == "no json here"));
+    let schema = json!({"type": "object", "properties": {"answer": {"type": "string"}},
+                        "required": ["answer"], "title": "Answer"});
+    server.script((0..3).map(|_| MockReply::text("no json here")));
+    let typed = b
+        .operate(quick(OperateOptions::new("What?").response_format(
+            branch_operations::ResponseFormat::Schema(schema),
+        )))
+        .await
+        .unwrap();
+    assert!(matches!(typed.parsed, Parsed::Nothing));
+}
