@@ -745,8 +745,8 @@ AWKWARD_NUMBERS = [-0.0, 1e16, 1.5e-7, 0.1, 123456789012345678, -1, 2.0, 1e300]
 def with_awkward_text(d, rng):
     """About one conversation in five gets text the YAML rendering must
     write as PyYAML does: in a turn's instruction, guidance or context, in
-    the system message, or in what `echo` is asked to return (drawn after
-    everything else, as `with_reload`)."""
+    the text `interpret` rewrites, in the system message, or in what `echo`
+    is asked to return (drawn after everything else, as `with_reload`)."""
     if rng.random() >= 0.2:
         return
 
@@ -801,6 +801,9 @@ def with_awkward_text(d, rng):
     echoed([s["args"] for s in d["steps"]])
     for s in d["steps"]:
         a = s["args"]
+        if s["op"] == "interpret" and rng.random() < 0.6:
+            a["text"] = field()
+            continue
         if s["op"] not in ("chat", "communicate", "operate", "ReAct", "ReActStream", "run") \
                 or not isinstance(a.get("instruction"), str) or rng.random() < 0.4:
             continue
