@@ -377,6 +377,13 @@ def model(name, **kw):
     return iModel(provider=provider, model=name, base_url=BASE_URL, api_key="test", **kw)
 
 
+def branch_chat_model(spec):
+    """The chat model a scenario's branch names (`model`, default
+    gpt-4.1-mini, with its max_input_tokens and allow_local_network)."""
+    kw = {k: spec[k] for k in ("max_input_tokens", "allow_local_network") if k in spec}
+    return model(spec.get("model", "gpt-4.1-mini"), **kw)
+
+
 def resolve(v):
     """Scenario values: {"$format": N}, {"$model": N}, {"$tools": [...]}
     become the objects they name; everything else is passed as is."""
@@ -419,8 +426,7 @@ def new_branch(spec):
     if spec.get("memory"):
         from lionagi.protocols.memory import InMemoryStore
         kw["memory"] = InMemoryStore()
-    cap = {k: spec[k] for k in ("max_input_tokens", "allow_local_network") if k in spec}
-    kw["chat_model"] = model(spec.get("model", "gpt-4.1-mini"), **cap)
+    kw["chat_model"] = branch_chat_model(spec)
     if "cli_model" in spec:
         # A CLI agent model (never run here: only built, cloned, stored).
         provider, name = spec["cli_model"].split("/", 1)
@@ -588,8 +594,7 @@ async def continued(data, spec):
     chat model again (a stored model has no key), it communicates once; the
     request it sent, or its failure, is the result."""
     b = Branch.from_dict(copy.deepcopy(data))
-    cap = {k: spec[k] for k in ("max_input_tokens", "allow_local_network") if k in spec}
-    b.chat_model = model(spec.get("model", "gpt-4.1-mini"), **cap)
+    b.chat_model = branch_chat_model(spec)
     b.parse_model = b.chat_model
     designate_system(b)
     SCRIPT.reset([{"text": "Continued."}])

@@ -19,10 +19,11 @@ model), each with a random subset of its keywords, on a branch with random
 tools, user, system message and parse model, and scripts replies of every
 kind: plain text, well-formed, fenced, near-miss and unparseable structured
 replies, tool calls, and provider errors. Some go on from a branch written
-and read back (`reload`), some carry text YAML must quote, escape or fold. Where a departure is documented in
-docs/compat.md and needs a declaration (`expect_deviation`), the generator
-stays out of its way rather than declare it, so that every difference it
-finds is one nobody has written down:
+and read back (`reload`), some carry text YAML must quote, escape or fold.
+Where a departure is documented in docs/compat.md and needs a declaration
+(`expect_deviation`), the generator stays out of its way rather than
+declare it, so that every difference it finds is one nobody has written
+down:
 
 - a provider error is scripted only in a conversation that parses no
   structure, and two dozen replies to spare that every format and ReAct's
@@ -642,11 +643,15 @@ def cli_scenario(seed, i, rng):
 
 
 def scenario(seed, i):
+    d = conversation(seed, i)
+    with_awkward_text(d, random.Random(seed * 104_729 + i))
+    return d
+
+
+def conversation(seed, i):
     rng = random.Random(seed * 1_000_003 + i)
     if rng.random() < 0.12:
-        d = cli_scenario(seed, i, rng)
-        with_awkward_text(d, random.Random(seed * 104_729 + i))
-        return d
+        return cli_scenario(seed, i, rng)
     g = Gen(rng)
     branch = {}
     if g.maybe(0.85):
@@ -720,7 +725,6 @@ def scenario(seed, i):
     if rng.random() < ANTHROPIC_SHARE:
         on_anthropic(d, rng)
     with_reload(d, random.Random(seed * 7_919 + i))
-    with_awkward_text(d, random.Random(seed * 104_729 + i))
     return d
 
 

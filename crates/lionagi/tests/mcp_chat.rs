@@ -172,16 +172,17 @@ async fn recorded_whole_and_reaped(db: &str, tag: &str) {
 
 /// One `lionagi chat --mcp` turn (`--json`, stored as `t`) in which the
 /// model, chosen by `model_flags`, calls the Python server's `echo` once
-/// (call `id`, text `said`) and then answers "The server echoed it.".
-/// Returns the output, the model's server, the sandbox (kept alive by the
-/// caller) and the store's path.
+/// (call `id`, text `said`) and then answers "The server echoed it.";
+/// checks the JSON line the turn printed: the reply and the call with the
+/// server's answer. Returns the model's server, the sandbox (kept alive by
+/// the caller) and the store's path.
 async fn echo_turn(
     python: &Path,
     tag: &str,
     id: &str,
     said: &str,
     model_flags: &[&str],
-) -> (Output, MockServer, Sandbox, String) {
+) -> (MockServer, Sandbox, String) {
     let model = MockServer::start().await;
     model.script([
         MockReply::tool_calls(vec![MockToolCall {
@@ -214,14 +215,19 @@ async fn echo_turn(
     ]);
     let out = sb.chat(&args).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
-    (out, model, sb, db)
+    let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(line["reply"], "The server echoed it.");
+    assert_eq!(line["tool_calls"][0]["name"], "echo");
+    assert_eq!(line["tool_calls"][0]["arguments"], json!({ "text": said }));
+    assert_eq!(line["tool_calls"][0]["output"], json!({ "result": said }));
+    (model, sb, db)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
     let Some(python) = python_sdk() else { return };
     let tag = format!("mcp-chat-turn-{}", std::process::id());
-    let (out, model, _sb, db) = echo_turn(
+    let (model, _sb, db) = echo_turn(
         &python,
         &tag,
         "call_1",
@@ -229,18 +235,6 @@ async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
         &["--model", "m"],
     )
     .await;
-    let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
-    assert_eq!(line["reply"], "The server echoed it.");
-    assert_eq!(line["tool_calls"][0]["name"], "echo");
-    assert_eq!(
-        line["tool_calls"][0]["arguments"],
-        json!({"text": "ping from the model"})
-    );
-    assert_eq!(
-        line["tool_calls"][0]["output"],
-        json!({"result": "ping from the model"})
-    );
-
     let bodies = model.bodies();
     assert_eq!(bodies.len(), 2);
     // Offered natively, with the server's inputSchema.
@@ -276,16 +270,7 @@ async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
         "--max-tokens",
         "64",
     ];
-    let (out, model, _sb, db) =
-        echo_turn(&python, &tag, "toolu_1", "ping from Claude", &claude).await;
-    let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
-    assert_eq!(line["reply"], "The server echoed it.");
-    assert_eq!(line["tool_calls"][0]["name"], "echo");
-    assert_eq!(
-        line["tool_calls"][0]["arguments"],
-        json!({"text": "ping from Claude"})
-    );
-
+    let (model, _sb, db) = echo_turn(&python, &tag, "toolu_1", "ping from Claude", &claude).await;
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     assert!(requests.iter().all(|r| r.path == "/v1/messages"));
@@ -296,18 +281,17 @@ async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
     // The tool use goes back as the assistant's block, and the
     // MCP server's answer as the user's tool_result for the same id.
     let messages = requests[1].body["messages"].as_array().unwrap();
-    let used = messages
-        .iter()
-        .flat_map(|m| m["content"].as_array().into_iter().flatten())
-        .find(|b| b["type"] == "tool_use")
-        .expect("the tool use is sent back");
+    let block = |kind: &str| {
+        messages
+            .iter()
+            .flat_map(|m| m["content"].as_array().into_iter().flatten())
+            .find(|b| b["type"] == kind)
+            .cloned()
+    };
+    let used = block("tool_use").expect("the tool use is sent back");
     assert_eq!(used["id"], "toolu_1");
     assert_eq!(used["input"], json!({"text": "ping from Claude"}));
-    let result = messages
-        .iter()
-        .flat_map(|m| m["content"].as_array().into_iter().flatten())
-        .find(|b| b["type"] == "tool_result")
-        .expect("the tool's result is sent");
+    let result = block("tool_result").expect("the tool's result is sent");
     assert_eq!(result["tool_use_id"], "toolu_1");
     assert!(result.to_string().contains("ping from Claude"), "{result}");
 

@@ -113,6 +113,17 @@ impl Ctx<'_> {
         self.branch_model(name, None, true)
     }
 
+    /// The chat model a scenario's branch names (`model`, default
+    /// `gpt-4.1-mini`, with its `max_input_tokens` and
+    /// `allow_local_network`).
+    fn branch_chat_model(&self, spec: &Value) -> Result<Arc<dyn ChatModel>, String> {
+        self.branch_model(
+            spec["model"].as_str().unwrap_or("gpt-4.1-mini"),
+            spec["max_input_tokens"].as_u64(),
+            spec["allow_local_network"].as_bool().unwrap_or(true),
+        )
+    }
+
     /// [`Ctx::model`] with an input cap (`max_input_tokens`) and the
     /// local-network opt-in as given (`allow_local_network`).
     fn branch_model(
@@ -977,7 +988,6 @@ impl lionagi::core::ContextProvider for StaticProvider {
 
 fn build_branch(ctx: &Ctx<'_>, spec: &Value) -> Result<Branch, String> {
     let mut bld = Branch::builder();
-    let model = spec["model"].as_str().unwrap_or("gpt-4.1-mini");
     bld = match spec["cli_model"].as_str() {
         // A CLI agent model (never run here: only built, cloned, stored).
         Some(cli) => {
@@ -986,11 +996,7 @@ fn build_branch(ctx: &Ctx<'_>, spec: &Value) -> Result<Branch, String> {
                 Arc::new(ModelConfig::new(provider, name).map_err(|e| e.to_string())?);
             bld.chat_model(m)
         }
-        None => bld.chat_model(ctx.branch_model(
-            model,
-            spec["max_input_tokens"].as_u64(),
-            spec["allow_local_network"].as_bool().unwrap_or(true),
-        )?),
+        None => bld.chat_model(ctx.branch_chat_model(spec)?),
     };
     if let Some(p) = spec["parse_model"].as_str() {
         bld = bld.parse_model(ctx.model(p)?);
@@ -1164,14 +1170,9 @@ async fn continue_from(data: &Value, sc: &Value, library: &Library) -> Value {
     ctx.server.script(
         std::iter::repeat_with(|| MockReply::error(400, "mock: no scripted reply left")).take(4),
     );
-    let spec = &sc["branch"];
     let turn = async {
         let mut b = Branch::from_dict(data).map_err(|e| e.to_string())?;
-        let chat = ctx.branch_model(
-            spec["model"].as_str().unwrap_or("gpt-4.1-mini"),
-            spec["max_input_tokens"].as_u64(),
-            spec["allow_local_network"].as_bool().unwrap_or(true),
-        )?;
+        let chat = ctx.branch_chat_model(&sc["branch"])?;
         b.set_parse_model(chat.clone());
         b.set_chat_model(chat);
         b.communicate(CommunicateOptions::new(CONTINUE))
