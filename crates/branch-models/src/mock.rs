@@ -109,6 +109,11 @@ impl MockReply {
         Self::of(ReplyBody::ToolCalls(calls, None))
     }
 
+    /// A reply with text before its tool calls ("Let me check.").
+    pub fn text_and_tool_calls(text: &str, calls: Vec<MockToolCall>) -> Self {
+        Self::of(ReplyBody::ToolCalls(calls, Some(text.to_owned())))
+    }
+
     /// `{"status": N, "error": M}`.
     pub fn error(status: u16, message: &str) -> Self {
         Self::of(ReplyBody::Error {

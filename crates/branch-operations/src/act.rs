@@ -259,6 +259,42 @@ fn mark(pair: &mut (Message, Message), call: &ProposedCall) {
     }
 }
 
+/// The tools as the request's `tools` field, in the OpenAI shape every
+/// dialect translates from.
+pub(crate) fn native_tool_list(schemas: &[Value]) -> Value {
+    Value::Array(
+        schemas
+            .iter()
+            .map(|s| {
+                let f = s.get("function").cloned().unwrap_or_else(|| s.clone());
+                json!({"type": "function", "function": f})
+            })
+            .collect(),
+    )
+}
+
+/// A reply's native tool calls as calls to run, each with the provider's
+/// id (its span names it), and those ids in order, to record with the calls
+/// ([`apply_tool_call_ids`]). Arguments that are not a JSON object make a
+/// call answered as failed with the reason, never run with `{}`.
+pub(crate) fn native_calls(
+    calls: &[branch_core::model::ToolCall],
+) -> (Vec<ToolCall>, Vec<Option<String>>) {
+    let ids: Vec<Option<String>> = calls
+        .iter()
+        .map(|tc| (!tc.id.is_empty()).then(|| tc.id.clone()))
+        .collect();
+    let calls = calls
+        .iter()
+        .zip(&ids)
+        .map(|(tc, id)| ToolCall {
+            call_id: id.clone(),
+            ..ToolCall::from_text(tc.name.clone(), &tc.arguments)
+        })
+        .collect();
+    (calls, ids)
+}
+
 /// Sets the provider's call id on the request of each call that has one,
 /// so later requests answer each call under the id the provider gave it.
 pub(crate) fn apply_tool_call_ids(acted: &mut Acted, ids: &[Option<String>]) {

@@ -144,6 +144,9 @@ pub(crate) struct Communicated {
     pub agent_session: Option<String>,
     /// Native tool calls of the reply.
     pub tool_calls: Vec<branch_core::model::ToolCall>,
+    /// The ActionResponse messages of calls the middle already ran and
+    /// recorded (`run`'s native calls), in the order they were recorded.
+    pub acted: Vec<Message>,
     /// Clear the history (but the system message) before committing.
     pub clear_first: bool,
 }
@@ -286,6 +289,7 @@ pub(crate) fn communicate_inner<'a, 'm>(
             fields,
             tool_calls,
             agent_session,
+            acted: Vec::new(),
             clear_first: cleared.is_some(),
         })
     }

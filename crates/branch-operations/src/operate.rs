@@ -6,15 +6,15 @@
 use std::sync::Arc;
 
 use branch_actions::{ActionManagerExt, ToolCall, ToolSelection};
-use branch_core::Branch;
 use branch_core::model::ChatModel;
+use branch_core::{Branch, Message, MessageContent};
 use branch_messages::ResponseFormat;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::act::{
-    ActOptions, ActionResponseModel, Screened, Strategy, apply_tool_call_ids, run_calls,
-    tool_call_from_value,
+    ActOptions, ActionResponseModel, Screened, Strategy, apply_tool_call_ids, native_calls,
+    native_tool_list, run_calls, tool_call_from_value,
 };
 use crate::approval::policy_of;
 use crate::communicate::{
@@ -209,18 +209,6 @@ pub struct Operated<T = Value> {
     pub action_responses: Vec<ActionResponseModel>,
 }
 
-fn native_tool_list(schemas: &[Value]) -> Value {
-    Value::Array(
-        schemas
-            .iter()
-            .map(|s| {
-                let f = s.get("function").cloned().unwrap_or_else(|| s.clone());
-                json!({"type": "function", "function": f})
-            })
-            .collect(),
-    )
-}
-
 pub(crate) fn operate(
     branch: &mut Branch,
     opts: OperateOptions,
@@ -305,7 +293,14 @@ async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result
         || opts.run.snapshot_dir.is_some();
     if persisting || opts.middle.collects_run(model_is_cli) {
         // Boxed: only a run-and-collect turn takes this path.
-        let c = Box::pin(run_and_collect(branch, &opts, rendered.clone(), unmatched)).await?;
+        let c = Box::pin(run_and_collect(
+            branch,
+            &opts,
+            rendered.clone(),
+            unmatched,
+            native,
+        ))
+        .await?;
         return finish(branch, opts, c, rendered, with_actions, native).await;
     }
     let mut middle = Middle {
@@ -327,12 +322,14 @@ async fn operate_inner(branch: &mut Branch, opts: Box<OperateOptions>) -> Result
 }
 
 /// The run-and-collect middle: `run` records the turn itself; its
-/// AssistantResponse texts, joined by blank lines, are the reply.
+/// AssistantResponse texts, joined by blank lines, are the reply. With
+/// `native`, `run` offers the tools and runs the calls the reply makes.
 async fn run_and_collect(
     branch: &mut Branch,
     opts: &OperateOptions,
     rendered: Option<ResponseFormat>,
     unmatched: Unmatched,
+    native: bool,
 ) -> Result<Communicated> {
     use futures_util::StreamExt;
     let mut run_opts = opts.run.clone();
@@ -342,13 +339,24 @@ async fn run_and_collect(
     if let Some(m) = &opts.chat_model {
         run_opts.chat_model = Some(m.clone());
     }
+    if native {
+        run_opts.native_tools = true;
+        run_opts.tools.clone_from(&opts.tools);
+        run_opts.act = opts.act;
+    }
     let mut texts = Vec::new();
+    let mut acted = Vec::new();
     {
         let stream = crate::run::run(branch, run_opts);
         futures_util::pin_mut!(stream);
         while let Some(m) = stream.next().await {
-            if let Some(t) = m?.as_assistant_text() {
+            let m = m?;
+            if let Some(t) = m.as_assistant_text() {
                 texts.push(t.to_owned());
+            } else if native && matches!(m.content, MessageContent::ActionResponse(_)) {
+                // Ours to report; a CLI agent's are its own tools' (the
+                // turn records them, `operate` reports only what it ran).
+                acted.push(m);
             }
         }
     }
@@ -376,8 +384,21 @@ async fn run_and_collect(
         fields: None,
         agent_session: None,
         tool_calls: Vec::new(),
+        acted,
         clear_first: false,
     })
+}
+
+/// A recorded call's response as `operate` returns it.
+fn response_model_of(m: &Message) -> Option<ActionResponseModel> {
+    match &m.content {
+        MessageContent::ActionResponse(r) => Some(ActionResponseModel {
+            function: r.function.clone(),
+            arguments: r.arguments.clone(),
+            output: r.output.clone(),
+        }),
+        _ => None,
+    }
 }
 
 /// The action fields a structure left out (read as `null`) set to "no
@@ -446,16 +467,17 @@ async fn finish(
         ),
     };
 
-    let mut action_responses = Vec::new();
+    // Calls the middle ran and recorded itself.
+    let mut action_responses: Vec<ActionResponseModel> =
+        c.acted.iter().filter_map(response_model_of).collect();
     if with_actions && !opts.skip_validation {
         let mut calls: Vec<ToolCall> = Vec::new();
+        // The provider's call ids, so later requests answer each call
+        // under the id the provider gave it.
+        let mut ids: Vec<Option<String>> = Vec::new();
         let mut act = opts.act;
         if native {
-            // Arguments that are not a JSON object make a call that is
-            // answered as failed with the reason, never run with `{}`.
-            for tc in &c.tool_calls {
-                calls.push(ToolCall::from_text(tc.name.clone(), &tc.arguments));
-            }
+            (calls, ids) = native_calls(&c.tool_calls);
         } else if let Some(obj) = structured.as_ref() {
             if let Some(reqs) = obj.get("action_requests").and_then(Value::as_array) {
                 for r in reqs {
@@ -469,19 +491,6 @@ async fn finish(
             }
         }
         if !calls.is_empty() {
-            let ids: Vec<Option<String>> = if native {
-                // The provider's call ids, so later requests answer each
-                // call under the id the provider gave it.
-                c.tool_calls.iter().map(|tc| Some(tc.id.clone())).collect()
-            } else {
-                Vec::new()
-            };
-            // Each call's span names the provider's id.
-            let calls = calls
-                .into_iter()
-                .zip(ids.iter().cloned().chain(std::iter::repeat(None)))
-                .map(|(call, call_id)| ToolCall { call_id, ..call })
-                .collect();
             let acted = match run_calls(branch, calls, act).await {
                 Screened::Done(mut acted) => {
                     apply_tool_call_ids(&mut acted, &ids);
@@ -504,25 +513,24 @@ async fn finish(
                 }
             };
             messages.extend(acted.messages);
-            action_responses = acted.responses;
-            if let Some(Value::Object(o)) = structured.as_mut() {
-                o.insert(
-                    "action_responses".into(),
-                    serde_json::to_value(&action_responses).unwrap_or(Value::Null),
-                );
-            }
+            action_responses.extend(acted.responses);
         }
     }
-    let responses: Vec<branch_core::message::Message> = messages
-        .iter()
-        .filter(|m| {
-            matches!(
-                m.content,
-                branch_core::message::MessageContent::ActionResponse(_)
-            )
-        })
-        .cloned()
-        .collect();
+    if !action_responses.is_empty() {
+        if let Some(Value::Object(o)) = structured.as_mut() {
+            o.insert(
+                "action_responses".into(),
+                serde_json::to_value(&action_responses).unwrap_or(Value::Null),
+            );
+        }
+    }
+    let mut responses = c.acted;
+    responses.extend(
+        messages
+            .iter()
+            .filter(|m| matches!(m.content, MessageContent::ActionResponse(_)))
+            .cloned(),
+    );
     commit_turn(branch, c.clear_first, messages);
     if !responses.is_empty() {
         // Context providers learn from the calls once the turn is in.

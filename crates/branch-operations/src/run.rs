@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use branch_actions::{ActionManagerExt, ToolSelection};
 use branch_core::log::{ApiCallHead, Log};
 use branch_core::message::Message;
 use branch_core::model::{ChatModel, ChatStream, ChunkKind, StreamAccumulator, now_timestamp};
@@ -21,7 +22,9 @@ use tokio::io::BufReader;
 use tokio::process::{Child, ChildStdout};
 use uuid::Uuid;
 
-use crate::act::{ActOptions, Screened, run_calls};
+use crate::act::{
+    ActOptions, Screened, apply_tool_call_ids, native_calls, native_tool_list, run_calls,
+};
 use crate::approval::policy_of;
 use crate::cli_stream::CliTurnReader;
 use crate::error::{Committed, OperationError, Result};
@@ -73,6 +76,15 @@ pub struct RunOptions {
     pub cli_args: Vec<String>,
     /// How native tool calls of an SSE reply run.
     pub act: ActOptions,
+    /// Offers the branch's tools (those in `tools`, else all) through the
+    /// provider's own function calling: the request carries them as its
+    /// `tools`, the history's calls and results go out as `tool_calls` and
+    /// `tool` messages, and the reply's calls run as they do without it.
+    /// Streaming chat models only: a CLI agent runs its own tools, and a
+    /// run asking it to offer ours is refused.
+    pub native_tools: bool,
+    /// The tools `native_tools` offers, in this order (→ all registered).
+    pub tools: Option<Vec<String>>,
     /// Overall deadline of the stream (none by default).
     pub timeout: Option<Duration>,
     /// Longest wait for the next chunk or line. Unset: none for a
@@ -106,6 +118,7 @@ pub struct RunOptions {
 }
 
 turn_setters!(RunOptions);
+crate::options::shared_setters!(RunOptions: act_options, action_strategy, native_tools);
 
 impl RunOptions {
     /// Options for this instruction.
@@ -173,6 +186,12 @@ impl RunOptions {
     /// `on_thinking` field).
     pub fn on_thinking(mut self, f: impl Fn(&str) + Send + Sync + 'static) -> Self {
         self.on_thinking = Some(TextHook::new(f));
+        self
+    }
+
+    /// Offers only these tools (with `native_tools`).
+    pub fn tools<I: IntoIterator<Item = S>, S: Into<String>>(mut self, t: I) -> Self {
+        self.tools = Some(t.into_iter().map(Into::into).collect());
         self
     }
 
@@ -276,6 +295,15 @@ impl RunState<'_> {
         }
         connect_models(self.branch)?;
         let model = self.branch.chat_model().clone();
+        let cli = self
+            .opts
+            .cli_command
+            .clone()
+            .or_else(|| model.is_cli().then(crate::agent::program));
+        if self.opts.native_tools {
+            let tools = self.offered_tools(cli.is_some())?;
+            self.opts.turn.fields.insert("tools".into(), tools);
+        }
         let content = self
             .opts
             .turn
@@ -283,6 +311,7 @@ impl RunState<'_> {
         let send_opts = SendOptions {
             progression: self.opts.turn.progression.as_deref(),
             providers: &self.opts.turn.context_providers,
+            native_tools: self.opts.native_tools,
             ..SendOptions::default()
         };
         let instruction = instruction_message(self.branch, &self.opts.turn, content);
@@ -298,11 +327,6 @@ impl RunState<'_> {
         self.emit(instruction);
         let started = Instant::now();
         let started_at = now_timestamp();
-        let cli = self
-            .opts
-            .cli_command
-            .clone()
-            .or_else(|| model.is_cli().then(crate::agent::program));
         if let Some(cmd) = cli {
             let prompt = crate::agent::prompt_of(&request);
             let session = crate::agent::stored_session(self.branch).map_err(|why| {
@@ -363,6 +387,34 @@ impl RunState<'_> {
             });
         }
         Ok(())
+    }
+
+    /// The request's `tools` for `native_tools`. Refused before anything
+    /// is sent when the turn goes to a CLI agent, which has tools of its
+    /// own and no way to be offered ours.
+    fn offered_tools(&mut self, to_agent: bool) -> Result<Value> {
+        if to_agent {
+            self.done = true;
+            return Err(OperationError::InvalidArgument {
+                what: "native_tools",
+                message: "a CLI agent runs its own tools; offer the branch's tools to a \
+                          streaming chat model, or use operate's prompt-embedded actions"
+                    .into(),
+            });
+        }
+        let selection = self
+            .opts
+            .tools
+            .clone()
+            .map_or(ToolSelection::All, ToolSelection::Named);
+        let schemas = self.branch.acts().tool_schemas(&selection).map_err(|e| {
+            self.done = true;
+            OperationError::InvalidArgument {
+                what: "tools",
+                message: e.to_string(),
+            }
+        })?;
+        Ok(native_tool_list(&schemas))
     }
 
     /// Logs the call as `chat` does (turn.rs), the payload and the reply
@@ -447,20 +499,18 @@ impl RunState<'_> {
                 let reply = self.assistant(response.text.clone(), meta);
                 self.emit(reply);
                 if !response.tool_calls.is_empty() {
-                    let calls = response
-                        .tool_calls
-                        .iter()
-                        .map(|tc| {
-                            branch_actions::ToolCall::from_text(tc.name.clone(), &tc.arguments)
-                        })
-                        .collect();
+                    let (calls, ids) = native_calls(&response.tool_calls);
                     match run_calls(self.branch, calls, self.opts.act).await {
-                        Screened::Done(acted) => {
+                        Screened::Done(mut acted) => {
+                            apply_tool_call_ids(&mut acted, &ids);
                             for m in acted.messages {
                                 self.emit(m);
                             }
                         }
-                        Screened::Paused(proposed) => {
+                        Screened::Paused(mut proposed) => {
+                            for (p, id) in proposed.iter_mut().zip(ids) {
+                                p.tool_call_id = id;
+                            }
                             // The reply is kept; the calls wait in the
                             // metadata, and the stream ends with the pause.
                             let record = std::mem::take(&mut self.record);

@@ -418,6 +418,7 @@ async fn run_pauses_on_native_tool_calls_and_resumes() {
     assert!(log["payload"]["messages"].is_array(), "{log}");
     let p = b.pending_approval().unwrap().unwrap();
     assert_eq!(p.verb, "run");
+    assert_eq!(p.calls[0].tool_call_id.as_deref(), Some("call_1"));
     let mut edited = Map::new();
     edited.insert("a".into(), json!(6));
     edited.insert("b".into(), json!(8));
@@ -429,4 +430,6 @@ async fn run_pauses_on_native_tool_calls_and_resumes() {
     assert_eq!(b.messages().len(), 5);
     let req = b.messages().iter().nth(3).unwrap();
     assert_eq!(req.element.metadata["approval"]["decision"], "edited");
+    // Recorded under the provider's id, which later requests answer.
+    assert_eq!(req.element.metadata["tool_call_id"], "call_1");
 }

@@ -274,6 +274,8 @@ async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     assert!(requests.iter().all(|r| r.path == "/v1/messages"));
+    // Each round streams: the tool use arrives as Messages' stream events.
+    assert!(requests.iter().all(|r| r.body["stream"] == true));
     // Offered in Anthropic's shape, with the server's inputSchema.
     let tools = requests[0].body["tools"].as_array().unwrap();
     let echo = tools.iter().find(|t| t["name"] == "echo").unwrap();
@@ -295,6 +297,90 @@ async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
     assert_eq!(result["tool_use_id"], "toolu_1");
     assert!(result.to_string().contains("ping from Claude"), "{result}");
 
+    recorded_whole_and_reaped(&db, &tag).await;
+}
+
+/// Without `--json` each round of a tool turn streams as a plain turn does:
+/// the text the model says before calling the tool is shown as it arrives,
+/// then the answer; the requests stream and carry the tools natively.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_round_of_a_tool_turn_streams() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-chat-stream-{}", std::process::id());
+    let model = MockServer::start().await;
+    model.script([
+        MockReply::text_and_tool_calls(
+            "Let me check.",
+            vec![MockToolCall {
+                id: "call_5".into(),
+                name: "echo".into(),
+                arguments: json!({"text": "hi"}),
+            }],
+        )
+        .chunk_size(4),
+        MockReply::text("The server said hi.").chunk_size(4),
+    ]);
+    let sb = Sandbox::new();
+    let cfg = sb.config(
+        "mcp.json",
+        json!({"py": {"command": python.display().to_string(),
+                      "args": [server_script("py_server.py"), "stdio", tag]}}),
+    );
+    let db = sb.path("chat.db");
+    let url = model.base_url();
+    let out = sb
+        .chat(&[
+            "--base-url",
+            &url,
+            "--model",
+            "m",
+            "--mcp",
+            &cfg,
+            "--store",
+            &db,
+            "--name",
+            "t",
+            "Say hi through the server.",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Let me check.\nThe server said hi.\n");
+    let mut bodies = model.bodies();
+    assert_eq!(bodies.len(), 2);
+    let tools: Vec<Value> = bodies
+        .iter_mut()
+        .map(|b| b.as_object_mut().unwrap().remove("tools").unwrap())
+        .collect();
+    assert_eq!(tools[0], tools[1]);
+    let names: Vec<&str> = tools[0]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["function"]["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"echo") && names.contains(&"slow"),
+        "{names:?}"
+    );
+    let question = json!({"role": "user", "content": "Instruction: Say hi through the server."});
+    assert_eq!(
+        bodies[0],
+        json!({"model": "m", "messages": [question], "stream": true,
+               "stream_options": {"include_usage": true}})
+    );
+    assert_eq!(
+        bodies[1],
+        json!({"model": "m", "stream": true, "stream_options": {"include_usage": true},
+               "messages": [
+            question,
+            {"role": "assistant", "content": "Let me check.", "tool_calls": [
+                {"id": "call_5", "type": "function",
+                 "function": {"name": "echo", "arguments": r#"{"text":"hi"}"#}}]},
+            {"role": "tool", "tool_call_id": "call_5", "content": r#"{"result":"hi"}"#},
+            {"role": "user", "content":
+                "Instruction: Continue with my request using the tool results above."},
+        ]})
+    );
     recorded_whole_and_reaped(&db, &tag).await;
 }
 

@@ -246,6 +246,101 @@ mod tests {
         assert!(describe(&long).chars().count() < MAX_SHOWN_ARGUMENTS + 100);
     }
 
+    /// A loopback model server and what a turn against it needs.
+    struct Loopback {
+        rt: Runtime,
+        server: branch_models::mock::MockServer,
+        model: std::sync::Arc<dyn branch_core::model::ChatModel>,
+        info: super::super::chat_error::ModelInfo,
+        display: super::super::turn::Display,
+    }
+
+    impl Loopback {
+        fn start() -> Self {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            let server = rt.block_on(branch_models::mock::MockServer::start());
+            let config = branch_core::model::ModelConfig::builder()
+                .provider("openai")
+                .model("m")
+                .base_url(&server.base_url())
+                .allow_local_network(true)
+                .build()
+                .unwrap();
+            let model =
+                std::sync::Arc::new(branch_models::IModel::with_api_key(config, "k").unwrap());
+            Self {
+                rt,
+                server,
+                model,
+                info: super::super::chat_error::ModelInfo {
+                    label: "openai/m".into(),
+                    provider: "openai".into(),
+                    base_url: None,
+                    key_var: None,
+                },
+                display: super::super::turn::Display {
+                    stream: false,
+                    spinner: false,
+                    dim: false,
+                },
+            }
+        }
+
+        /// The model's next reply: a call of `erase` on `/data`.
+        fn calls_erase(&self) {
+            self.server
+                .push(branch_models::mock::MockReply::tool_calls(vec![
+                    branch_models::mock::MockToolCall {
+                        id: "call_1".into(),
+                        name: "erase".into(),
+                        arguments: json!("{\"path\": \"/data\"}"),
+                    },
+                ]));
+        }
+
+        /// A conversation opened with these `chat` arguments, `erase`
+        /// registered.
+        fn open(&self, args: &[&str]) -> Conversation {
+            use super::super::chat_args::ChatArgs;
+            let args = ChatArgs::parse(&words(args)).unwrap();
+            let mut conv = self
+                .rt
+                .block_on(Conversation::open(&args, self.model.clone()))
+                .unwrap();
+            conv.branch_mut()
+                .acts_mut()
+                .register(erase(), false)
+                .unwrap();
+            conv
+        }
+    }
+
+    fn words(w: &[&str]) -> Vec<String> {
+        w.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    fn erase() -> std::sync::Arc<dyn branch_core::Tool> {
+        branch_actions::DynamicTool::new(
+            "erase",
+            None,
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            |_| async { Ok::<_, String>(json!("erased")) },
+        )
+        .unwrap()
+        .into_tool()
+    }
+
+    fn piped(lines: &[&str]) -> Input {
+        let (tx, rx) = tokio::sync::mpsc::channel(lines.len().max(1));
+        for l in lines {
+            tx.try_send(Ok((*l).to_owned())).unwrap();
+        }
+        Input::Piped(rx)
+    }
+
     /// The whole `--approve` path with a real store and a loopback model:
     /// the pause is in the store before the question; a person who leaves
     /// at the question leaves it there (`branch pending` lists it); a new
@@ -253,80 +348,28 @@ mod tests {
     /// answer.
     #[test]
     fn a_pause_survives_leaving_at_the_question() {
-        use super::super::chat_args::ChatArgs;
-        use super::super::chat_error::ModelInfo;
-        use super::super::turn::{self, Display};
-        use branch_models::mock::{MockReply, MockServer, MockToolCall};
-        use std::sync::Arc;
+        use super::super::turn;
 
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let lo = Loopback::start();
         let dir = std::env::temp_dir().join(format!("lionagi-approve-{}", Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         let db = dir.join("chat.db").to_string_lossy().into_owned();
-        let server = rt.block_on(MockServer::start());
-        server.push(MockReply::tool_calls(vec![MockToolCall {
-            id: "call_1".into(),
-            name: "erase".into(),
-            arguments: json!("{\"path\": \"/data\"}"),
-        }]));
-        let config = branch_core::model::ModelConfig::builder()
-            .provider("openai")
-            .model("m")
-            .base_url(&server.base_url())
-            .allow_local_network(true)
-            .build()
-            .unwrap();
-        let model: Arc<dyn branch_core::model::ChatModel> =
-            Arc::new(branch_models::IModel::with_api_key(config, "k").unwrap());
-        let erase = || {
-            branch_actions::DynamicTool::new(
-                "erase",
-                None,
-                json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-                |_| async { Ok::<_, String>(json!("erased")) },
-            )
-            .unwrap()
-            .into_tool()
-        };
-        let words = |w: &[&str]| w.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-        let info = ModelInfo {
-            label: "openai/m".into(),
-            provider: "openai".into(),
-            base_url: None,
-            key_var: None,
-        };
-        let display = Display {
-            stream: false,
-            spinner: false,
-            dim: false,
-        };
-        let piped = |lines: &[&str]| {
-            let (tx, rx) = tokio::sync::mpsc::channel(lines.len().max(1));
-            for l in lines {
-                tx.try_send(Ok((*l).to_owned())).unwrap();
-            }
-            Input::Piped(rx)
-        };
+        lo.calls_erase();
+        let rt = &lo.rt;
 
-        let args =
-            ChatArgs::parse(&words(&["--store", &db, "--name", "ops", "--approve"])).unwrap();
-        let mut conv = rt
-            .block_on(Conversation::open(&args, model.clone()))
-            .unwrap();
-        conv.branch_mut()
-            .acts_mut()
-            .register(erase(), false)
-            .unwrap();
+        let mut conv = lo.open(&["--store", &db, "--name", "ops", "--approve"]);
         let answer = rt
-            .block_on(turn::ask(conv.branch_mut(), "clean up", &info, display))
+            .block_on(turn::ask(
+                conv.branch_mut(),
+                "clean up",
+                &lo.info,
+                lo.display,
+            ))
             .unwrap();
         assert!(answer.paused);
         // Nobody answers: the pause stays, in the store.
         let mut gone = piped(&[]);
-        let e = settle(&rt, &mut conv, Some(&mut gone)).unwrap_err();
+        let e = settle(rt, &mut conv, Some(&mut gone)).unwrap_err();
         assert!(matches!(e, ChatError::Interrupted));
         drop(conv);
         let mut listing = Vec::new();
@@ -338,23 +381,14 @@ mod tests {
         );
 
         // Without --approve the paused conversation is not continued.
-        let args = ChatArgs::parse(&words(&["--store", &db, "--resume", "ops"])).unwrap();
-        let mut conv = rt
-            .block_on(Conversation::open(&args, model.clone()))
-            .unwrap();
-        let e = settle(&rt, &mut conv, None).unwrap_err();
+        let mut conv = lo.open(&["--store", &db, "--resume", "ops"]);
+        let e = settle(rt, &mut conv, None).unwrap_err();
         assert!(e.to_string().contains("--approve"), "{e}");
 
         // Another process: --resume ops --approve asks again.
-        let args =
-            ChatArgs::parse(&words(&["--store", &db, "--resume", "ops", "--approve"])).unwrap();
-        let mut conv = rt.block_on(Conversation::open(&args, model)).unwrap();
-        conv.branch_mut()
-            .acts_mut()
-            .register(erase(), false)
-            .unwrap();
+        let mut conv = lo.open(&["--store", &db, "--resume", "ops", "--approve"]);
         let mut person = piped(&["n"]);
-        settle(&rt, &mut conv, Some(&mut person)).unwrap();
+        settle(rt, &mut conv, Some(&mut person)).unwrap();
         drop(conv);
         let mut listing = Vec::new();
         super::super::run(&words(&["branch", "pending", "--store", &db]), &mut listing).unwrap();
@@ -375,6 +409,51 @@ mod tests {
         assert_eq!(last["metadata"]["approval"]["decision"], "denied");
         assert!(stored["metadata"].get("pending_approval").is_none());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A tool turn pauses at an offered tool's call, the person approves
+    /// it, and the streamed follow-up answers the call natively under the
+    /// provider's id.
+    #[test]
+    fn an_approved_call_is_answered_under_its_id_in_the_follow_up() {
+        use super::super::tool_turn;
+
+        let lo = Loopback::start();
+        lo.calls_erase();
+        lo.server
+            .push(branch_models::mock::MockReply::text("Erased /data."));
+        let rt = &lo.rt;
+        let mut conv = lo.open(&["--approve"]);
+        let answer = rt
+            .block_on(tool_turn::ask(
+                conv.branch_mut(),
+                "clean up",
+                &lo.info,
+                lo.display,
+            ))
+            .unwrap();
+        assert!(answer.paused);
+        let mut person = piped(&["y"]);
+        settle(rt, &mut conv, Some(&mut person)).unwrap();
+        let answer = rt
+            .block_on(tool_turn::follow_up(
+                conv.branch_mut(),
+                &lo.info,
+                lo.display,
+            ))
+            .unwrap();
+        assert!(!answer.paused);
+        assert_eq!(answer.text, "Erased /data.");
+        let bodies = lo.server.bodies();
+        assert_eq!(bodies.len(), 2);
+        assert!(bodies.iter().all(|b| b["stream"] == true));
+        assert_eq!(bodies[0]["tools"][0]["function"]["name"], "erase");
+        let messages = bodies[1]["messages"].as_array().unwrap();
+        assert_eq!(messages[1]["tool_calls"][0]["id"], "call_1");
+        assert_eq!(
+            messages[2],
+            json!({"role": "tool", "tool_call_id": "call_1", "content": "erased"})
+        );
     }
 
     #[test]

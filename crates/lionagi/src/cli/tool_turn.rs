@@ -1,17 +1,17 @@
 //! A turn of `lionagi chat` with tools registered: the model may call
-//! tools (natively where the provider has function calling, prompt-embedded
-//! otherwise), their results go back in the next request, until it answers
-//! without calling one. The rounds are one turn: a failure or Ctrl-C in any
-//! of them rolls the whole turn back.
+//! tools (natively where the provider has function calling, each round
+//! streamed as a plain turn is; prompt-embedded otherwise), their results
+//! go back in the next request, until it answers without calling one. The
+//! rounds are one turn: a failure or Ctrl-C in any of them rolls the whole
+//! turn back.
 
-use branch_core::{Branch, MessageContent};
-use branch_operations::{BranchOperations, OperateOptions, OperationError};
-use serde_json::Value;
+use branch_core::{Branch, Message};
+use branch_operations::{BranchOperations, OperateOptions, OperationError, RunOptions};
 
 use super::chat_error::{ChatError, ModelInfo};
-use super::reasoning::{ReasoningPrinter, finish_of, reasoning_of};
+use super::reasoning::ReasoningPrinter;
 use super::spinner::Spinner;
-use super::turn::{Answer, Display, say};
+use super::turn::{Answer, Display, Round, say, stream_round};
 
 /// Most model calls one turn makes: a model that keeps calling tools is
 /// stopped here with an error instead of looping.
@@ -62,30 +62,74 @@ async fn rounds(
     display: Display,
 ) -> Result<Answer, ChatError> {
     let before = branch.msgs().len();
-    let native = native_calling(branch, info);
-    let spinner = display.spinner.then(|| Spinner::start("thinking"));
+    // One listener for every round: a signal between two rounds is not
+    // lost to the process's default handling.
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
+    let answered = if native_calling(branch, info) {
+        streamed_rounds(branch, first, info, display, &mut ctrl_c).await
+    } else {
+        operated_rounds(branch, first, info, display, &mut ctrl_c).await
+    };
+    if answered.is_err() {
+        // Earlier rounds committed; the turn as a whole did not.
+        branch.msgs_mut().truncate(before);
+    }
+    answered
+}
+
+/// Rounds through `run` with the tools offered natively: each round's text
+/// and reasoning are shown as they arrive.
+async fn streamed_rounds(
+    branch: &mut Branch,
+    first: &str,
+    info: &ModelInfo,
+    display: Display,
+    ctrl_c: &mut (impl Future<Output = std::io::Result<()>> + Unpin),
+) -> Result<Answer, ChatError> {
+    let mut instruction = first;
+    for _ in 0..MAX_TOOL_ROUNDS {
+        let opts = RunOptions::new(instruction).native_tools(true);
+        let round = stream_round(branch, opts, info, display, ctrl_c).await?;
+        if round.paused || !round.acted {
+            return Ok(round.answer());
+        }
+        instruction = FOLLOW_UP;
+    }
+    Err(too_many_rounds())
+}
+
+fn too_many_rounds() -> ChatError {
+    ChatError::Turn(format!(
+        "the model was still calling tools after {MAX_TOOL_ROUNDS} rounds"
+    ))
+}
+
+/// Rounds through `operate` with the tools described in the prompt (a
+/// model without native function calling answers in JSON, which is parsed
+/// whole): each round's reply is shown once it is in.
+async fn operated_rounds(
+    branch: &mut Branch,
+    first: &str,
+    info: &ModelInfo,
+    display: Display,
+    ctrl_c: &mut (impl Future<Output = std::io::Result<()>> + Unpin),
+) -> Result<Answer, ChatError> {
+    let spinner = display.spinner.then(|| Spinner::start("thinking"));
     let outcome = {
         let rounds = async {
             let mut instruction = first.to_owned();
             for _ in 0..MAX_TOOL_ROUNDS {
-                let opts = OperateOptions::new(instruction.clone())
-                    .actions(true)
-                    .native_tools(native);
+                let opts = OperateOptions::new(instruction.clone()).actions(true);
                 let done = match branch.operate(opts).await {
                     Ok(done) => done,
                     Err(OperationError::ApprovalPending { .. }) => {
                         let text = branch
                             .msgs()
                             .last_response()
-                            .and_then(|m| match &m.content {
-                                MessageContent::AssistantResponse(c) => {
-                                    Some(c.assistant_response.clone())
-                                }
-                                _ => None,
-                            })
-                            .unwrap_or_default();
+                            .and_then(Message::as_assistant_text)
+                            .unwrap_or_default()
+                            .to_owned();
                         return Ok(Ended::Paused(text));
                     }
                     Err(e) => return Err(ChatError::from_operation(e, info)),
@@ -95,56 +139,38 @@ async fn rounds(
                 }
                 instruction = FOLLOW_UP.to_owned();
             }
-            Err(ChatError::Turn(format!(
-                "the model was still calling tools after {MAX_TOOL_ROUNDS} rounds"
-            )))
+            Err(too_many_rounds())
         };
         tokio::select! {
             biased;
-            _ = &mut ctrl_c => Err(ChatError::Interrupted),
+            _ = &mut *ctrl_c => Err(ChatError::Interrupted),
             r = rounds => r,
         }
     };
     drop(spinner);
-    let (text, paused) = match outcome {
-        Ok(Ended::Answered(t)) => (t, false),
-        Ok(Ended::Paused(t)) => (t, true),
-        Err(e) => {
-            // Earlier rounds committed; the turn as a whole did not.
-            branch.msgs_mut().truncate(before);
-            return Err(e);
-        }
+    let (text, paused) = match outcome? {
+        Ended::Answered(t) => (t, false),
+        Ended::Paused(t) => (t, true),
     };
-    let last = branch.msgs().last_response();
-    let reasoning = last.and_then(reasoning_of);
+    let last = branch
+        .msgs()
+        .last_response()
+        .cloned()
+        .ok_or_else(|| ChatError::Turn("the model sent no reply".into()))?;
+    let mut answer = Round {
+        reply: last,
+        acted: false,
+        paused,
+    }
+    .answer();
     if display.stream {
-        if let Some(r) = &reasoning {
+        if let Some(r) = &answer.reasoning {
             ReasoningPrinter::new(display.dim).print_whole(r);
         }
+        if !text.is_empty() {
+            say(&format!("{text}\n"));
+        }
     }
-    if display.stream && !text.is_empty() {
-        say(&format!("{text}\n"));
-    }
-    let response = last
-        .and_then(|m| match &m.content {
-            MessageContent::AssistantResponse(_) => m.element.metadata.peek("model_response"),
-            _ => None,
-        })
-        .map(std::borrow::Cow::into_owned);
-    Ok(Answer {
-        text,
-        served_model: response
-            .as_ref()
-            .and_then(|r| r.get("model"))
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        usage: response
-            .as_ref()
-            .and_then(|r| r.get("usage"))
-            .filter(|u| !u.is_null())
-            .cloned(),
-        paused,
-        reasoning,
-        finish_reason: response.as_ref().and_then(finish_of),
-    })
+    answer.text = text;
+    Ok(answer)
 }

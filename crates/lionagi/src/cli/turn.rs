@@ -52,12 +52,75 @@ pub(crate) async fn ask(
     info: &ModelInfo,
     display: Display,
 ) -> Result<Answer, ChatError> {
+    // Listening for Ctrl-C before the request goes out: a signal between
+    // the two would otherwise end the process the default way.
+    let ctrl_c = tokio::signal::ctrl_c();
+    tokio::pin!(ctrl_c);
+    // Rendered as the library renders every instruction (the system prompt
+    // folds into the first one as guidance, as the reference does).
+    let round = stream_round(
+        branch,
+        RunOptions::new(question),
+        info,
+        display,
+        &mut ctrl_c,
+    )
+    .await?;
+    Ok(round.answer())
+}
+
+/// What one streamed request gave.
+pub(crate) struct Round {
+    /// The model's reply, recorded on the branch.
+    pub reply: Message,
+    /// Tool calls of the reply ran (their results are on the branch).
+    pub acted: bool,
+    /// Tool calls of the reply await approval (the turn is paused).
+    pub paused: bool,
+}
+
+impl Round {
+    /// The turn's answer, when this round ends it.
+    pub(crate) fn answer(&self) -> Answer {
+        let reply = &self.reply;
+        let text = match &reply.content {
+            MessageContent::AssistantResponse(c) => c.assistant_response.clone(),
+            _ => String::new(),
+        };
+        let response = reply.element.metadata.peek("model_response");
+        let response = response.as_deref();
+        Answer {
+            text,
+            served_model: response
+                .and_then(|r| r.get("model"))
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            usage: response
+                .and_then(|r| r.get("usage"))
+                .filter(|u| !u.is_null())
+                .cloned(),
+            paused: self.paused,
+            reasoning: reasoning_of(reply),
+            finish_reason: response.and_then(finish_of),
+        }
+    }
+}
+
+/// Sends one request through `run` with `opts`, printing its text and
+/// reasoning as they arrive (and the reply whole when the model streamed
+/// none), until its reply and the tool calls it asked for are recorded.
+/// Ctrl-C (`ctrl_c` ready) drops the stream: the branch keeps nothing of
+/// the round.
+pub(crate) async fn stream_round(
+    branch: &mut Branch,
+    mut opts: RunOptions,
+    info: &ModelInfo,
+    display: Display,
+    ctrl_c: &mut (impl Future<Output = std::io::Result<()>> + Unpin),
+) -> Result<Round, ChatError> {
     let spinner = display.spinner.then(|| Spinner::start("thinking"));
     let stopper = spinner.as_ref().map(Spinner::stopper);
     let printed = Arc::new(AtomicBool::new(false));
-    // Rendered as the library renders every instruction (the system prompt
-    // folds into the first one as guidance, as the reference does).
-    let mut opts = RunOptions::new(question);
     let thoughts = ReasoningPrinter::new(display.dim);
     if display.stream {
         let printed = Arc::clone(&printed);
@@ -78,11 +141,8 @@ pub(crate) async fn ask(
             say(&thinking.thinking(piece));
         });
     }
-    // Listening for Ctrl-C before the request goes out: a signal between
-    // the two would otherwise end the process the default way.
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
     let mut reply: Option<Message> = None;
+    let mut acted = false;
     let mut failure = None;
     let mut cancelled = false;
     {
@@ -90,17 +150,17 @@ pub(crate) async fn ask(
         loop {
             tokio::select! {
                 biased;
-                _ = &mut ctrl_c => {
+                _ = &mut *ctrl_c => {
                     cancelled = true;
                     break;
                 }
                 next = stream.next() => match next {
                     None => break,
-                    Some(Ok(m)) => {
-                        if matches!(m.content, MessageContent::AssistantResponse(_)) {
-                            reply = Some(m);
-                        }
-                    }
+                    Some(Ok(m)) => match m.content {
+                        MessageContent::AssistantResponse(_) => reply = Some(m),
+                        MessageContent::ActionResponse(_) => acted = true,
+                        _ => {}
+                    },
                     Some(Err(e)) => {
                         failure = Some(e);
                         break;
@@ -109,7 +169,7 @@ pub(crate) async fn ask(
             }
         }
         // Dropping the stream here, mid-turn when cancelled, discards the
-        // turn: `run` records only at its end.
+        // round: `run` records only at its end.
     }
     drop(spinner);
     let printed = printed.load(Ordering::Relaxed);
@@ -129,38 +189,22 @@ pub(crate) async fn ask(
         return Err(ChatError::from_operation(e, info));
     }
     let reply = reply.ok_or_else(|| ChatError::Turn("the model sent no reply".into()))?;
-    let text = match &reply.content {
-        MessageContent::AssistantResponse(c) => c.assistant_response.clone(),
-        _ => String::new(),
-    };
-    let reasoning = reasoning_of(&reply);
     if display.stream && !thoughts.shown() {
         // A model that does not stream its reasoning: shown whole, first.
-        if let Some(r) = &reasoning {
-            thoughts.print_whole(r);
+        if let Some(r) = reasoning_of(&reply) {
+            thoughts.print_whole(&r);
         }
     }
-    if display.stream && !printed && !text.is_empty() {
+    if display.stream && !printed {
         // A model that does not stream text deltas: show the reply whole.
-        say(&format!("{text}\n"));
+        if let Some(text) = reply.as_assistant_text().filter(|t| !t.is_empty()) {
+            say(&format!("{text}\n"));
+        }
     }
-    let response = reply.element.metadata.peek("model_response");
-    let response = response.as_deref();
-    let served = response
-        .and_then(|r| r.get("model"))
-        .and_then(Value::as_str)
-        .map(str::to_owned);
-    let usage = response
-        .and_then(|r| r.get("usage"))
-        .filter(|u| !u.is_null())
-        .cloned();
-    Ok(Answer {
-        text,
-        served_model: served,
-        usage,
+    Ok(Round {
+        reply,
+        acted,
         paused,
-        reasoning,
-        finish_reason: response.and_then(finish_of),
     })
 }
 

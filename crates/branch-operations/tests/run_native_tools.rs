@@ -1,0 +1,249 @@
+//! `RunOptions::native_tools`: `run` offers the branch's tools through the
+//! provider's own function calling, streams the reply, runs the calls it
+//! makes and records each under the provider's id, so the next request
+//! answers it there. What it cannot do (a CLI agent, an unknown tool) is
+//! refused before anything is sent or recorded.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use branch_actions::DynamicTool;
+use branch_core::{Branch, Message, MessageContent};
+use branch_models::mock::{MockReply, MockServer, MockToolCall};
+use branch_operations::{
+    BranchOperations, OperateMiddle, OperateOptions, OperationError, RunOptions,
+};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+fn branch(server: &MockServer) -> Branch {
+    Branch::builder()
+        .system("S")
+        .chat_model(common::model(server, "gpt-4.1-mini"))
+        .tools([common::multiply(), common::lookup_capital()])
+        .build()
+        .unwrap()
+}
+
+/// Runs `opts` to its end: the messages yielded, then the error if any.
+async fn run_all(b: &mut Branch, opts: RunOptions) -> (Vec<Message>, Option<OperationError>) {
+    let mut messages = Vec::new();
+    let mut error = None;
+    let mut s = b.run(opts);
+    while let Some(item) = s.next().await {
+        match item {
+            Ok(m) => messages.push(m),
+            Err(e) => error = Some(e),
+        }
+    }
+    (messages, error)
+}
+
+fn kinds(messages: &[Message]) -> Vec<&'static str> {
+    messages.iter().map(|m| m.kind().class_name()).collect()
+}
+
+fn multiply_call(id: &str) -> MockToolCall {
+    MockToolCall {
+        id: id.into(),
+        name: "multiply".into(),
+        arguments: json!({"a": 6, "b": 7}),
+    }
+}
+
+const MULTIPLY: &str = "Multiply two integers and return the product.";
+
+fn multiply_tool() -> Value {
+    json!({"type": "function", "function": {"name": "multiply", "description": MULTIPLY,
+        "parameters": {"type": "object",
+            "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "required": ["a", "b"]}, "strict": null}})
+}
+
+#[tokio::test]
+async fn run_offers_the_tools_natively_and_answers_each_call_under_its_id() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text_and_tool_calls("Let me multiply.", vec![multiply_call("call_7")]),
+        MockReply::text("It is 42."),
+    ]);
+    let mut b = branch(&server);
+    let (first, error) = run_all(
+        &mut b,
+        RunOptions::new("6*7?")
+            .native_tools(true)
+            .tools(["multiply"]),
+    )
+    .await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(
+        kinds(&first),
+        [
+            "Instruction",
+            "AssistantResponse",
+            "ActionRequest",
+            "ActionResponse"
+        ]
+    );
+    assert_eq!(first[1].as_assistant_text(), Some("Let me multiply."));
+    assert_eq!(first[2].element.metadata["tool_call_id"], "call_7");
+    match &first[3].content {
+        MessageContent::ActionResponse(r) => assert_eq!(r.output, Some(json!(42))),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.messages().len(), 5, "system and the four, recorded");
+
+    let (second, error) = run_all(&mut b, RunOptions::new("So?").native_tools(true)).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(kinds(&second), ["Instruction", "AssistantResponse"]);
+
+    let bodies = server.bodies();
+    // Only the named tool, in the request's own field; the instruction
+    // does not describe it again.
+    assert_eq!(
+        bodies[0],
+        json!({
+            "messages": [{"role": "user", "content": "Guidance: S\nInstruction: 6*7?"}],
+            "model": "gpt-4.1-mini",
+            "stream": true,
+            "tools": [multiply_tool()],
+        })
+    );
+    // The call goes back as the reply's own `tool_calls` and is answered
+    // under the provider's id; every registered tool is offered.
+    let args = r#"{"a":6,"b":7}"#;
+    assert_eq!(
+        bodies[1]["messages"],
+        json!([
+            {"role": "user", "content": "Guidance: S\nInstruction: 6*7?"},
+            {"role": "assistant", "content": "Let me multiply.", "tool_calls": [
+                {"id": "call_7", "type": "function",
+                 "function": {"name": "multiply", "arguments": args}}]},
+            {"role": "tool", "tool_call_id": "call_7", "content": "42"},
+            {"role": "user", "content": "Instruction: So?"},
+        ])
+    );
+    let offered: Vec<&Value> = bodies[1]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| &t["function"]["name"])
+        .collect();
+    assert_eq!(offered, [&json!("multiply"), &json!("lookup_capital")]);
+}
+
+#[tokio::test]
+async fn what_run_cannot_offer_is_refused_before_anything_is_sent() {
+    let server = MockServer::start().await;
+    let mut b = branch(&server);
+    let before = b.messages().len();
+
+    let (yielded, error) = run_all(
+        &mut b,
+        RunOptions::new("6*7?").native_tools(true).tools(["divide"]),
+    )
+    .await;
+    assert!(yielded.is_empty());
+    match error {
+        Some(OperationError::InvalidArgument {
+            what: "tools",
+            message,
+        }) => {
+            assert!(message.contains("divide"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // A CLI agent has tools of its own: it is never started.
+    let dir = common::temp_dir("native-agent");
+    let marker = dir.join("started");
+    let script = dir.join("agent.sh");
+    common::executable(
+        &script,
+        &format!("#!/bin/sh\ntouch '{}'\ncat > /dev/null\n", marker.display()),
+    );
+    let (yielded, error) = run_all(
+        &mut b,
+        RunOptions::new("6*7?")
+            .native_tools(true)
+            .cli_command(&script),
+    )
+    .await;
+    assert!(yielded.is_empty());
+    match error {
+        Some(OperationError::InvalidArgument {
+            what: "native_tools",
+            message,
+        }) => assert!(message.contains("CLI agent"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(!marker.exists(), "the agent was started");
+
+    assert_eq!(b.messages().len(), before, "nothing recorded");
+    assert_eq!(server.request_count(), 0, "nothing sent");
+}
+
+/// `operate` through the run-and-collect middle offers the tools natively
+/// too: `run` runs the calls once, and `operate` reports them.
+#[tokio::test]
+async fn operate_collecting_a_run_offers_and_reports_native_calls() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::tool_calls(vec![multiply_call("call_3")]),
+        MockReply::text("unused"),
+    ]);
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let tool = DynamicTool::new(
+        "multiply",
+        Some(MULTIPLY.into()),
+        multiply_tool()["function"]["parameters"].clone(),
+        move |args: Value| {
+            let counted = Arc::clone(&counted);
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, String>(json!(
+                    args["a"].as_i64().unwrap() * args["b"].as_i64().unwrap()
+                ))
+            }
+        },
+    )
+    .unwrap()
+    .into_tool();
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(common::model(&server, "gpt-4.1-mini"))
+        .tools([tool])
+        .build()
+        .unwrap();
+    let done = b
+        .operate(
+            OperateOptions::new("6*7?")
+                .actions(true)
+                .native_tools(true)
+                .middle(OperateMiddle::RunAndCollect),
+        )
+        .await
+        .unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "run once, by run");
+    assert_eq!(done.action_responses.len(), 1);
+    assert_eq!(done.action_responses[0].function, "multiply");
+    assert_eq!(done.action_responses[0].output, Some(json!(42)));
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 1);
+    assert_eq!(bodies[0]["tools"], json!([multiply_tool()]));
+    assert_eq!(bodies[0]["stream"], true);
+    let recorded: Vec<&str> = b.messages().iter().map(|m| m.kind().class_name()).collect();
+    assert_eq!(
+        recorded,
+        [
+            "System",
+            "Instruction",
+            "AssistantResponse",
+            "ActionRequest",
+            "ActionResponse"
+        ]
+    );
+}
