@@ -247,3 +247,28 @@ async fn operate_collecting_a_run_offers_and_reports_native_calls() {
         ]
     );
 }
+
+/// A call the provider gave no id is recorded without one (none is made
+/// up in the branch), and the next request still pairs it with its result,
+/// under the request message's own id.
+#[tokio::test]
+async fn a_call_without_a_provider_id_is_paired_under_the_message_id() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::tool_calls(vec![multiply_call("")]),
+        MockReply::text("It is 42."),
+    ]);
+    let mut b = branch(&server);
+    let (first, error) = run_all(&mut b, RunOptions::new("6*7?").native_tools(true)).await;
+    assert!(error.is_none(), "{error:?}");
+    let request = &first[2];
+    assert_eq!(request.kind().class_name(), "ActionRequest");
+    assert!(request.element.metadata.get("tool_call_id").is_none());
+    let (_, error) = run_all(&mut b, RunOptions::new("So?").native_tools(true)).await;
+    assert!(error.is_none(), "{error:?}");
+    let messages = server.bodies()[1]["messages"].clone();
+    let id = request.id().to_string();
+    assert_eq!(messages[1]["tool_calls"][0]["id"], id.as_str());
+    assert_eq!(messages[2]["role"], "tool");
+    assert_eq!(messages[2]["tool_call_id"], id.as_str());
+}

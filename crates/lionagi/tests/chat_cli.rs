@@ -292,6 +292,61 @@ async fn a_stored_conversation_resumes_with_its_history() {
     assert_eq!(server.request_count(), 2);
 }
 
+/// A hostile server's escape sequences never reach the terminal: the
+/// reply is shown without control characters (but its line breaks and
+/// tabs), and so is an error's message; the stored conversation and
+/// `--json` keep the reply as it came.
+#[tokio::test]
+async fn a_reply_s_control_characters_are_not_shown() {
+    const HOSTILE: &str = "Fine.\x1b]52;c;cHduZWQ=\x07\n\tNext\x1b[2J\u{9b}0m line\rdone";
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text(HOSTILE).chunk_size(3),
+        MockReply::text(HOSTILE),
+        MockReply::error(400, "bad\x1b]0;pwned\x07 request"),
+    ]);
+    let sb = Sandbox::new();
+    let url = server.base_url();
+    let db = sb.path("c.db");
+    let out = sb
+        .run(&["--base-url", &url, "--store", &db, "--name", "h", "Hi?"])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "Fine.]52;c;cHduZWQ=\n\tNext[2J0m linedone\n"
+    );
+    let out = sb
+        .run(&[
+            "--json",
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--resume",
+            "h",
+            "Again?",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["reply"], HOSTILE);
+    let store = SqliteStore::open(&db).await.unwrap();
+    let id = store.list().await.unwrap()[0].id;
+    let stored = store.load(id).await.unwrap();
+    let replies: Vec<&str> = stored
+        .messages()
+        .iter()
+        .filter_map(|m| m.as_assistant_text())
+        .collect();
+    assert_eq!(replies, [HOSTILE, HOSTILE]);
+    let out = sb.run(&["--base-url", &url, "Once more?"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(err.contains("bad]0;pwned request"), "{err}");
+    assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "{err:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn piped_lines_are_turns_of_one_conversation() {
     let server = MockServer::start().await;

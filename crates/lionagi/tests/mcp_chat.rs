@@ -302,7 +302,9 @@ async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
 
 /// Without `--json` each round of a tool turn streams as a plain turn does:
 /// the text the model says before calling the tool is shown as it arrives,
-/// then the answer; the requests stream and carry the tools natively.
+/// then the answer; the requests stream and carry the tools natively. The
+/// tool's lines on stderr show no control character of the call or of the
+/// server's answer, which reach the model as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_round_of_a_tool_turn_streams() {
     let Some(python) = python_sdk() else { return };
@@ -314,7 +316,7 @@ async fn each_round_of_a_tool_turn_streams() {
             vec![MockToolCall {
                 id: "call_5".into(),
                 name: "echo".into(),
-                arguments: json!({"text": "hi"}),
+                arguments: json!({"text": "hi\u{9b}31m"}),
             }],
         )
         .chunk_size(4),
@@ -345,6 +347,13 @@ async fn each_round_of_a_tool_turn_streams() {
         .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "Let me check.\nThe server said hi.\n");
+    let err = text(&out.stderr);
+    // JSON escapes C0 controls; a C1 one is dropped from the line.
+    assert!(
+        err.contains(r#"[tool] echo -> {"result":"hi31m"}"#),
+        "{err}"
+    );
+    assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "{err:?}");
     let mut bodies = model.bodies();
     assert_eq!(bodies.len(), 2);
     let tools: Vec<Value> = bodies
@@ -375,8 +384,9 @@ async fn each_round_of_a_tool_turn_streams() {
             question,
             {"role": "assistant", "content": "Let me check.", "tool_calls": [
                 {"id": "call_5", "type": "function",
-                 "function": {"name": "echo", "arguments": r#"{"text":"hi"}"#}}]},
-            {"role": "tool", "tool_call_id": "call_5", "content": r#"{"result":"hi"}"#},
+                 "function": {"name": "echo", "arguments": "{\"text\":\"hi\u{9b}31m\"}"}}]},
+            {"role": "tool", "tool_call_id": "call_5",
+             "content": "{\"result\":\"hi\u{9b}31m\"}"},
             {"role": "user", "content":
                 "Instruction: Continue with my request using the tool results above."},
         ]})

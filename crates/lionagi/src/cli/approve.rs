@@ -15,6 +15,7 @@ use uuid::Uuid;
 use super::chat_error::ChatError;
 use super::conversation::Conversation;
 use super::input::{Input, Line};
+use super::shown::one_line;
 
 /// Longest display of a call's arguments, in characters: they are model
 /// output, shown to decide, not to be read in full.
@@ -50,7 +51,9 @@ fn parse_answer(text: &str) -> Option<Answer> {
 /// How a proposed call is shown: its name and its arguments as JSON (so
 /// control characters arrive escaped), cut at [`MAX_SHOWN_ARGUMENTS`].
 fn describe(call: &ProposedCall) -> String {
-    let args = serde_json::to_string(&call.arguments).unwrap_or_default();
+    // JSON escapes C0 controls, not DEL or C1 ones.
+    let json = serde_json::to_string(&call.arguments).unwrap_or_default();
+    let args = one_line(&json);
     let shown: String = args.chars().take(MAX_SHOWN_ARGUMENTS).collect();
     let cut = if shown.len() < args.len() {
         " …(cut)"
@@ -188,7 +191,7 @@ mod tests {
             .map(|n| {
                 serde_json::from_value::<ProposedCall>(json!({
                     "call_id": Uuid::new_v4(), "function": n,
-                    "arguments": {"path": "/tmp/x\u{1b}[2J"}, "status": "pending"
+                    "arguments": {"path": "/tmp/x\u{1b}[2J\u{9b}0m\u{7f}"}, "status": "pending"
                 }))
                 .unwrap()
             })
@@ -239,7 +242,8 @@ mod tests {
         let p = pending(&["read"]);
         let shown = describe(p.waiting().next().unwrap());
         assert!(shown.starts_with("tool call: read {\"path\":"));
-        assert!(!shown.contains('\u{1b}'), "{shown}");
+        // JSON escapes the C0 ones; DEL and C1 ones are dropped.
+        assert!(!shown.chars().any(char::is_control), "{shown:?}");
         let mut long = p.calls[0].clone();
         long.arguments
             .insert("blob".into(), json!("x".repeat(10 * MAX_SHOWN_ARGUMENTS)));

@@ -9,6 +9,7 @@ use std::io::Write;
 use branch_core::{Branch, BranchError, Message, MessageContent, SerializationMode, ToDictOptions};
 
 use super::CliError;
+use super::shown::one_line;
 use serde_json::Value;
 
 pub(crate) fn store_command(
@@ -50,7 +51,7 @@ pub(crate) fn store_command(
                     text.push_str(&format!(
                         "{}  {:<20} {:>6} messages  {}\n",
                         b.id,
-                        b.name.as_deref().unwrap_or("-"),
+                        one_line(b.name.as_deref().unwrap_or("-")),
                         b.message_count,
                         timestamp(b.updated_at)
                     ));
@@ -61,7 +62,7 @@ pub(crate) fn store_command(
                 let mut text = String::new();
                 for b in store.list().await.map_err(store_err)? {
                     let branch = store.load(b.id).await.map_err(store_err)?;
-                    let name = b.name.as_deref().unwrap_or("-");
+                    let name = one_line(b.name.as_deref().unwrap_or("-"));
                     match branch_operations::pending_approval(&branch) {
                         Ok(Some(p)) => {
                             let waiting: Vec<&str> =
@@ -72,11 +73,15 @@ pub(crate) fn store_command(
                                 name,
                                 waiting.len(),
                                 timestamp(p.created_at),
-                                waiting.join(", ")
+                                one_line(&waiting.join(", "))
                             ));
                         }
                         Ok(None) => {}
-                        Err(e) => text.push_str(&format!("{}  {name:<20} {e}\n", b.id)),
+                        Err(e) => text.push_str(&format!(
+                            "{}  {name:<20} {}\n",
+                            b.id,
+                            one_line(&e.to_string())
+                        )),
                     }
                 }
                 if text.is_empty() {
@@ -339,16 +344,17 @@ pub(crate) fn show(path: &str, out: &mut dyn Write) -> Result<(), CliError> {
 /// role, sender → recipient, time and the first line of its content.
 pub fn listing(branch: &Branch) -> String {
     let mut s = String::new();
-    let name = branch.name().unwrap_or("(unnamed)");
+    // Everything here is the file's or the store's: shown one line each.
+    let name = one_line(branch.name().unwrap_or("(unnamed)"));
     let model = branch.chat_model().config();
     s.push_str(&format!(
         "branch {} {name}  user: {}  model: {}/{}  messages: {}  logs: {}  tokens: {}\n",
         branch.id(),
         branch
             .user()
-            .map_or_else(|| "-".to_owned(), ToString::to_string),
-        model.provider(),
-        model.model_name().unwrap_or("?"),
+            .map_or_else(|| "-".to_owned(), |u| one_line(&u.to_string()).into_owned()),
+        one_line(model.provider()),
+        one_line(model.model_name().unwrap_or("?")),
         branch.messages().len(),
         branch.logs().len(),
         usage_text(&branch.usage()),
@@ -360,7 +366,7 @@ pub fn listing(branch: &Branch) -> String {
     {
         let who = |p: &Option<branch_core::Participant>| {
             p.as_ref()
-                .map_or_else(|| "-".to_owned(), |p| short(&p.to_string()))
+                .map_or_else(|| "-".to_owned(), |p| short(&one_line(&p.to_string())))
         };
         s.push_str(&format!(
             "{:<9} {:>10} -> {:<10} {}  {}\n",
@@ -453,6 +459,7 @@ fn first_line(m: &Message) -> String {
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim();
+    let line = one_line(line);
     let mut out: String = line.chars().take(100).collect();
     if line.chars().count() > 100 || full.trim().lines().count() > 1 {
         out.push_str(" …");
@@ -464,6 +471,28 @@ fn first_line(m: &Message) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_listing_shows_no_control_character_of_the_file() {
+        let doc = json!({
+            "id": uuid::Uuid::new_v4().to_string(), "created_at": 1.0,
+            "name": "ops\u{1b}]0;pwned\u{7}", "user": "me\u{9b}2J",
+        });
+        let mut b = Branch::from_dict(&doc).unwrap();
+        b.msgs_mut().add_message(Message::assistant(
+            "\u{1b}[2J\rFake prompt $ \u{1b}]8;;http://x\u{7}link",
+        ));
+        let shown = listing(&b);
+        assert!(
+            !shown.chars().any(|c| c.is_control() && c != '\n'),
+            "{shown:?}"
+        );
+        assert!(shown.contains("ops]0;pwned  user: me2J"), "{shown}");
+        assert!(
+            shown.contains("[2J Fake prompt $ ]8;;http://xlink"),
+            "{shown}"
+        );
+    }
 
     #[test]
     fn show_sums_the_token_usage_of_the_replies() {

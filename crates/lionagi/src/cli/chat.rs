@@ -19,6 +19,7 @@ use super::conversation::{self, Conversation};
 use super::input::{Input, Line};
 use super::mcp_tools;
 use super::model_choice;
+use super::shown::{one_line, printable};
 use super::tool_turn;
 use super::turn::{self, Display};
 use branch_mcp::McpServers;
@@ -66,7 +67,8 @@ fn report(e: &ChatError, json: bool) -> i32 {
     if json {
         eprintln!("{}", e.to_json());
     } else {
-        eprintln!("lionagi: {e}");
+        // Its words may be a provider's or an MCP server's.
+        eprintln!("lionagi: {}", printable(&e.to_string()));
     }
     e.exit_code()
 }
@@ -133,7 +135,7 @@ fn converse_or_ask(
         };
         eprintln!(
             "lionagi chat with {}{resumed}. /help for commands, Ctrl-D to leave.",
-            info.label
+            one_line(&info.label)
         );
     }
     let setup = TurnSetup {

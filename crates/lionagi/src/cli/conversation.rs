@@ -186,8 +186,11 @@ impl Conversation {
 
     /// The name to resume by: the branch's name when it has one, else its id.
     pub(crate) fn resume_key(&self) -> String {
+        // A stored name with control characters would be shown altered,
+        // and could not be typed back: the id resumes it too.
         self.branch
             .name()
+            .filter(|n| !n.chars().any(char::is_control))
             .map_or_else(|| self.id().to_string(), str::to_owned)
     }
 

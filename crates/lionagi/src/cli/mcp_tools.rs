@@ -11,6 +11,7 @@ use branch_mcp::{CallEvent, McpConfig, McpPolicy, McpServers, McpToolInfo};
 use serde_json::{Value, json};
 
 use super::chat_error::ChatError;
+use super::shown::one_line;
 
 /// Characters of a tool result shown in the conversation display.
 const SHOWN_RESULT_CHARS: usize = 200;
@@ -78,7 +79,9 @@ pub(crate) async fn connect(
     let hook: Option<branch_mcp::CallHook> = show.then(|| {
         Arc::new(|e: &CallEvent| {
             let line = match e {
-                CallEvent::Started { tool, arguments } => format!("[tool] {tool} {arguments}"),
+                CallEvent::Started { tool, arguments } => {
+                    format!("[tool] {tool} {}", one_line(&arguments.to_string()))
+                }
                 CallEvent::Finished { tool, result } => match result {
                     Ok(v) => format!("[tool] {tool} -> {}", short(v)),
                     Err(why) => format!(
@@ -97,13 +100,14 @@ pub(crate) async fn connect(
             let note = p
                 .message
                 .as_deref()
-                .map(|m| format!(" {m}"))
+                .map(|m| format!(" {}", one_line(m)))
                 .unwrap_or_default();
             let mut err = std::io::stderr().lock();
             let _ = writeln!(
                 err,
                 "[tool] {}: progress {}{of}{note}",
-                p.server, p.progress
+                one_line(&p.server),
+                p.progress
             );
         }) as branch_mcp::ProgressHook
     });
@@ -123,12 +127,12 @@ fn short(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    let one_line = s.replace('\n', " ");
-    if one_line.chars().count() > SHOWN_RESULT_CHARS {
-        let cut: String = one_line.chars().take(SHOWN_RESULT_CHARS).collect();
+    let line = one_line(&s);
+    if line.chars().count() > SHOWN_RESULT_CHARS {
+        let cut: String = line.chars().take(SHOWN_RESULT_CHARS).collect();
         format!("{cut}...")
     } else {
-        one_line
+        line.into_owned()
     }
 }
 
@@ -140,15 +144,16 @@ pub(crate) fn listing(tools: &[McpToolInfo]) -> String {
     tools
         .iter()
         .map(|t| {
-            let about = t
-                .description
-                .as_deref()
-                .and_then(|d| d.lines().next())
-                .unwrap_or("");
+            let about = one_line(
+                t.description
+                    .as_deref()
+                    .and_then(|d| d.lines().next())
+                    .unwrap_or(""),
+            );
             let origin = if t.name == t.original {
                 t.server.clone()
             } else {
-                format!("{}: {}", t.server, t.original)
+                format!("{}: {}", t.server, one_line(&t.original))
             };
             format!("{}  ({origin})  {about}", t.name)
         })

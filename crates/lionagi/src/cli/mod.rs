@@ -20,6 +20,7 @@ pub mod mcp_serve;
 mod mcp_tools;
 mod model_choice;
 mod reasoning;
+mod shown;
 mod spinner;
 mod store;
 mod tool_turn;

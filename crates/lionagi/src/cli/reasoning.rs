@@ -10,20 +10,12 @@ use branch_core::model::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
 use branch_core::{Message, MessageContent};
 use serde_json::Value;
 
+use super::shown::printable;
 use super::turn::say;
 
 /// ANSI "faint" on, and every attribute off.
 const DIM_ON: &str = "\x1b[2m";
 const DIM_OFF: &str = "\x1b[0m";
-
-/// Reasoning is model output: its control characters (an escape sequence
-/// could end the dimming, move the cursor or retitle the terminal) are
-/// dropped, line breaks and tabs kept.
-pub(crate) fn printable(text: &str) -> String {
-    text.chars()
-        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
-        .collect()
-}
 
 /// Prints streamed reasoning: a run of thinking pieces is opened (dimmed
 /// when `dim`) at its first piece and closed, followed by a blank line,
@@ -51,6 +43,7 @@ impl ReasoningPrinter {
         if !self.open.swap(true, Ordering::Relaxed) && self.dim {
             out.push_str(DIM_ON);
         }
+        // Model output: an escape sequence could also end the dimming.
         out.push_str(&printable(piece));
         self.shown.store(true, Ordering::Relaxed);
         out

@@ -10,6 +10,7 @@ use branch_operations::{BranchOperations, OperateOptions, OperationError, RunOpt
 
 use super::chat_error::{ChatError, ModelInfo};
 use super::reasoning::ReasoningPrinter;
+use super::shown::printable;
 use super::spinner::Spinner;
 use super::turn::{Answer, Display, Round, say, stream_round};
 
@@ -168,7 +169,7 @@ async fn operated_rounds(
             ReasoningPrinter::new(display.dim).print_whole(r);
         }
         if !text.is_empty() {
-            say(&format!("{text}\n"));
+            say(&format!("{}\n", printable(&text)));
         }
     }
     answer.text = text;

@@ -13,6 +13,7 @@ use serde_json::Value;
 
 use super::chat_error::{ChatError, ModelInfo};
 use super::reasoning::{ReasoningPrinter, finish_of, reasoning_of};
+use super::shown::printable;
 use super::spinner::Spinner;
 
 /// How the reply is shown.
@@ -131,7 +132,7 @@ pub(crate) async fn stream_round(
                 s.stop();
             }
             printed.store(true, Ordering::Relaxed);
-            say(&format!("{}{text}", before_text.close()));
+            say(&format!("{}{}", before_text.close(), printable(text)));
         });
         let thinking = thoughts.clone();
         opts = opts.on_thinking(move |piece| {
@@ -198,7 +199,7 @@ pub(crate) async fn stream_round(
     if display.stream && !printed {
         // A model that does not stream text deltas: show the reply whole.
         if let Some(text) = reply.as_assistant_text().filter(|t| !t.is_empty()) {
-            say(&format!("{text}\n"));
+            say(&format!("{}\n", printable(text)));
         }
     }
     Ok(Round {
