@@ -272,3 +272,99 @@ async fn a_call_without_a_provider_id_is_paired_under_the_message_id() {
     assert_eq!(messages[2]["role"], "tool");
     assert_eq!(messages[2]["tool_call_id"], id.as_str());
 }
+
+/// One SSE body of OpenAI Responses events.
+fn responses_sse(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect()
+}
+
+/// Through OpenAI Responses, streamed: the reasoning item the call came
+/// with (its encrypted content) and the call go back on the next run
+/// before the call's output, under the provider's call id.
+#[tokio::test]
+async fn a_streamed_responses_call_goes_back_with_its_reasoning() {
+    let server = MockServer::start().await;
+    let reasoning = json!({"type": "reasoning", "id": "rs_1",
+        "summary": [{"type": "summary_text", "text": "Multiply."}], "encrypted_content": "gAAAA-enc"});
+    let call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_9", "name": "multiply",
+        "arguments": "{\"a\":6,\"b\":7}", "status": "completed"});
+    let head = |n: u64| {
+        json!({"type": "response.created", "sequence_number": n, "response": {"id": "resp_1",
+            "object": "response", "status": "in_progress", "model": "gpt-5", "output": [], "usage": null}})
+    };
+    let first = responses_sse(&[
+        head(0),
+        json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+            "item": {"type": "reasoning", "id": "rs_1", "summary": []}}),
+        json!({"type": "response.reasoning_summary_text.delta", "sequence_number": 2, "item_id": "rs_1",
+            "output_index": 0, "summary_index": 0, "delta": "Multiply."}),
+        json!({"type": "response.output_item.done", "sequence_number": 3, "output_index": 0,
+            "item": reasoning}),
+        json!({"type": "response.output_item.added", "sequence_number": 4, "output_index": 1,
+            "item": {"type": "function_call", "id": "fc_1", "call_id": "call_9", "name": "multiply",
+                "arguments": "", "status": "in_progress"}}),
+        json!({"type": "response.function_call_arguments.delta", "sequence_number": 5,
+            "item_id": "fc_1", "output_index": 1, "delta": "{\"a\":6,\"b\":7}"}),
+        json!({"type": "response.output_item.done", "sequence_number": 6, "output_index": 1,
+            "item": call}),
+        json!({"type": "response.completed", "sequence_number": 7, "response": {"id": "resp_1",
+            "object": "response", "status": "completed", "model": "gpt-5",
+            "output": [reasoning, call], "usage": {"input_tokens": 30, "output_tokens": 12,
+            "total_tokens": 42}}}),
+    ]);
+    let message = json!({"type": "message", "id": "msg_2", "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": "It is 42."}]});
+    let second = responses_sse(&[
+        head(0),
+        json!({"type": "response.output_text.delta", "sequence_number": 1, "item_id": "msg_2",
+            "output_index": 0, "content_index": 0, "delta": "It is 42."}),
+        json!({"type": "response.completed", "sequence_number": 2, "response": {"id": "resp_2",
+            "object": "response", "status": "completed", "model": "gpt-5", "output": [message],
+            "usage": {"input_tokens": 60, "output_tokens": 4, "total_tokens": 64}}}),
+    ]);
+    for body in [first, second] {
+        server.push(MockReply::raw(200, &body).header("content-type", "text/event-stream"));
+    }
+    let config = branch_core::model::ModelConfig::builder()
+        .provider("openai")
+        .endpoint("responses")
+        .model("gpt-5")
+        .base_url(&server.base_url())
+        .allow_local_network(true)
+        .build()
+        .unwrap();
+    let model: Arc<dyn branch_core::model::ChatModel> =
+        Arc::new(branch_models::IModel::with_api_key(config, "test").unwrap());
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(model)
+        .tools([common::multiply()])
+        .build()
+        .unwrap();
+    let (first, error) = run_all(&mut b, RunOptions::new("6*7?").native_tools(true)).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(first[2].element.metadata["tool_call_id"], "call_9");
+    let (second, error) = run_all(&mut b, RunOptions::new("So?").native_tools(true)).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(second[1].as_assistant_text(), Some("It is 42."));
+
+    let bodies = server.bodies();
+    assert!(server.requests().iter().all(|r| r.path == "/v1/responses"));
+    assert_eq!(bodies[0]["stream"], true);
+    assert_eq!(bodies[0]["tools"][0]["name"], "multiply");
+    let input = bodies[1]["input"].as_array().unwrap();
+    let at = input
+        .iter()
+        .position(|i| i["type"] == "reasoning")
+        .expect("the reasoning item goes back");
+    assert_eq!(input[at]["encrypted_content"], "gAAAA-enc");
+    assert_eq!(input[at + 1]["type"], "function_call");
+    assert_eq!(input[at + 1]["call_id"], "call_9");
+    assert_eq!(
+        input[at + 2],
+        json!({"type": "function_call_output", "call_id": "call_9", "output": "42"})
+    );
+}
