@@ -48,6 +48,7 @@ impl Sandbox {
             "ANTHROPIC_API_KEY",
             "LIONAGI_CHAT_PROVIDER",
             "LIONAGI_CHAT_MODEL",
+            "LIONAGI_CHAT_ENDPOINT",
         ] {
             c.env_remove(var);
         }

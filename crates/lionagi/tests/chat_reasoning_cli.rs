@@ -39,6 +39,7 @@ impl Sandbox {
             "OPENAI_API_KEY",
             "LIONAGI_CHAT_PROVIDER",
             "LIONAGI_CHAT_MODEL",
+            "LIONAGI_CHAT_ENDPOINT",
             "NO_COLOR",
         ] {
             c.env_remove(var);
@@ -168,4 +169,116 @@ async fn json_carries_reasoning_and_finish_apart_and_the_store_keeps_them() {
         reply["metadata"]["reasoning"],
         json!([{"type": "thinking", "text": "Two plus two\u{1b}[31m is four."}])
     );
+}
+
+/// One SSE body of OpenAI Responses events.
+fn responses_sse(events: &[Value]) -> MockReply {
+    let body: String = events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap()))
+        .collect();
+    MockReply::raw(200, &body)
+        .header("content-type", "text/event-stream")
+        .chunk_size(7)
+}
+
+/// A reply of the Responses API streaming a reasoning summary, then `text`.
+fn responses_reply(id: &str, text: &str) -> MockReply {
+    let reasoning = json!({"type": "reasoning", "id": format!("rs_{id}"),
+        "summary": [{"type": "summary_text", "text": "Add them."}], "encrypted_content": "enc"});
+    let message = json!({"type": "message", "id": format!("msg_{id}"), "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": text}]});
+    let response = |status: &str, output: Value| {
+        json!({"id": format!("resp_{id}"), "object": "response", "status": status,
+            "model": "gpt-5-2025-08-07", "output": output,
+            "usage": {"input_tokens": 20, "output_tokens": 9, "total_tokens": 29,
+                "output_tokens_details": {"reasoning_tokens": 5}}})
+    };
+    responses_sse(&[
+        json!({"type": "response.created", "sequence_number": 0,
+            "response": response("in_progress", json!([]))}),
+        json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+            "item": {"type": "reasoning", "id": format!("rs_{id}"), "summary": []}}),
+        json!({"type": "response.reasoning_summary_text.delta", "sequence_number": 2,
+            "item_id": format!("rs_{id}"), "output_index": 0, "summary_index": 0,
+            "delta": "Add them."}),
+        json!({"type": "response.output_item.done", "sequence_number": 3, "output_index": 0,
+            "item": reasoning}),
+        json!({"type": "response.output_text.delta", "sequence_number": 4,
+            "item_id": format!("msg_{id}"), "output_index": 1, "content_index": 0, "delta": text}),
+        json!({"type": "response.completed", "sequence_number": 5,
+            "response": response("completed", json!([reasoning, message]))}),
+    ])
+}
+
+/// `--endpoint responses`: OpenAI's Responses API, streamed; the reasoning
+/// summary shows before the answer, the encrypted reasoning goes back on
+/// the next turn of the stored conversation, which resumes on the same
+/// endpoint without the flag.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_responses_endpoint_streams_reasoning_and_resumes_on_it() {
+    let server = MockServer::start().await;
+    server.script([responses_reply("1", "Four."), responses_reply("2", "Six.")]);
+    let sb = Sandbox::new();
+    let db = sb.dir.join("chat.db").display().to_string();
+    let url = server.base_url();
+    let out = sb
+        .run(&[
+            "chat",
+            "--base-url",
+            &url,
+            "--model",
+            "gpt-5",
+            "--endpoint",
+            "responses",
+            "--store",
+            &db,
+            "--name",
+            "r",
+            "2+2?",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Add them.\n\nFour.\n");
+    assert!(
+        text(&out.stderr).contains("--resume r --model gpt-5 --base-url"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("--endpoint responses"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = sb
+        .run(&[
+            "chat",
+            "--store",
+            &db,
+            "--resume",
+            "r",
+            "--allow-local-network",
+            "3+3?",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Add them.\n\nSix.\n");
+
+    let requests = server.requests();
+    assert!(requests.iter().all(|r| r.path == "/v1/responses"));
+    let question = |q: &str| {
+        json!({"type": "message", "role": "user",
+            "content": [{"type": "input_text", "text": format!("Instruction: {q}")}]})
+    };
+    assert_eq!(
+        requests[0].body,
+        json!({"model": "gpt-5", "input": [question("2+2?")], "stream": true,
+            "store": false, "include": ["reasoning.encrypted_content"]})
+    );
+    let second = &requests[1].body;
+    let input = second["input"].as_array().unwrap();
+    assert_eq!(input[0], question("2+2?"));
+    assert_eq!(input[1]["type"], "reasoning");
+    assert_eq!(input[1]["encrypted_content"], "enc");
+    assert_eq!(input.last().unwrap(), &question("3+3?"));
 }

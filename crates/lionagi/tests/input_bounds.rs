@@ -42,6 +42,7 @@ fn lionagi(dir: &Path, args: &[&str], env: &[(&str, &str)], stdin: Stdio) -> Out
         "OPENAI_API_KEY",
         "LIONAGI_CHAT_PROVIDER",
         "LIONAGI_CHAT_MODEL",
+        "LIONAGI_CHAT_ENDPOINT",
         "LIONAGI_MAX_FILE_BYTES",
         "LIONAGI_READ_TIMEOUT",
         "LIONAGI_MAX_LINE_BYTES",

@@ -85,6 +85,7 @@ impl Sandbox {
             "OPENAI_API_KEY",
             "LIONAGI_CHAT_PROVIDER",
             "LIONAGI_CHAT_MODEL",
+            "LIONAGI_CHAT_ENDPOINT",
         ] {
             c.env_remove(var);
         }

@@ -126,6 +126,7 @@ fn lionagi(dir: &std::path::Path, args: &[&str]) -> tokio::process::Command {
         "OPENAI_API_KEY",
         "LIONAGI_CHAT_PROVIDER",
         "LIONAGI_CHAT_MODEL",
+        "LIONAGI_CHAT_ENDPOINT",
     ] {
         c.env_remove(var);
     }

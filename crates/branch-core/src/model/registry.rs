@@ -97,6 +97,12 @@ pub struct ProviderSpec {
 }
 
 impl ProviderSpec {
+    /// The endpoint whose path or alias is `name` (case aside), with no
+    /// fallback: a name the provider does not have selects none.
+    pub fn endpoint_named(&self, name: &str) -> Option<&'static EndpointSpec> {
+        self.endpoints.iter().find(|e| e.matches(name))
+    }
+
     /// The endpoint selected by `endpoint` (providers.md §2 step 4): the first
     /// whose path or alias equals it (any, if empty); else, if the provider
     /// has exactly one endpoint, that one.
@@ -104,9 +110,7 @@ impl ProviderSpec {
         if endpoint.is_empty() {
             return self.endpoints.first();
         }
-        self.endpoints
-            .iter()
-            .find(|e| e.matches(endpoint))
+        self.endpoint_named(endpoint)
             .or(if self.endpoints.len() == 1 {
                 self.endpoints.first()
             } else {

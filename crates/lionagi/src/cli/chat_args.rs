@@ -12,6 +12,8 @@ options:
   --model NAME         model name (or PROVIDER/NAME)
   --base-url URL       an OpenAI-compatible server (llama.cpp, vLLM ...); the provider's key
                        variable is sent when set, no key otherwise
+  --endpoint NAME      the provider's endpoint when it has several: responses (OpenAI's
+                       Responses API, with reasoning summaries) instead of chat/completions
   --system TEXT        system prompt of a new conversation
   --store PATH|URL     keep the conversation in this SQLite store (created when missing)
                        or PostgreSQL database (postgres://USER@HOST:PORT/DB; the password
@@ -35,7 +37,7 @@ options:
   -h, --help           this text
 
 The model: the flags, else (with --resume) the stored conversation's own model, else
-LIONAGI_CHAT_PROVIDER / LIONAGI_CHAT_MODEL, else the embedded
+LIONAGI_CHAT_PROVIDER / LIONAGI_CHAT_MODEL / LIONAGI_CHAT_ENDPOINT, else the embedded
 model (lionagi built with --features embedded, model fetched by `cargo xtask fetch-model`),
 else openai when OPENAI_API_KEY is set.
 
@@ -53,6 +55,8 @@ pub(crate) struct ChatArgs {
     pub model: Option<String>,
     /// `--base-url`.
     pub base_url: Option<String>,
+    /// `--endpoint`.
+    pub endpoint: Option<String>,
     /// `--system`.
     pub system: Option<String>,
     /// `--store`.
@@ -114,6 +118,7 @@ impl ChatArgs {
                 "--provider" => a.provider = Some(value(flag)?),
                 "--model" => a.model = Some(value(flag)?),
                 "--base-url" => a.base_url = Some(value(flag)?),
+                "--endpoint" => a.endpoint = Some(value(flag)?),
                 "--system" => a.system = Some(value(flag)?),
                 "--store" => a.store = Some(value(flag)?),
                 "--resume" => a.resume = Some(value(flag)?),
@@ -188,7 +193,10 @@ impl ChatArgs {
     /// Whether the flags choose a model (else a resumed conversation keeps
     /// its own).
     pub(crate) fn chooses_model(&self) -> bool {
-        self.provider.is_some() || self.model.is_some() || self.base_url.is_some()
+        self.provider.is_some()
+            || self.model.is_some()
+            || self.base_url.is_some()
+            || self.endpoint.is_some()
     }
 
     /// The model flags as given, to repeat in the resume hint.
@@ -198,6 +206,7 @@ impl ChatArgs {
             ("--provider", &self.provider),
             ("--model", &self.model),
             ("--base-url", &self.base_url),
+            ("--endpoint", &self.endpoint),
         ] {
             if let Some(v) = v {
                 s.push_str(&format!(" {flag} {}", shell_word(v)));

@@ -6,12 +6,13 @@
 use std::sync::Arc;
 
 use branch_core::model::settings::setting;
-use branch_core::model::{AuthType, ChatModel, DEFAULT_CHAT_MODEL, ModelConfig};
+use branch_core::model::{AuthType, ChatModel, DEFAULT_CHAT_MODEL, ModelConfig, registry};
 use branch_models::{ApiKey, IModel};
 use serde_json::Value;
 
 use super::chat_args::ChatArgs;
 use super::chat_error::{ChatError, ModelInfo};
+use super::shown::one_line;
 
 /// How to get a model, for the error when none is available.
 const HOW_TO_GET_A_MODEL: &str = "no model configured. Either
@@ -31,21 +32,36 @@ pub(crate) fn choose(args: &ChatArgs) -> Result<Chosen, ChatError> {
         .clone()
         .or_else(|| setting("LIONAGI_CHAT_PROVIDER"));
     let model = args.model.clone().or_else(|| setting("LIONAGI_CHAT_MODEL"));
-    let configured = provider.is_some() || model.is_some() || args.base_url.is_some();
+    let endpoint = args
+        .endpoint
+        .clone()
+        .or_else(|| setting("LIONAGI_CHAT_ENDPOINT"));
+    let configured =
+        provider.is_some() || model.is_some() || args.base_url.is_some() || endpoint.is_some();
     if configured {
         let is_local = provider.as_deref().is_some_and(|p| {
             matches!(p.trim().to_ascii_lowercase().as_str(), "local" | "embedded")
         });
         if is_local {
+            if let Some(e) = endpoint {
+                return Err(ChatError::Usage(format!(
+                    "the embedded model has one endpoint; drop --endpoint {e}"
+                )));
+            }
             return local(args, model.as_deref());
         }
-        return remote(args, provider.as_deref(), model.as_deref());
+        return remote(
+            args,
+            provider.as_deref(),
+            model.as_deref(),
+            endpoint.as_deref(),
+        );
     }
     if let Some(found) = embedded_if_present(args)? {
         return Ok(found);
     }
     if setting("OPENAI_API_KEY").is_some() {
-        return remote(args, Some("openai"), Some(DEFAULT_CHAT_MODEL));
+        return remote(args, Some("openai"), Some(DEFAULT_CHAT_MODEL), None);
     }
     Err(ChatError::NoModel(HOW_TO_GET_A_MODEL.into()))
 }
@@ -69,6 +85,27 @@ fn sampling(config: &mut ModelConfig, args: &ChatArgs) -> Result<(), ChatError> 
     Ok(())
 }
 
+/// Refuses an endpoint the chosen provider does not have. The library
+/// reads such a name as a generic endpoint at the provider's address, or
+/// as the provider's only endpoint: a typo would reach a wrong URL or be
+/// ignored. A provider it does not know (a server at `--base-url`) takes
+/// any name.
+fn check_endpoint(config: &ModelConfig, endpoint: &str) -> Result<(), ChatError> {
+    let Some(spec) = registry::lookup_provider(config.provider()) else {
+        return Ok(());
+    };
+    if spec.endpoint_named(endpoint).is_some() {
+        return Ok(());
+    }
+    let names: Vec<&str> = spec.endpoints.iter().map(|e| e.path).collect();
+    Err(ChatError::Usage(format!(
+        "provider {} has no endpoint `{}`; it has: {}",
+        spec.name,
+        one_line(endpoint),
+        names.join(", ")
+    )))
+}
+
 fn is_loopback(url: &str) -> bool {
     let rest = url.split_once("://").map_or(url, |(_, r)| r);
     let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
@@ -87,10 +124,14 @@ fn remote(
     args: &ChatArgs,
     provider: Option<&str>,
     model: Option<&str>,
+    endpoint: Option<&str>,
 ) -> Result<Chosen, ChatError> {
     let mut b = ModelConfig::builder();
     if let Some(p) = provider {
         b = b.provider(p);
+    }
+    if let Some(e) = endpoint {
+        b = b.endpoint(e);
     }
     let model_given = model.is_some();
     b = b.model(model.unwrap_or(DEFAULT_CHAT_MODEL));
@@ -99,6 +140,9 @@ fn remote(
         b = b.base_url(url).allow_local_network(is_loopback(url));
     }
     let mut config = b.build().map_err(config_error)?;
+    if let Some(e) = endpoint {
+        check_endpoint(&config, e)?;
+    }
     if !model_given && provider.is_some_and(|p| !p.eq_ignore_ascii_case("openai")) {
         return Err(ChatError::Usage(format!(
             "--provider {} needs --model NAME (or LIONAGI_CHAT_MODEL)",
@@ -304,6 +348,32 @@ mod tests {
         args.allow_local_network = true;
         let (model, _) = stored(&kept, &args).unwrap();
         assert!(model.snapshot().allow_local_network());
+    }
+
+    #[test]
+    fn an_endpoint_the_provider_lacks_is_refused_by_name() {
+        let config = |provider: &str| {
+            let mut b = ModelConfig::builder().provider(provider).model("m");
+            if provider == "my-server" {
+                b = b.base_url("http://127.0.0.1:1/v1");
+            }
+            b.build().unwrap()
+        };
+        let e = check_endpoint(&config("anthropic"), "responses\u{1b}[2J").unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("provider anthropic has no endpoint `responses[2J`; it has: messages"),
+            "{e}"
+        );
+        assert!(check_endpoint(&config("anthropic"), "Messages").is_ok());
+        assert!(check_endpoint(&config("openai"), "responses").is_ok());
+        assert!(
+            check_endpoint(&config("openai"), "chat").is_ok(),
+            "an alias"
+        );
+        let e = check_endpoint(&config("openai"), "respones").unwrap_err();
+        assert!(e.to_string().contains("chat/completions"), "{e}");
+        assert!(check_endpoint(&config("my-server"), "anything").is_ok());
     }
 
     #[test]
