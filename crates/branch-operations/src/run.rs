@@ -85,7 +85,8 @@ pub struct RunOptions {
     pub native_tools: bool,
     /// The tools `native_tools` offers, in this order (→ all registered).
     pub tools: Option<Vec<String>>,
-    /// Overall deadline of the stream (none by default).
+    /// Overall deadline of the stream, the native tool calls it runs
+    /// included (none by default).
     pub timeout: Option<Duration>,
     /// Longest wait for the next chunk or line. Unset: none for a
     /// streaming chat model (its own call deadline bounds it), 600 s for a
@@ -213,6 +214,10 @@ enum Source {
         model: Arc<dyn ChatModel>,
     },
     Cli(Box<CliSource>),
+    /// The native tool calls of a reply already yielded, with the
+    /// provider's ids: run on the next pump, so the reply is seen before
+    /// the tools take their time.
+    Calls(Vec<branch_actions::ToolCall>, Vec<Option<String>>),
 }
 
 struct CliSource {
@@ -498,34 +503,51 @@ impl RunState<'_> {
                 }
                 let reply = self.assistant(response.text.clone(), meta);
                 self.emit(reply);
-                if !response.tool_calls.is_empty() {
+                if response.tool_calls.is_empty() {
+                    self.finish();
+                } else {
                     let (calls, ids) = native_calls(&response.tool_calls);
-                    match run_calls(self.branch, calls, self.opts.act).await {
-                        Screened::Done(mut acted) => {
-                            apply_tool_call_ids(&mut acted, &ids);
-                            for m in acted.messages {
-                                self.emit(m);
-                            }
+                    self.source = Some(Source::Calls(calls, ids));
+                }
+                Ok(())
+            }
+            Source::Calls(calls, ids) => {
+                // The run's deadline covers its tools too; past it the
+                // calls are dropped (cancelled) and nothing is recorded.
+                let screened = match bounded(
+                    run_calls(self.branch, calls, self.opts.act),
+                    None,
+                    self.deadline,
+                )
+                .await
+                {
+                    Ok(s) => s,
+                    Err(why) => return Err(self.fail(why.to_owned())),
+                };
+                match screened {
+                    Screened::Done(mut acted) => {
+                        apply_tool_call_ids(&mut acted, &ids);
+                        for m in acted.messages {
+                            self.emit(m);
                         }
-                        Screened::Paused(mut proposed) => {
-                            for (p, id) in proposed.iter_mut().zip(ids) {
-                                p.tool_call_id = id;
-                            }
-                            // The reply is kept; the calls wait in the
-                            // metadata, and the stream ends with the pause.
-                            let record = std::mem::take(&mut self.record);
-                            let n = commit(self.branch, record);
-                            let expiry = policy_of(self.branch).and_then(|p| p.expiry());
-                            let p =
-                                PendingApproval::new("run", proposed, self.opts.act, expiry, None);
-                            p.store(self.branch);
-                            self.done = true;
-                            self.paused = Some(p.paused(Committed {
-                                messages: n,
-                                turns: 1,
-                            }));
-                            return Ok(());
+                    }
+                    Screened::Paused(mut proposed) => {
+                        for (p, id) in proposed.iter_mut().zip(ids) {
+                            p.tool_call_id = id;
                         }
+                        // The reply is kept; the calls wait in the
+                        // metadata, and the stream ends with the pause.
+                        let record = std::mem::take(&mut self.record);
+                        let n = commit(self.branch, record);
+                        let expiry = policy_of(self.branch).and_then(|p| p.expiry());
+                        let p = PendingApproval::new("run", proposed, self.opts.act, expiry, None);
+                        p.store(self.branch);
+                        self.done = true;
+                        self.paused = Some(p.paused(Committed {
+                            messages: n,
+                            turns: 1,
+                        }));
+                        return Ok(());
                     }
                 }
                 self.finish();

@@ -368,3 +368,77 @@ async fn a_streamed_responses_call_goes_back_with_its_reasoning() {
         json!({"type": "function_call_output", "call_id": "call_9", "output": "42"})
     );
 }
+
+/// A tool that answers only once `gate` is opened.
+fn gated_multiply(gate: Arc<tokio::sync::Notify>) -> Arc<dyn branch_core::Tool> {
+    DynamicTool::new(
+        "multiply",
+        Some(MULTIPLY.into()),
+        multiply_tool()["function"]["parameters"].clone(),
+        move |args: Value| {
+            let gate = Arc::clone(&gate);
+            async move {
+                gate.notified().await;
+                Ok::<_, String>(json!(
+                    args["a"].as_i64().unwrap_or(0) * args["b"].as_i64().unwrap_or(0)
+                ))
+            }
+        },
+    )
+    .unwrap()
+    .into_tool()
+}
+
+/// The reply is yielded as soon as it is in, before the tools it calls
+/// have run; and the run's deadline covers those tools: past it they are
+/// cancelled and nothing of the turn is recorded.
+#[tokio::test]
+async fn the_reply_is_yielded_before_its_tools_run_and_the_deadline_covers_them() {
+    use std::time::Duration;
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text_and_tool_calls("Multiplying.", vec![multiply_call("call_1")]),
+        MockReply::tool_calls(vec![multiply_call("call_2")]),
+    ]);
+    let gate = Arc::new(tokio::sync::Notify::new());
+    let mut b = Branch::builder()
+        .system("S")
+        .chat_model(common::model(&server, "gpt-4.1-mini"))
+        .tools([gated_multiply(Arc::clone(&gate))])
+        .build()
+        .unwrap();
+    {
+        let mut s = b.run(RunOptions::new("6*7?").native_tools(true));
+        let mut next = async || {
+            tokio::time::timeout(Duration::from_secs(10), s.next())
+                .await
+                .expect("a message within 10 s")
+                .expect("a message")
+                .expect("no error")
+        };
+        assert_eq!(next().await.kind().class_name(), "Instruction");
+        // The tool is still waiting on the gate.
+        assert_eq!(next().await.as_assistant_text(), Some("Multiplying."));
+        gate.notify_one();
+        assert_eq!(next().await.kind().class_name(), "ActionRequest");
+        assert_eq!(next().await.kind().class_name(), "ActionResponse");
+    }
+    assert_eq!(b.messages().len(), 5);
+
+    // The gate never opens: the deadline ends the run within its time.
+    let (yielded, error) = run_all(
+        &mut b,
+        RunOptions::new("Again?")
+            .native_tools(true)
+            .timeout(Duration::from_millis(300)),
+    )
+    .await;
+    assert_eq!(kinds(&yielded), ["Instruction", "AssistantResponse"]);
+    match error {
+        Some(OperationError::Run { message, .. }) => {
+            assert!(message.contains("deadline"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(b.messages().len(), 5, "nothing of the turn recorded");
+}
