@@ -2,7 +2,6 @@
 //! under the policy the flags give, tool calls shown as they happen, and
 //! the `/tools` listing.
 
-use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -90,8 +89,7 @@ pub(crate) async fn connect(
                     ),
                 },
             };
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(err, "{line}");
+            super::spinner::eprint_line(&line);
         }) as branch_mcp::CallHook
     });
     let progress: Option<branch_mcp::ProgressHook> = show.then(|| {
@@ -102,13 +100,11 @@ pub(crate) async fn connect(
                 .as_deref()
                 .map(|m| format!(" {}", one_line(m)))
                 .unwrap_or_default();
-            let mut err = std::io::stderr().lock();
-            let _ = writeln!(
-                err,
+            super::spinner::eprint_line(&format!(
                 "[tool] {}: progress {}{of}{note}",
                 one_line(&p.server),
                 p.progress
-            );
+            ));
         }) as branch_mcp::ProgressHook
     });
     let servers = McpServers::connect_with(&config, &policy(args), progress, hook)

@@ -1,4 +1,6 @@
-//! A spinner on stderr while a reply's first token is awaited.
+//! A spinner on stderr while a reply's first token is awaited, and the
+//! lines other parts write on stderr meanwhile (a tool's calls and
+//! progress), which go above it rather than after its wheel.
 
 use std::io::Write;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -6,6 +8,29 @@ use std::time::Duration;
 
 const FRAMES: &[&str] = &["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 const TICK: Duration = Duration::from_millis(90);
+
+/// Whether a spinner's line is on stderr now. Every write that shares
+/// stderr with a spinner takes this lock.
+static DRAWN: Mutex<bool> = Mutex::new(false);
+
+/// The line that erases a spinner's.
+const ERASE: &[u8] = b"\r\x1b[2K";
+
+/// Writes `line` on stderr, on a line of its own: a spinner drawn there
+/// is erased first, and draws itself again below at its next turn.
+pub(crate) fn eprint_line(line: &str) {
+    let mut drawn = DRAWN.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut err = std::io::stderr().lock();
+    let _ = line_above(&mut err, &mut drawn, line);
+}
+
+fn line_above(out: &mut impl Write, drawn: &mut bool, line: &str) -> std::io::Result<()> {
+    if std::mem::take(drawn) {
+        out.write_all(ERASE)?;
+    }
+    writeln!(out, "{line}")?;
+    out.flush()
+}
 
 /// A running spinner; it stops (and erases itself) on [`Spinner::stop`]
 /// or when dropped.
@@ -27,9 +52,12 @@ impl SpinnerStop {
         let mut stopped = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if !*stopped {
             *stopped = true;
-            let mut err = std::io::stderr().lock();
-            let _ = err.write_all(b"\r\x1b[2K");
-            let _ = err.flush();
+            let mut drawn = DRAWN.lock().unwrap_or_else(PoisonError::into_inner);
+            if std::mem::take(&mut *drawn) {
+                let mut err = std::io::stderr().lock();
+                let _ = err.write_all(ERASE);
+                let _ = err.flush();
+            }
         }
     }
 }
@@ -48,9 +76,11 @@ impl Spinner {
                     if *stopped {
                         return;
                     }
+                    let mut drawn = DRAWN.lock().unwrap_or_else(PoisonError::into_inner);
                     let mut err = std::io::stderr().lock();
                     let _ = write!(err, "\r{frame} {label}");
                     let _ = err.flush();
+                    *drawn = true;
                 }
                 tokio::time::sleep(TICK).await;
             }
@@ -73,5 +103,22 @@ impl Drop for Spinner {
     fn drop(&mut self) {
         self.stop();
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_line_goes_above_a_drawn_spinner() {
+        let mut out = Vec::new();
+        let mut drawn = true;
+        line_above(&mut out, &mut drawn, "[tool] echo {}").unwrap();
+        assert_eq!(out, b"\r\x1b[2K[tool] echo {}\n");
+        assert!(!drawn, "the spinner draws itself again");
+        let mut out = Vec::new();
+        line_above(&mut out, &mut drawn, "[tool] echo -> hi").unwrap();
+        assert_eq!(out, b"[tool] echo -> hi\n", "nothing to erase");
     }
 }
