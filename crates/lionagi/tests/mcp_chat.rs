@@ -69,6 +69,17 @@ impl Sandbox {
         path
     }
 
+    /// The configuration of the Python SDK's test server `py`, started by
+    /// `python` with `args` after its script; its path.
+    fn py_server(&self, python: &Path, args: &[&str]) -> String {
+        let mut all = vec![server_script("py_server.py")];
+        all.extend(args.iter().map(|a| (*a).to_owned()));
+        self.config(
+            "mcp.json",
+            json!({"py": {"command": python.display().to_string(), "args": all}}),
+        )
+    }
+
     fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_lionagi"));
         c.args(args)
@@ -194,11 +205,7 @@ async fn echo_turn(
         MockReply::text("The server echoed it."),
     ]);
     let sb = Sandbox::new();
-    let cfg = sb.config(
-        "mcp.json",
-        json!({"py": {"command": python.display().to_string(),
-                      "args": [server_script("py_server.py"), "stdio", tag]}}),
-    );
+    let cfg = sb.py_server(python, &["stdio", tag]);
     let db = sb.path("chat.db");
     let url = model.base_url();
     let mut args = model_flags.to_vec();
@@ -324,11 +331,7 @@ async fn each_round_of_a_tool_turn_streams() {
         MockReply::text("The server said hi.").chunk_size(4),
     ]);
     let sb = Sandbox::new();
-    let cfg = sb.config(
-        "mcp.json",
-        json!({"py": {"command": python.display().to_string(),
-                      "args": [server_script("py_server.py"), "stdio", tag]}}),
-    );
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
     let db = sb.path("chat.db");
     let url = model.base_url();
     let out = sb
@@ -489,11 +492,7 @@ async fn slash_tools_lists_what_is_registered() {
     let Some(python) = python_sdk() else { return };
     let model = MockServer::start().await;
     let sb = Sandbox::new();
-    let cfg = sb.config(
-        "mcp.json",
-        json!({"py": {"command": python.display().to_string(),
-                      "args": [server_script("py_server.py"), "stdio"]}}),
-    );
+    let cfg = sb.py_server(&python, &["stdio"]);
     let url = model.base_url();
     let mut child = sb
         .command(&["chat", "--base-url", &url, "--mcp", &cfg])
@@ -648,11 +647,7 @@ async fn ctrl_c_during_a_tool_call_cancels_it_and_keeps_the_conversation() {
         name: "slow".into(),
         arguments: json!({"seconds": 60, "marker": marker}),
     }]));
-    let cfg = sb.config(
-        "mcp.json",
-        json!({"py": {"command": python.display().to_string(),
-                      "args": [server_script("py_server.py"), "stdio", tag]}}),
-    );
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
     let child = sb
         .command(&[
             "chat",
