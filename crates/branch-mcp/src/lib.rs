@@ -55,6 +55,6 @@ pub use policy::McpPolicy;
 pub use progress::{Progress, ProgressHook};
 pub use redact::{REDACTED, Secret, scrub};
 pub use resources::McpResources;
-pub use serve::{Ask, BranchServer};
+pub use serve::{Ask, BranchServer, Cancelled};
 pub use session::McpServer;
 pub use tool::{CallEvent, CallHook, map_result};

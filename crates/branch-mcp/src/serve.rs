@@ -22,10 +22,38 @@ const MAX_QUESTION_BYTES: usize = 256 * 1024;
 /// Answers one question with one recorded turn.
 pub trait Ask: Send + Sync + 'static {
     /// The reply text, or the failure the client sees (`isError`).
+    /// `cancelled` resolves when the client cancels the call
+    /// (`notifications/cancelled`) or goes away: the turn should then stop
+    /// and leave nothing recorded, as no one will read its answer.
     fn ask(
         &self,
         question: String,
+        cancelled: Cancelled,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>>;
+}
+
+/// Resolves when the client has cancelled a call or gone away.
+pub struct Cancelled(Pin<Box<dyn Future<Output = ()> + Send>>);
+
+impl Cancelled {
+    /// Resolves when `signal` does.
+    pub fn new(signal: impl Future<Output = ()> + Send + 'static) -> Self {
+        Self(Box::pin(signal))
+    }
+}
+
+impl std::fmt::Debug for Cancelled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Cancelled(..)")
+    }
+}
+
+impl Future for Cancelled {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        self.0.as_mut().poll(cx)
+    }
 }
 
 /// The MCP server of one conversation.
@@ -102,7 +130,7 @@ impl<A: Ask> ServerHandler for BranchServer<A> {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         if request.name != "ask" {
             return Err(ErrorData::invalid_params(
@@ -125,7 +153,8 @@ impl<A: Ask> ServerHandler for BranchServer<A> {
                 None,
             ));
         }
-        Ok(match self.asker.ask(question.to_owned()).await {
+        let cancelled = Cancelled::new(context.ct.clone().cancelled_owned());
+        Ok(match self.asker.ask(question.to_owned(), cancelled).await {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
         }

@@ -553,16 +553,20 @@ fn serve_args(db: &str, url: &str) -> Vec<String> {
     .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn mcp_serve_answers_our_own_client_with_one_recorded_turn() {
-    let model = MockServer::start().await;
-    let sb = Sandbox::new();
-    let db = stored_agent(&sb, &model).await;
-    model.push(MockReply::text("Paris."));
+/// `lionagi mcp serve` of the conversation in `db` (with `extra` flags),
+/// connected by our own client; its `ask` tool.
+async fn served_ask(
+    sb: &Sandbox,
+    db: &str,
+    model: &MockServer,
+    extra: &[String],
+) -> (McpServers, std::sync::Arc<dyn branch_core::Tool>) {
     let bin = env!("CARGO_BIN_EXE_lionagi");
+    let mut args = serve_args(db, &model.base_url());
+    args.extend_from_slice(extra);
     let config = McpConfig::from_value(&json!({"mcpServers": {"agent": {
         "command": bin,
-        "args": serve_args(&db, &model.base_url()),
+        "args": args,
         "env": {"HOME": sb.dir.display().to_string()}
     }}}))
     .unwrap();
@@ -574,6 +578,16 @@ async fn mcp_serve_answers_our_own_client_with_one_recorded_turn() {
     assert_eq!(tools.len(), 1);
     assert_eq!(tools[0].name, "ask");
     let ask = branch.acts().get("ask").unwrap().tool().clone();
+    (servers, ask)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_answers_our_own_client_with_one_recorded_turn() {
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    model.push(MockReply::text("Paris."));
+    let (servers, ask) = served_ask(&sb, &db, &model, &[]).await;
     let answer = ask
         .call(json!({"question": "Capital of France?"}))
         .await
@@ -588,6 +602,99 @@ async fn mcp_serve_answers_our_own_client_with_one_recorded_turn() {
     let last = model.bodies().last().unwrap()["messages"].to_string();
     assert!(
         last.contains("Be ready.") && last.contains("Capital of France?"),
+        "{last}"
+    );
+}
+
+/// Calls `ask` with `question` and abandons the call (our client then
+/// sends `notifications/cancelled`) once the model has had `requests`
+/// requests in all.
+async fn abandon_once_asked(
+    ask: &std::sync::Arc<dyn branch_core::Tool>,
+    model: &MockServer,
+    question: &str,
+    requests: usize,
+) {
+    let call = ask.call(json!({ "question": question }));
+    let asked = async {
+        while model.request_count() < requests {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        r = call => panic!("the call ended before it was abandoned: {r:?}"),
+        () = asked => {}
+    }
+}
+
+/// A client that cancels `ask` while the model is answering: the served
+/// turn is dropped, nothing of it reaches the store or the next turn, and
+/// the server answers the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_drops_a_cancelled_turn_and_answers_the_next() {
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    model.script([
+        MockReply::text("Too late.").delayed(Duration::from_secs(30)),
+        MockReply::text("Paris."),
+    ]);
+    let (servers, ask) = served_ask(&sb, &db, &model, &[]).await;
+    abandon_once_asked(&ask, &model, "Count to a million.", 2).await;
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        ask.call(json!({"question": "Capital of France?"})),
+    )
+    .await
+    .expect("answered while the first reply was still delayed")
+    .unwrap();
+    assert_eq!(answer, json!("Paris."));
+    servers.shutdown().await;
+    assert_eq!(
+        kinds(&db).await,
+        vec![vec!["instruction", "assistant", "instruction", "assistant"]]
+    );
+    let last = model.bodies().last().unwrap()["messages"].to_string();
+    assert!(!last.contains("Count to a million."), "{last}");
+}
+
+/// The same with a tool turn: its first round (a tool call and its
+/// result) is committed on the branch when the client cancels the second;
+/// the whole turn is taken back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_takes_back_every_round_of_a_cancelled_tool_turn() {
+    let Some(python) = python_sdk() else { return };
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    model.script([
+        MockReply::tool_calls(vec![MockToolCall {
+            id: "call_1".into(),
+            name: "echo".into(),
+            arguments: json!({"text": "first round"}),
+        }]),
+        MockReply::text("Too late.").delayed(Duration::from_secs(30)),
+        MockReply::text("Paris."),
+    ]);
+    let cfg = sb.py_server(&python, &["stdio"]);
+    let (servers, ask) = served_ask(&sb, &db, &model, &["--mcp".into(), cfg]).await;
+    abandon_once_asked(&ask, &model, "Echo, then wait.", 3).await;
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        ask.call(json!({"question": "Capital of France?"})),
+    )
+    .await
+    .expect("answered while the second round was still delayed")
+    .unwrap();
+    assert_eq!(answer, json!("Paris."));
+    servers.shutdown().await;
+    assert_eq!(
+        kinds(&db).await,
+        vec![vec!["instruction", "assistant", "instruction", "assistant"]]
+    );
+    let last = model.bodies().last().unwrap()["messages"].to_string();
+    assert!(
+        !last.contains("Echo, then wait.") && !last.contains("first round"),
         "{last}"
     );
 }

@@ -8,7 +8,7 @@
 use std::future::Future;
 use std::pin::Pin;
 
-use branch_mcp::{Ask, BranchServer, McpServers};
+use branch_mcp::{Ask, BranchServer, Cancelled, McpServers};
 use tokio::sync::Mutex;
 
 use super::chat_args::ChatArgs;
@@ -37,6 +37,7 @@ impl Ask for Served {
     fn ask(
         &self,
         question: String,
+        cancelled: Cancelled,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>> {
         Box::pin(async move {
             let mut conv = self.conv.lock().await;
@@ -45,16 +46,31 @@ impl Ask for Served {
                 spinner: false,
                 dim: false,
             };
-            let answer = match &self.servers {
-                Some(s) => {
-                    s.refresh(conv.branch_mut())
+            let answering = async {
+                match &self.servers {
+                    Some(s) => {
+                        s.refresh(conv.branch_mut())
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        tool_turn::ask(conv.branch_mut(), &question, &self.info, quiet)
+                            .await
+                            .map_err(|e| e.to_string())
+                    }
+                    None => turn::ask(conv.branch_mut(), &question, &self.info, quiet)
                         .await
-                        .map_err(|e| e.to_string())?;
-                    tool_turn::ask(conv.branch_mut(), &question, &self.info, quiet).await
+                        .map_err(|e| e.to_string()),
                 }
-                None => turn::ask(conv.branch_mut(), &question, &self.info, quiet).await,
-            }
-            .map_err(|e| e.to_string())?;
+            };
+            // A cancelled call drops its turn (the turn's own code takes
+            // back what it began); the store write after it is not raced,
+            // so a turn once answered is recorded whole.
+            let answer = tokio::select! {
+                biased;
+                () = cancelled => {
+                    return Err("the call was cancelled; nothing of its turn was kept".into());
+                }
+                answer = answering => answer?,
+            };
             conv.record_turn().await.map_err(|e| e.to_string())?;
             Ok(answer.text)
         })
@@ -66,7 +82,7 @@ pub fn main(args: &[String]) -> i32 {
     match run(args) {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("lionagi: {e}");
+            eprintln!("lionagi: {}", super::shown::printable(&e.to_string()));
             e.exit_code()
         }
     }

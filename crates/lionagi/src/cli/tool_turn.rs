@@ -62,21 +62,58 @@ async fn rounds(
     info: &ModelInfo,
     display: Display,
 ) -> Result<Answer, ChatError> {
-    let before = branch.msgs().len();
+    let native = native_calling(branch, info);
+    let mut turn = WholeTurn::begin(branch);
     // One listener for every round: a signal between two rounds is not
     // lost to the process's default handling.
     let ctrl_c = tokio::signal::ctrl_c();
     tokio::pin!(ctrl_c);
-    let answered = if native_calling(branch, info) {
-        streamed_rounds(branch, first, info, display, &mut ctrl_c).await
+    let answered = if native {
+        streamed_rounds(turn.branch(), first, info, display, &mut ctrl_c).await
     } else {
-        operated_rounds(branch, first, info, display, &mut ctrl_c).await
+        operated_rounds(turn.branch(), first, info, display, &mut ctrl_c).await
     };
-    if answered.is_err() {
-        // Earlier rounds committed; the turn as a whole did not.
-        branch.msgs_mut().truncate(before);
+    if answered.is_ok() {
+        turn.keep();
     }
     answered
+}
+
+/// The rounds of one turn, taken back unless kept: each round commits
+/// its messages, so a turn that fails, or whose future is dropped (an MCP
+/// client cancelling `ask`), would otherwise leave its earlier rounds on
+/// the branch.
+struct WholeTurn<'b> {
+    branch: &'b mut Branch,
+    before: usize,
+    kept: bool,
+}
+
+impl<'b> WholeTurn<'b> {
+    fn begin(branch: &'b mut Branch) -> Self {
+        let before = branch.msgs().len();
+        Self {
+            branch,
+            before,
+            kept: false,
+        }
+    }
+
+    fn branch(&mut self) -> &mut Branch {
+        self.branch
+    }
+
+    fn keep(mut self) {
+        self.kept = true;
+    }
+}
+
+impl Drop for WholeTurn<'_> {
+    fn drop(&mut self) {
+        if !self.kept {
+            self.branch.msgs_mut().truncate(self.before);
+        }
+    }
 }
 
 /// Rounds through `run` with the tools offered natively: each round's text
