@@ -8,37 +8,39 @@
 //! prompt; a lone carriage return overwrites what was just shown. So what
 //! the command shows keeps line breaks and tabs and drops every other
 //! control character (C0, DEL and C1, which some terminals read as the
-//! escape sequences' introducers). This is display only: the branch, the
-//! store and `--json` keep the text as it came.
+//! escape sequences' introducers), and the bidirectional embeddings,
+//! overrides and isolates, with which text shows in another order than it
+//! reads in a terminal that lays out right-to-left text ("Trojan Source",
+//! CVE-2021-42574). This is display only: the branch, the store and
+//! `--json` keep the text as it came.
 
 use std::borrow::Cow;
 
+/// Whether `c` is left out of what is shown (line breaks and tabs aside).
+fn hidden(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
 /// `text` with every control character dropped but line breaks and tabs.
 pub(crate) fn printable(text: &str) -> Cow<'_, str> {
-    if !text
-        .chars()
-        .any(|c| c.is_control() && !matches!(c, '\n' | '\t'))
-    {
+    let kept = |c: &char| !hidden(*c) || matches!(c, '\n' | '\t');
+    if text.chars().all(|c| kept(&c)) {
         return Cow::Borrowed(text);
     }
-    Cow::Owned(
-        text.chars()
-            .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
-            .collect(),
-    )
+    Cow::Owned(text.chars().filter(kept).collect())
 }
 
 /// `text` on one line: line breaks and tabs become spaces, every other
 /// control character is dropped.
 pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(char::is_control) {
+    if !text.chars().any(hidden) {
         return Cow::Borrowed(text);
     }
     Cow::Owned(
         text.chars()
             .filter_map(|c| match c {
                 '\n' | '\r' | '\t' => Some(' '),
-                c if c.is_control() => None,
+                c if hidden(c) => None,
                 c => Some(c),
             })
             .collect(),
@@ -61,6 +63,15 @@ mod tests {
             printable("plain — ünïcode 漢字\n"),
             Cow::Borrowed(_)
         ));
+    }
+
+    #[test]
+    fn bidirectional_overrides_are_dropped_and_marks_kept() {
+        // An override that would show "exe.txt" as "txt.exe".
+        assert_eq!(printable("file\u{202E}txt.exe\u{202C}"), "filetxt.exe");
+        assert_eq!(one_line("a\u{2066}b\u{2069}c"), "abc");
+        let marks = "שלום\u{200F} world\u{200E}";
+        assert!(matches!(printable(marks), Cow::Borrowed(_)), "marks stay");
     }
 
     #[test]
