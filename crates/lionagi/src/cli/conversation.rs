@@ -190,7 +190,7 @@ impl Conversation {
         // and could not be typed back: the id resumes it too.
         self.branch
             .name()
-            .filter(|n| !n.chars().any(char::is_control))
+            .filter(|n| super::shown::shows_as_is(n))
             .map_or_else(|| self.id().to_string(), str::to_owned)
     }
 

@@ -79,7 +79,7 @@ pub(crate) async fn connect(
         Arc::new(|e: &CallEvent| {
             let line = match e {
                 CallEvent::Started { tool, arguments } => {
-                    format!("[tool] {tool} {}", one_line(&arguments.to_string()))
+                    format!("[tool] {tool} {}", short(arguments))
                 }
                 CallEvent::Finished { tool, result } => match result {
                     Ok(v) => format!("[tool] {tool} -> {}", short(v)),

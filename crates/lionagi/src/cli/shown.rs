@@ -21,6 +21,12 @@ fn hidden(c: char) -> bool {
     c.is_control() || matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
 }
 
+/// Whether `text` shows as it is on one line (nothing of it would be
+/// dropped or changed by [`one_line`]).
+pub(crate) fn shows_as_is(text: &str) -> bool {
+    !text.chars().any(hidden)
+}
+
 /// `text` with every control character dropped but line breaks and tabs.
 pub(crate) fn printable(text: &str) -> Cow<'_, str> {
     let kept = |c: &char| !hidden(*c) || matches!(c, '\n' | '\t');
@@ -33,7 +39,7 @@ pub(crate) fn printable(text: &str) -> Cow<'_, str> {
 /// `text` on one line: line breaks and tabs become spaces, every other
 /// control character is dropped.
 pub(crate) fn one_line(text: &str) -> Cow<'_, str> {
-    if !text.chars().any(hidden) {
+    if shows_as_is(text) {
         return Cow::Borrowed(text);
     }
     Cow::Owned(
