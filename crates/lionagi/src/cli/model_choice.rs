@@ -45,7 +45,9 @@ pub(crate) fn choose(args: &ChatArgs) -> Result<Chosen, ChatError> {
         if is_local {
             if let Some(e) = endpoint {
                 return Err(ChatError::Usage(format!(
-                    "the embedded model has one endpoint; drop --endpoint {e}"
+                    "the embedded model has one endpoint; drop --endpoint {} \
+                     (or LIONAGI_CHAT_ENDPOINT)",
+                    one_line(&e)
                 )));
             }
             return local(args, model.as_deref());
