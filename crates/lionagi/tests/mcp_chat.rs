@@ -802,3 +802,79 @@ async fn ctrl_c_during_a_tool_call_cancels_it_and_keeps_the_conversation() {
     }
     assert!(running_with(&tag).is_empty(), "orphaned MCP server");
 }
+
+/// `--approve`: Ctrl-C while an approved call runs drops the call, and the
+/// conversation stays paused in the store, to be answered again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_an_approved_call_runs_leaves_the_turn_paused() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-chat-approve-{}", std::process::id());
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let marker = sb.path("cancelled");
+    model.push(MockReply::tool_calls(vec![MockToolCall {
+        id: "c1".into(),
+        name: "slow".into(),
+        arguments: json!({"seconds": 60, "marker": marker}),
+    }]));
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
+    let db = sb.path("chat.db");
+    let url = model.base_url();
+    let mut child = sb
+        .command(&[
+            "chat",
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--name",
+            "c",
+            "--approve",
+            "--mcp",
+            &cfg,
+            "Wait.",
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"y\n").await.unwrap();
+    while model.request_count() < 1 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Approved at once (the answer is waiting on stdin); the tool runs.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().unwrap().to_string()])
+        .status()
+        .await
+        .unwrap();
+    assert!(status.success());
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    drop(stdin);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("[tool] slow"), "{err}");
+    let pending = sb
+        .command(&["branch", "pending", "--store", &db])
+        .output()
+        .await
+        .unwrap();
+    let listed = text(&pending.stdout);
+    assert!(
+        listed.contains("1 call(s) awaiting approval") && listed.contains("slow"),
+        "{listed}"
+    );
+    let start = std::time::Instant::now();
+    while !std::path::Path::new(&marker).exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the running tool was never ended (cancelled or shut down)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(running_with(&tag).is_empty(), "orphaned MCP server");
+}

@@ -1,8 +1,9 @@
 //! `lionagi chat --approve`: the question before each tool call. Every
 //! tool is asked about (y / n / always) until answered "always". The turn
 //! pauses first and, with `--store`, the pause is written to the store
-//! before the question is asked, so a conversation killed at the prompt
-//! loses nothing: `--resume NAME --approve` asks again and continues it.
+//! before the question is asked, so a conversation killed at the prompt,
+//! or interrupted while the approved calls run, loses nothing:
+//! `--resume NAME --approve` asks again and continues it.
 
 use std::collections::BTreeSet;
 
@@ -175,8 +176,19 @@ fn ask_and_resume(
     };
     let branch = conv.branch_mut();
     branch.set_approval_policy(Some(approvals.policy()));
-    rt.block_on(branch.resume(decisions))
-        .map_err(|e| ChatError::Turn(e.to_string()))?;
+    rt.block_on(async {
+        // The approved calls may take long: Ctrl-C drops them, and the
+        // turn stays paused as stored (`resume` changes the branch only
+        // once the batch is done).
+        let ctrl_c = tokio::signal::ctrl_c();
+        tokio::select! {
+            biased;
+            _ = ctrl_c => Err(ChatError::Interrupted),
+            resumed = branch.resume(decisions) => {
+                resumed.map_err(|e| ChatError::Turn(e.to_string())).map(drop)
+            }
+        }
+    })?;
     rt.block_on(conv.save_all())
 }
 
