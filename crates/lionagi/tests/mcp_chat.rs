@@ -877,4 +877,47 @@ async fn ctrl_c_while_an_approved_call_runs_leaves_the_turn_paused() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(running_with(&tag).is_empty(), "orphaned MCP server");
+
+    // Continued: the call is asked about again (denied now), then the new
+    // question goes out with the denial answering the call.
+    model.push(MockReply::text("Done."));
+    let mut child = sb
+        .command(&[
+            "chat",
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--resume",
+            "c",
+            "--approve",
+            "--mcp",
+            &cfg,
+            "Go on.",
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"n\n").await.unwrap();
+    drop(stdin);
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Done.\n");
+    assert_eq!(
+        kinds(&db).await,
+        vec![vec![
+            "instruction",
+            "assistant",
+            "action_request",
+            "action_response",
+            "instruction",
+            "assistant"
+        ]]
+    );
+    let last = model.bodies().last().unwrap()["messages"].to_string();
+    assert!(last.contains("denied by approval"), "{last}");
 }

@@ -113,8 +113,6 @@ fn converse_or_ask(
         } else {
             None
         };
-        // A turn left paused in the store is settled before a new one.
-        approve::settle(rt, conv, answers.as_mut())?;
         let setup = TurnSetup {
             info,
             display,
@@ -252,6 +250,10 @@ fn one_turn(
         args,
         servers,
     } = *setup;
+    // A turn left paused (in the store, or by Ctrl-C while its approved
+    // calls ran) is settled before a new one: the branch takes no turn
+    // while one awaits approval.
+    approve::settle(rt, conv, input.as_deref_mut())?;
     let before = conv.len();
     let mut answer = match servers {
         Some(s) => {
