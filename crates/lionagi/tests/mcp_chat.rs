@@ -627,6 +627,32 @@ async fn abandon_once_asked(
     }
 }
 
+/// After a cancelled call: the next call is answered ("Paris.") at once,
+/// though the cancelled turn's reply would still be on its way, and the
+/// store holds the stored agent's turn and this one alone. The last
+/// request's messages, as text.
+async fn answers_the_next_alone(
+    servers: McpServers,
+    ask: &std::sync::Arc<dyn branch_core::Tool>,
+    db: &str,
+    model: &MockServer,
+) -> String {
+    let answer = tokio::time::timeout(
+        Duration::from_secs(20),
+        ask.call(json!({"question": "Capital of France?"})),
+    )
+    .await
+    .expect("answered while the cancelled turn's reply was still delayed")
+    .unwrap();
+    assert_eq!(answer, json!("Paris."));
+    servers.shutdown().await;
+    assert_eq!(
+        kinds(db).await,
+        vec![vec!["instruction", "assistant", "instruction", "assistant"]]
+    );
+    model.bodies().last().unwrap()["messages"].to_string()
+}
+
 /// A client that cancels `ask` while the model is answering: the served
 /// turn is dropped, nothing of it reaches the store or the next turn, and
 /// the server answers the next call.
@@ -641,20 +667,7 @@ async fn mcp_serve_drops_a_cancelled_turn_and_answers_the_next() {
     ]);
     let (servers, ask) = served_ask(&sb, &db, &model, &[]).await;
     abandon_once_asked(&ask, &model, "Count to a million.", 2).await;
-    let answer = tokio::time::timeout(
-        Duration::from_secs(20),
-        ask.call(json!({"question": "Capital of France?"})),
-    )
-    .await
-    .expect("answered while the first reply was still delayed")
-    .unwrap();
-    assert_eq!(answer, json!("Paris."));
-    servers.shutdown().await;
-    assert_eq!(
-        kinds(&db).await,
-        vec![vec!["instruction", "assistant", "instruction", "assistant"]]
-    );
-    let last = model.bodies().last().unwrap()["messages"].to_string();
+    let last = answers_the_next_alone(servers, &ask, &db, &model).await;
     assert!(!last.contains("Count to a million."), "{last}");
 }
 
@@ -679,20 +692,7 @@ async fn mcp_serve_takes_back_every_round_of_a_cancelled_tool_turn() {
     let cfg = sb.py_server(&python, &["stdio"]);
     let (servers, ask) = served_ask(&sb, &db, &model, &["--mcp".into(), cfg]).await;
     abandon_once_asked(&ask, &model, "Echo, then wait.", 3).await;
-    let answer = tokio::time::timeout(
-        Duration::from_secs(20),
-        ask.call(json!({"question": "Capital of France?"})),
-    )
-    .await
-    .expect("answered while the second round was still delayed")
-    .unwrap();
-    assert_eq!(answer, json!("Paris."));
-    servers.shutdown().await;
-    assert_eq!(
-        kinds(&db).await,
-        vec![vec!["instruction", "assistant", "instruction", "assistant"]]
-    );
-    let last = model.bodies().last().unwrap()["messages"].to_string();
+    let last = answers_the_next_alone(servers, &ask, &db, &model).await;
     assert!(
         !last.contains("Echo, then wait.") && !last.contains("first round"),
         "{last}"
