@@ -770,11 +770,25 @@ async fn ctrl_c_during_a_tool_call_cancels_it_and_keeps_the_conversation() {
         ])
         .spawn()
         .unwrap();
-    while model.request_count() < 2 {
+    // The tool is running in the server (it reports progress at once).
+    interrupt_the_slow_tool(child, &model, 2, Duration::from_millis(1500)).await;
+    assert_eq!(kinds(&db).await, vec![vec!["instruction", "assistant"]]);
+    the_slow_tool_ended(&marker, &tag).await;
+}
+
+/// Once the model has had `requests` requests and `running` more has
+/// passed (the slow tool runs), interrupts `child` (SIGINT): it exits with
+/// 130, having shown the tool's line.
+async fn interrupt_the_slow_tool(
+    child: tokio::process::Child,
+    model: &MockServer,
+    requests: usize,
+    running: Duration,
+) {
+    while model.request_count() < requests {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // The tool is running in the server (it reports progress at once).
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    tokio::time::sleep(running).await;
     let status = Command::new("kill")
         .args(["-INT", &child.id().unwrap().to_string()])
         .status()
@@ -785,22 +799,23 @@ async fn ctrl_c_during_a_tool_call_cancels_it_and_keeps_the_conversation() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stderr).contains("[tool] slow"),
-        "{}",
-        text(&out.stderr)
-    );
-    assert_eq!(kinds(&db).await, vec![vec!["instruction", "assistant"]]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("[tool] slow"), "{err}");
+}
+
+/// The slow tool was ended (cancelled or shut down: its `marker` is
+/// written) and its MCP server, tagged `tag`, is gone.
+async fn the_slow_tool_ended(marker: &str, tag: &str) {
     let start = std::time::Instant::now();
-    while !std::path::Path::new(&marker).exists() {
+    while !std::path::Path::new(marker).exists() {
         assert!(
             start.elapsed() < Duration::from_secs(10),
             "the running tool was never ended (cancelled or shut down)"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert!(running_with(&tag).is_empty(), "orphaned MCP server");
+    assert!(running_with(tag).is_empty(), "orphaned MCP server");
 }
 
 /// `--approve`: Ctrl-C while an approved call runs drops the call, and the
@@ -839,25 +854,9 @@ async fn ctrl_c_while_an_approved_call_runs_leaves_the_turn_paused() {
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"y\n").await.unwrap();
-    while model.request_count() < 1 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     // Approved at once (the answer is waiting on stdin); the tool runs.
-    tokio::time::sleep(Duration::from_millis(2000)).await;
-    let status = Command::new("kill")
-        .args(["-INT", &child.id().unwrap().to_string()])
-        .status()
-        .await
-        .unwrap();
-    assert!(status.success());
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    interrupt_the_slow_tool(child, &model, 1, Duration::from_millis(2000)).await;
     drop(stdin);
-    let err = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(err.contains("[tool] slow"), "{err}");
     let pending = sb
         .command(&["branch", "pending", "--store", &db])
         .output()
@@ -868,15 +867,7 @@ async fn ctrl_c_while_an_approved_call_runs_leaves_the_turn_paused() {
         listed.contains("1 call(s) awaiting approval") && listed.contains("slow"),
         "{listed}"
     );
-    let start = std::time::Instant::now();
-    while !std::path::Path::new(&marker).exists() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "the running tool was never ended (cancelled or shut down)"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(running_with(&tag).is_empty(), "orphaned MCP server");
+    the_slow_tool_ended(&marker, &tag).await;
 
     // Continued: the call is asked about again (denied now), then the new
     // question goes out with the denial answering the call.
