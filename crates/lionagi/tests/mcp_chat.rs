@@ -103,6 +103,19 @@ impl Sandbox {
         c
     }
 
+    /// Runs `lionagi ARGS` with `input` on its stdin (then closed), for at
+    /// most 60 s.
+    async fn run_with_stdin(&self, args: &[&str], input: &[u8]) -> Output {
+        let mut child = self.command(args).stdin(Stdio::piped()).spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input).await.unwrap();
+        drop(stdin);
+        tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
     async fn chat(&self, args: &[&str]) -> Output {
         let mut all = vec!["chat"];
         all.extend_from_slice(args);
@@ -494,18 +507,9 @@ async fn slash_tools_lists_what_is_registered() {
     let sb = Sandbox::new();
     let cfg = sb.py_server(&python, &["stdio"]);
     let url = model.base_url();
-    let mut child = sb
-        .command(&["chat", "--base-url", &url, "--mcp", &cfg])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"/tools\n").await.unwrap();
-    drop(stdin);
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = sb
+        .run_with_stdin(&["chat", "--base-url", &url, "--mcp", &cfg], b"/tools\n")
+        .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     assert!(
@@ -872,30 +876,24 @@ async fn ctrl_c_while_an_approved_call_runs_leaves_the_turn_paused() {
     // Continued: the call is asked about again (denied now), then the new
     // question goes out with the denial answering the call.
     model.push(MockReply::text("Done."));
-    let mut child = sb
-        .command(&[
-            "chat",
-            "--base-url",
-            &url,
-            "--store",
-            &db,
-            "--resume",
-            "c",
-            "--approve",
-            "--mcp",
-            &cfg,
-            "Go on.",
-        ])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"n\n").await.unwrap();
-    drop(stdin);
-    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = sb
+        .run_with_stdin(
+            &[
+                "chat",
+                "--base-url",
+                &url,
+                "--store",
+                &db,
+                "--resume",
+                "c",
+                "--approve",
+                "--mcp",
+                &cfg,
+                "Go on.",
+            ],
+            b"n\n",
+        )
+        .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "Done.\n");
     assert_eq!(
