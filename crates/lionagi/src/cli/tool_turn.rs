@@ -2,8 +2,8 @@
 //! tools (natively where the provider has function calling, each round
 //! streamed as a plain turn is; prompt-embedded otherwise), their results
 //! go back in the next request, until it answers without calling one. The
-//! rounds are one turn: a failure or Ctrl-C in any of them rolls the whole
-//! turn back.
+//! rounds are one turn: a failure or Ctrl-C in any of them, or the turn's
+//! future dropped, takes the whole turn back.
 
 use branch_core::{Branch, Message};
 use branch_operations::{BranchOperations, OperateOptions, OperationError, RunOptions};
