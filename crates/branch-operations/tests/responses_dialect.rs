@@ -8,11 +8,7 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use branch_core::Branch;
-use branch_core::model::{ChatModel, ModelConfig};
-use branch_models::IModel;
 use branch_models::mock::{MockReply, MockServer};
 use branch_operations::{BranchOperations, OperateOptions};
 use serde_json::{Value, json};
@@ -40,18 +36,9 @@ async fn a_native_tool_conversation_through_responses() {
             .to_string(),
         ),
     ]);
-    let config = ModelConfig::builder()
-        .provider("openai")
-        .endpoint("responses")
-        .model("gpt-5")
-        .base_url(&server.base_url())
-        .allow_local_network(true)
-        .build()
-        .unwrap();
-    let model: Arc<dyn ChatModel> = Arc::new(IModel::with_api_key(config, "test").unwrap());
     let mut b = Branch::builder()
         .system("S")
-        .chat_model(model)
+        .chat_model(common::responses_model(&server, "gpt-5"))
         .build()
         .unwrap();
     b.acts_mut().register(common::multiply(), false).unwrap();

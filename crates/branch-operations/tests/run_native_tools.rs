@@ -328,19 +328,9 @@ async fn a_streamed_responses_call_goes_back_with_its_reasoning() {
     for body in [first, second] {
         server.push(MockReply::raw(200, &body).header("content-type", "text/event-stream"));
     }
-    let config = branch_core::model::ModelConfig::builder()
-        .provider("openai")
-        .endpoint("responses")
-        .model("gpt-5")
-        .base_url(&server.base_url())
-        .allow_local_network(true)
-        .build()
-        .unwrap();
-    let model: Arc<dyn branch_core::model::ChatModel> =
-        Arc::new(branch_models::IModel::with_api_key(config, "test").unwrap());
     let mut b = Branch::builder()
         .system("S")
-        .chat_model(model)
+        .chat_model(common::responses_model(&server, "gpt-5"))
         .tools([common::multiply()])
         .build()
         .unwrap();

@@ -174,21 +174,24 @@ async fn kinds(db: &str) -> Vec<Vec<&'static str>> {
     out
 }
 
+/// A stored conversation of one turn whose model called a tool once.
+const ONE_TOOL_TURN: [&str; 6] = [
+    "instruction",
+    "assistant",
+    "action_request",
+    "action_response",
+    "instruction",
+    "assistant",
+];
+
+/// A stored conversation of two plain turns.
+const TWO_TURNS: [&str; 4] = ["instruction", "assistant", "instruction", "assistant"];
+
 /// The echo turn's rounds are one stored turn (the tool's request and
 /// answer between the question and the reply), and the MCP server it
 /// started is gone.
 async fn recorded_whole_and_reaped(db: &str, tag: &str) {
-    assert_eq!(
-        kinds(db).await,
-        vec![vec![
-            "instruction",
-            "assistant",
-            "action_request",
-            "action_response",
-            "instruction",
-            "assistant"
-        ]]
-    );
+    assert_eq!(kinds(db).await, vec![ONE_TOOL_TURN.to_vec()]);
     assert!(
         running_with(tag).is_empty(),
         "the MCP server outlived the chat"
@@ -598,10 +601,7 @@ async fn mcp_serve_answers_our_own_client_with_one_recorded_turn() {
         .unwrap();
     assert_eq!(answer, json!("Paris."));
     servers.shutdown().await;
-    assert_eq!(
-        kinds(&db).await,
-        vec![vec!["instruction", "assistant", "instruction", "assistant"]]
-    );
+    assert_eq!(kinds(&db).await, vec![TWO_TURNS.to_vec()]);
     // The served turn carried the stored history.
     let last = model.bodies().last().unwrap()["messages"].to_string();
     assert!(
@@ -650,10 +650,7 @@ async fn answers_the_next_alone(
     .unwrap();
     assert_eq!(answer, json!("Paris."));
     servers.shutdown().await;
-    assert_eq!(
-        kinds(db).await,
-        vec![vec!["instruction", "assistant", "instruction", "assistant"]]
-    );
+    assert_eq!(kinds(db).await, vec![TWO_TURNS.to_vec()]);
     model.bodies().last().unwrap()["messages"].to_string()
 }
 
@@ -732,10 +729,7 @@ async fn mcp_serve_answers_the_python_sdk_client() {
         got,
         json!({"tools": ["ask"], "is_error": false, "result": ["Forty-two."]})
     );
-    assert_eq!(
-        kinds(&db).await,
-        vec![vec!["instruction", "assistant", "instruction", "assistant"]]
-    );
+    assert_eq!(kinds(&db).await, vec![TWO_TURNS.to_vec()]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -896,17 +890,7 @@ async fn ctrl_c_while_an_approved_call_runs_leaves_the_turn_paused() {
         .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "Done.\n");
-    assert_eq!(
-        kinds(&db).await,
-        vec![vec![
-            "instruction",
-            "assistant",
-            "action_request",
-            "action_response",
-            "instruction",
-            "assistant"
-        ]]
-    );
+    assert_eq!(kinds(&db).await, vec![ONE_TOOL_TURN.to_vec()]);
     let last = model.bodies().last().unwrap()["messages"].to_string();
     assert!(last.contains("denied by approval"), "{last}");
 }

@@ -35,6 +35,19 @@ pub fn model(server: &MockServer, name: &str) -> Arc<dyn ChatModel> {
     Arc::new(IModel::with_api_key(config(server, name), "test").expect("model"))
 }
 
+/// A connected model at the mock speaking OpenAI's Responses protocol.
+pub fn responses_model(server: &MockServer, name: &str) -> Arc<dyn ChatModel> {
+    let config = ModelConfig::builder()
+        .provider("openai")
+        .endpoint("responses")
+        .model(name)
+        .base_url(&server.base_url())
+        .allow_local_network(true)
+        .build()
+        .expect("config");
+    Arc::new(IModel::with_api_key(config, "test").expect("model"))
+}
+
 /// A configuration-only model at the mock.
 pub fn config(server: &MockServer, name: &str) -> ModelConfig {
     ModelConfig::builder()
