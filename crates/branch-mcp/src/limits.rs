@@ -65,3 +65,14 @@ pub const MAX_REMOTE_ERROR_BYTES: usize = 4096;
 /// Default cap on the text one resource provider injects per request,
 /// before the provider registry's own token budget applies.
 pub const MAX_RESOURCE_TEXT_BYTES: usize = 256 * 1024;
+
+/// Least time between two progress notifications of one served call: a
+/// streamed answer reports on every token, and a client's display cannot
+/// show more than a few a second. A report within it replaces the unsent
+/// one before it.
+pub const SERVED_PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Longest progress message of a served call, in bytes (cut at a
+/// character boundary): a message names a tool and a count, and a tool's
+/// own progress note is not the client's to receive whole.
+pub const MAX_SERVED_PROGRESS_BYTES: usize = 512;

@@ -15,6 +15,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::error::McpError;
+use crate::serve_progress::{ProgressReporter, progress_channel};
 
 /// The longest question accepted (it becomes one instruction).
 const MAX_QUESTION_BYTES: usize = 256 * 1024;
@@ -25,10 +26,13 @@ pub trait Ask: Send + Sync + 'static {
     /// `cancelled` resolves when the client cancels the call
     /// (`notifications/cancelled`) or goes away: the turn should then stop
     /// and leave nothing recorded, as no one will read its answer.
+    /// `progress` carries what the turn is doing to a client that asked to
+    /// hear it.
     fn ask(
         &self,
         question: String,
         cancelled: Cancelled,
+        progress: ProgressReporter,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>>;
 }
 
@@ -154,7 +158,17 @@ impl<A: Ask> ServerHandler for BranchServer<A> {
             ));
         }
         let cancelled = Cancelled::new(context.ct.clone().cancelled_owned());
-        Ok(match self.asker.ask(question.to_owned(), cancelled).await {
+        let (progress, sending) =
+            progress_channel(context.peer.clone(), context.meta.get_progress_token());
+        let answering = self.asker.ask(question.to_owned(), cancelled, progress);
+        // The sender goes with the answer: no notification follows the
+        // result.
+        let answer = tokio::select! {
+            biased;
+            answer = answering => answer,
+            never = sending => match never {},
+        };
+        Ok(match answer {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),
         }

@@ -76,6 +76,8 @@ pub struct MockReply {
     pub chunk_size: usize,
     /// Wait before answering.
     pub delay: Option<Duration>,
+    /// For streaming: wait between two SSE events.
+    pub pace: Option<Duration>,
     /// Extra response headers (e.g. `Retry-After`).
     pub headers: Vec<(String, String)>,
     /// For streaming: stop after this many SSE events and close the
@@ -89,6 +91,7 @@ impl MockReply {
             body,
             chunk_size: 8,
             delay: None,
+            pace: None,
             headers: Vec::new(),
             truncate_after_events: None,
         }
@@ -184,6 +187,12 @@ impl MockReply {
     /// Answer after `d`.
     pub fn delayed(mut self, d: Duration) -> Self {
         self.delay = Some(d);
+        self
+    }
+
+    /// Streams its events `d` apart (a model writing as it thinks).
+    pub fn paced(mut self, d: Duration) -> Self {
+        self.pace = Some(d);
         self
     }
 
@@ -612,6 +621,9 @@ async fn write_sse(
     for (i, ev) in events.iter().enumerate() {
         if reply.truncate_after_events.is_some_and(|t| i >= t) {
             break;
+        }
+        if let Some(d) = reply.pace.filter(|_| i > 0) {
+            tokio::time::sleep(d).await;
         }
         sock.write_all(ev.as_bytes()).await?;
         sock.flush().await?;

@@ -568,6 +568,18 @@ async fn served_ask(
     model: &MockServer,
     extra: &[String],
 ) -> (McpServers, std::sync::Arc<dyn branch_core::Tool>) {
+    served_ask_heard(sb, db, model, extra, None).await
+}
+
+/// As [`served_ask`], with `progress` hearing the server's progress
+/// notifications.
+async fn served_ask_heard(
+    sb: &Sandbox,
+    db: &str,
+    model: &MockServer,
+    extra: &[String],
+    progress: Option<lionagi::mcp::ProgressHook>,
+) -> (McpServers, std::sync::Arc<dyn branch_core::Tool>) {
     let bin = env!("CARGO_BIN_EXE_lionagi");
     let mut args = serve_args(db, &model.base_url());
     args.extend_from_slice(extra);
@@ -577,9 +589,14 @@ async fn served_ask(
         "env": {"HOME": sb.dir.display().to_string()}
     }}}))
     .unwrap();
-    let servers = McpServers::connect(&config, &McpPolicy::new().allow_command(bin))
-        .await
-        .unwrap();
+    let servers = McpServers::connect_with(
+        &config,
+        &McpPolicy::new().allow_command(bin),
+        progress,
+        None,
+    )
+    .await
+    .unwrap();
     let mut branch = branch_core::Branch::builder().build().unwrap();
     let tools = servers.register(&mut branch).await.unwrap();
     assert_eq!(tools.len(), 1);
@@ -700,6 +717,128 @@ async fn mcp_serve_takes_back_every_round_of_a_cancelled_tool_turn() {
     );
 }
 
+/// A client that asks for progress hears each step of a served tool turn,
+/// in order: the model awaited, the tool called and its own progress, the
+/// answer's characters as they stream. It is told which tool runs, never
+/// the call's arguments.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_tells_a_listening_client_each_step_of_a_turn() {
+    let Some(python) = python_sdk() else { return };
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    let marker = sb.path("never-cancelled");
+    let answer = "The slow tool is done, and so am I.";
+    // The delays leave the sender idle when each step begins, so no step
+    // is replaced by the next before it goes out.
+    model.script([
+        MockReply::tool_calls(vec![MockToolCall {
+            id: "call_1".into(),
+            name: "slow".into(),
+            arguments: json!({"seconds": 1.2, "marker": marker}),
+        }])
+        .delayed(Duration::from_secs(1)),
+        MockReply::text(answer)
+            .chunk_size(4)
+            .paced(Duration::from_millis(150))
+            .delayed(Duration::from_secs(1)),
+    ]);
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook = {
+        let heard = std::sync::Arc::clone(&heard);
+        std::sync::Arc::new(move |p: &lionagi::mcp::Progress| {
+            heard.lock().unwrap().push(p.clone());
+        }) as lionagi::mcp::ProgressHook
+    };
+    let cfg = sb.py_server(&python, &["stdio"]);
+    let (servers, ask) =
+        served_ask_heard(&sb, &db, &model, &["--mcp".into(), cfg], Some(hook)).await;
+    let got = ask
+        .call(json!({"question": "Run the slow tool."}))
+        .await
+        .unwrap();
+    assert_eq!(got, json!(answer));
+    servers.shutdown().await;
+    let heard = heard.lock().unwrap().clone();
+    let steps: Vec<&str> = heard.iter().filter_map(|p| p.message.as_deref()).collect();
+    assert_eq!(steps.len(), heard.len(), "every notification has a message");
+    // Progress increases with every notification.
+    assert!(
+        heard.windows(2).all(|w| w[0].progress < w[1].progress),
+        "{heard:?}"
+    );
+    let mut expected = [
+        "waiting for the model",
+        "calling tool `slow`",
+        "tool server py: progress ",
+        "waiting for the model",
+        "answering: ",
+    ]
+    .into_iter()
+    .peekable();
+    for step in &steps {
+        if expected.peek().is_some_and(|e| step.starts_with(e)) {
+            expected.next();
+        }
+    }
+    assert_eq!(expected.next(), None, "{steps:?}");
+    // The answer's count only grows, up to its length.
+    let counts: Vec<usize> = steps
+        .iter()
+        .filter_map(|s| s.strip_prefix("answering: ")?.strip_suffix(" characters"))
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert!(counts.windows(2).all(|w| w[0] < w[1]), "{counts:?}");
+    assert!(counts.iter().all(|n| *n <= answer.len()), "{counts:?}");
+    assert!(
+        steps.iter().all(|s| !s.contains("never-cancelled")),
+        "{steps:?}"
+    );
+    let stored = [["instruction", "assistant"].as_slice(), &ONE_TOOL_TURN].concat();
+    assert_eq!(kinds(&db).await, vec![stored]);
+}
+
+/// Two calls at once: the second is told it waits for the first's turn,
+/// and each is answered with its own turn, one after the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_tells_a_waiting_call_why_it_waits() {
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    model.script([
+        MockReply::text("First.").delayed(Duration::from_secs(1)),
+        MockReply::text("Second."),
+    ]);
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let hook = {
+        let heard = std::sync::Arc::clone(&heard);
+        std::sync::Arc::new(move |p: &lionagi::mcp::Progress| {
+            heard.lock().unwrap().extend(p.message.clone());
+        }) as lionagi::mcp::ProgressHook
+    };
+    let (servers, ask) = served_ask_heard(&sb, &db, &model, &[], Some(hook)).await;
+    let first = ask.call(json!({"question": "One?"}));
+    let second = async {
+        while model.request_count() < 2 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        ask.call(json!({"question": "Two?"})).await
+    };
+    let (first, second) = tokio::join!(first, second);
+    assert_eq!(
+        (first.unwrap(), second.unwrap()),
+        (json!("First."), json!("Second."))
+    );
+    servers.shutdown().await;
+    let heard = heard.lock().unwrap().clone();
+    assert!(
+        heard.iter().any(|m| m == "waiting for the turn before it"),
+        "{heard:?}"
+    );
+    let turns = [TWO_TURNS.as_slice(), &["instruction", "assistant"]].concat();
+    assert_eq!(kinds(&db).await, vec![turns]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_serve_answers_the_python_sdk_client() {
     let Some(python) = python_sdk() else { return };
@@ -724,10 +863,26 @@ async fn mcp_serve_answers_the_python_sdk_client() {
     .unwrap()
     .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    let mut got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    // The SDK's client asked for progress and took each notification: the
+    // first step is always told (the sender is idle when it comes); the
+    // later ones within its interval only when the turn outlasts it.
+    let progress = got["progress"].take();
+    let progress = progress.as_array().unwrap();
+    assert_eq!(
+        progress[0],
+        json!([1.0, "waiting for the model"]),
+        "{progress:?}"
+    );
+    assert!(
+        progress
+            .windows(2)
+            .all(|w| w[0][0].as_f64() < w[1][0].as_f64()),
+        "{progress:?}"
+    );
     assert_eq!(
         got,
-        json!({"tools": ["ask"], "is_error": false, "result": ["Forty-two."]})
+        json!({"tools": ["ask"], "is_error": false, "result": ["Forty-two."], "progress": null})
     );
     assert_eq!(kinds(&db).await, vec![TWO_TURNS.to_vec()]);
 }

@@ -1,6 +1,7 @@
 """An MCP client written with the Python `mcp` SDK: starts the server given
-on the command line over stdio, lists its tools, calls `ask` once and
-prints {"tools": [...], "result": ...} as JSON.
+on the command line over stdio, lists its tools, calls `ask` once asking
+for progress, and prints {"tools": [...], "is_error": ..., "result": [...],
+"progress": [[progress, message], ...]} as JSON.
 Usage: py_client.py QUESTION COMMAND [ARGS...]"""
 
 import asyncio
@@ -18,11 +19,19 @@ async def main():
         async with ClientSession(read, write) as session:
             await session.initialize()
             tools = await session.list_tools()
-            result = await session.call_tool("ask", {"question": question})
+            progress = []
+
+            async def heard(value, total, message):
+                progress.append([value, message])
+
+            result = await session.call_tool(
+                "ask", {"question": question}, progress_callback=heard
+            )
             print(json.dumps({
                 "tools": [t.name for t in tools.tools],
                 "is_error": result.isError,
                 "result": [c.text for c in result.content if c.type == "text"],
+                "progress": progress,
             }))
 
 

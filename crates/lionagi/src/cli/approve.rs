@@ -297,11 +297,7 @@ mod tests {
                     base_url: None,
                     key_var: None,
                 },
-                display: super::super::turn::Display {
-                    stream: false,
-                    spinner: false,
-                    dim: false,
-                },
+                display: super::super::turn::Display::default(),
             }
         }
 
@@ -379,7 +375,7 @@ mod tests {
                 conv.branch_mut(),
                 "clean up",
                 &lo.info,
-                lo.display,
+                &lo.display,
             ))
             .unwrap();
         assert!(answer.paused);
@@ -445,7 +441,7 @@ mod tests {
                 conv.branch_mut(),
                 "clean up",
                 &lo.info,
-                lo.display,
+                &lo.display,
             ))
             .unwrap();
         assert!(answer.paused);
@@ -455,7 +451,7 @@ mod tests {
             .block_on(tool_turn::follow_up(
                 conv.branch_mut(),
                 &lo.info,
-                lo.display,
+                &lo.display,
             ))
             .unwrap();
         assert!(!answer.paused);

@@ -17,7 +17,7 @@ use super::chat_args::{CHAT_USAGE, ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
 use super::conversation::{self, Conversation};
 use super::input::{Input, Line};
-use super::mcp_tools;
+use super::mcp_tools::{self, ToolHooks};
 use super::model_choice;
 use super::shown::{one_line, printable};
 use super::tool_turn;
@@ -81,7 +81,13 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
         model_choice::choose(args)?
     };
     let mut conv = rt.block_on(Conversation::open(args, model))?;
-    let servers = rt.block_on(mcp_tools::connect(&args.mcp, conv.branch_mut(), !args.json))?;
+    // `--json` keeps stdout to one line and stderr to errors.
+    let hooks = if args.json {
+        ToolHooks::default()
+    } else {
+        ToolHooks::on_stderr()
+    };
+    let servers = rt.block_on(mcp_tools::connect(&args.mcp, conv.branch_mut(), hooks))?;
     let result = converse_or_ask(args, rt, &mut conv, &info, servers.as_ref());
     if let Some(s) = &servers {
         // Every server ends with the session: children reaped, HTTP
@@ -106,6 +112,7 @@ fn converse_or_ask(
         // asked for none (no-color.org).
         dim: std::io::stdout().is_terminal()
             && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        narrator: None,
     };
     if let Some(question) = &args.question {
         let mut answers = if args.approve {
@@ -115,7 +122,7 @@ fn converse_or_ask(
         };
         let setup = TurnSetup {
             info,
-            display,
+            display: &display,
             args,
             servers,
         };
@@ -138,7 +145,7 @@ fn converse_or_ask(
     }
     let setup = TurnSetup {
         info,
-        display,
+        display: &display,
         args,
         servers,
     };
@@ -228,7 +235,7 @@ fn converse(
 #[derive(Clone, Copy)]
 struct TurnSetup<'a> {
     info: &'a ModelInfo,
-    display: Display,
+    display: &'a Display,
     args: &'a ChatArgs,
     /// The MCP servers whose tools the turns offer.
     servers: Option<&'a McpServers>,

@@ -3,19 +3,23 @@
 //! recorded turn per call (with the model the flags or environment choose,
 //! as `lionagi chat --resume` does, and the tools of `--mcp FILE`).
 //!
-//! Stdout carries the protocol and nothing else; errors go to stderr.
+//! Stdout carries the protocol and nothing else; errors go to stderr. A
+//! client that asks for progress hears each step of a turn: the model
+//! awaited, the characters of its answer so far, each tool called.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
-use branch_mcp::{Ask, BranchServer, Cancelled, McpServers};
+use branch_mcp::{Ask, BranchServer, CallEvent, Cancelled, McpServers, ProgressReporter};
 use tokio::sync::Mutex;
 
 use super::chat_args::ChatArgs;
 use super::chat_error::{ChatError, ModelInfo};
 use super::conversation::Conversation;
-use super::turn::{self, Display};
-use super::{mcp_tools, model_choice, tool_turn};
+use super::mcp_tools::{self, ToolHooks};
+use super::turn::{self, Display, Narrator};
+use super::{model_choice, tool_turn};
 
 /// The help text of `lionagi mcp`.
 pub(crate) const MCP_USAGE: &str = "usage:
@@ -31,6 +35,64 @@ struct Served {
     conv: Mutex<Conversation>,
     info: ModelInfo,
     servers: Option<McpServers>,
+    /// The narrator of the call being answered.
+    current: CurrentCall,
+}
+
+/// The narrator of the call being answered, when its client listens: the
+/// tool servers' hooks are set once, at connect, and tell whichever call
+/// is current (one at a time: the conversation is locked for a turn).
+#[derive(Clone, Default)]
+struct CurrentCall(Arc<std::sync::Mutex<Option<Narrator>>>);
+
+impl CurrentCall {
+    fn narrate(&self, step: &str) {
+        let narrator = self.0.lock().ok().and_then(|n| n.clone());
+        if let Some(n) = narrator {
+            n(step);
+        }
+    }
+
+    /// `narrator` is told the tools' steps until the guard is dropped.
+    fn telling(&self, narrator: Option<Narrator>) -> Telling<'_> {
+        if let Ok(mut n) = self.0.lock() {
+            *n = narrator;
+        }
+        Telling(self)
+    }
+
+    /// Hooks that tell the current call which tool runs; not its arguments
+    /// or results, which are the turn's (the client reads the answer).
+    fn hooks(&self) -> ToolHooks {
+        let calls = self.clone();
+        let progress = self.clone();
+        ToolHooks {
+            calls: Some(Arc::new(move |e: &CallEvent| {
+                calls.narrate(&match e {
+                    CallEvent::Started { tool, .. } => format!("calling tool `{tool}`"),
+                    CallEvent::Finished {
+                        tool,
+                        result: Ok(_),
+                    } => format!("tool `{tool}` answered"),
+                    CallEvent::Finished { tool, .. } => format!("tool `{tool}` failed"),
+                });
+            })),
+            progress: Some(Arc::new(move |p: &branch_mcp::Progress| {
+                progress.narrate(&format!("tool server {}", mcp_tools::progress_line(p)));
+            })),
+        }
+    }
+}
+
+/// Clears the current call's narrator when its turn ends.
+struct Telling<'a>(&'a CurrentCall);
+
+impl Drop for Telling<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut n) = self.0.0.lock() {
+            *n = None;
+        }
+    }
 }
 
 impl Ask for Served {
@@ -38,13 +100,26 @@ impl Ask for Served {
         &self,
         question: String,
         cancelled: Cancelled,
+        progress: ProgressReporter,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>> {
         Box::pin(async move {
-            let mut conv = self.conv.lock().await;
+            let narrator = progress
+                .is_listened()
+                .then(|| Arc::new(move |step: &str| progress.report(step)) as Narrator);
+            let mut conv = match self.conv.try_lock() {
+                Ok(conv) => conv,
+                Err(_) => {
+                    // Another call's turn is being answered.
+                    if let Some(n) = &narrator {
+                        n("waiting for the turn before it");
+                    }
+                    self.conv.lock().await
+                }
+            };
+            let _telling = self.current.telling(narrator.clone());
             let quiet = Display {
-                stream: false,
-                spinner: false,
-                dim: false,
+                narrator,
+                ..Display::default()
             };
             let answering = async {
                 match &self.servers {
@@ -52,11 +127,11 @@ impl Ask for Served {
                         s.refresh(conv.branch_mut())
                             .await
                             .map_err(|e| e.to_string())?;
-                        tool_turn::ask(conv.branch_mut(), &question, &self.info, quiet)
+                        tool_turn::ask(conv.branch_mut(), &question, &self.info, &quiet)
                             .await
                             .map_err(|e| e.to_string())
                     }
-                    None => turn::ask(conv.branch_mut(), &question, &self.info, quiet)
+                    None => turn::ask(conv.branch_mut(), &question, &self.info, &quiet)
                         .await
                         .map_err(|e| e.to_string()),
                 }
@@ -71,6 +146,7 @@ impl Ask for Served {
                 }
                 answer = answering => answer?,
             };
+            quiet.narrate("recording the turn");
             conv.record_turn().await.map_err(|e| e.to_string())?;
             Ok(answer.text)
         })
@@ -134,7 +210,8 @@ fn run(args: &[String]) -> Result<(), ChatError> {
     let (model, info) = model_choice::choose(&parsed)?;
     rt.block_on(async {
         let mut conv = Conversation::open(&parsed, model).await?;
-        let servers = mcp_tools::connect(&parsed.mcp, conv.branch_mut(), false).await?;
+        let current = CurrentCall::default();
+        let servers = mcp_tools::connect(&parsed.mcp, conv.branch_mut(), current.hooks()).await?;
         let description = format!(
             "Ask the lionagi conversation {} a question; it answers with one recorded turn.",
             conv.resume_key()
@@ -143,6 +220,7 @@ fn run(args: &[String]) -> Result<(), ChatError> {
             conv: Mutex::new(conv),
             info,
             servers,
+            current,
         };
         let server = BranchServer::new(served, description);
         let result = server.serve_stdio().await;

@@ -63,20 +63,20 @@ fn config(args: &McpArgs) -> Result<McpConfig, ChatError> {
     Ok(McpConfig { servers })
 }
 
-/// Connects the servers and registers their tools on `branch`. With
-/// `show`, each call and its short result is printed on stderr as it
-/// happens.
-pub(crate) async fn connect(
-    args: &McpArgs,
-    branch: &mut Branch,
-    show: bool,
-) -> Result<Option<McpServers>, ChatError> {
-    if args.files.is_empty() {
-        return Ok(None);
-    }
-    let config = config(args)?;
-    let hook: Option<branch_mcp::CallHook> = show.then(|| {
-        Arc::new(|e: &CallEvent| {
+/// What hears the servers' tool calls and their progress as they happen.
+#[derive(Default)]
+pub(crate) struct ToolHooks {
+    /// Each call's start and end.
+    pub calls: Option<branch_mcp::CallHook>,
+    /// Each progress notification of a call.
+    pub progress: Option<branch_mcp::ProgressHook>,
+}
+
+impl ToolHooks {
+    /// Each call and its short result, and each progress note, printed on
+    /// stderr (above the spinner).
+    pub(crate) fn on_stderr() -> Self {
+        let calls = Arc::new(|e: &CallEvent| {
             let line = match e {
                 CallEvent::Started { tool, arguments } => {
                     format!("[tool] {tool} {}", short(arguments))
@@ -90,24 +90,41 @@ pub(crate) async fn connect(
                 },
             };
             super::spinner::eprint_line(&line);
-        }) as branch_mcp::CallHook
-    });
-    let progress: Option<branch_mcp::ProgressHook> = show.then(|| {
-        Arc::new(|p: &branch_mcp::Progress| {
-            let of = p.total.map(|t| format!("/{t}")).unwrap_or_default();
-            let note = p
-                .message
-                .as_deref()
-                .map(|m| format!(" {}", one_line(m)))
-                .unwrap_or_default();
-            super::spinner::eprint_line(&format!(
-                "[tool] {}: progress {}{of}{note}",
-                one_line(&p.server),
-                p.progress
-            ));
-        }) as branch_mcp::ProgressHook
-    });
-    let servers = McpServers::connect_with(&config, &policy(args), progress, hook)
+        }) as branch_mcp::CallHook;
+        let progress = Arc::new(|p: &branch_mcp::Progress| {
+            super::spinner::eprint_line(&format!("[tool] {}", progress_line(p)));
+        }) as branch_mcp::ProgressHook;
+        Self {
+            calls: Some(calls),
+            progress: Some(progress),
+        }
+    }
+}
+
+/// A tool server's progress notification as one line: "NAME: progress
+/// 3/10 note".
+pub(crate) fn progress_line(p: &branch_mcp::Progress) -> String {
+    let of = p.total.map(|t| format!("/{t}")).unwrap_or_default();
+    let note = p
+        .message
+        .as_deref()
+        .map(|m| format!(" {}", one_line(m)))
+        .unwrap_or_default();
+    format!("{}: progress {}{of}{note}", one_line(&p.server), p.progress)
+}
+
+/// Connects the servers and registers their tools on `branch`; `hooks`
+/// hear their calls.
+pub(crate) async fn connect(
+    args: &McpArgs,
+    branch: &mut Branch,
+    hooks: ToolHooks,
+) -> Result<Option<McpServers>, ChatError> {
+    if args.files.is_empty() {
+        return Ok(None);
+    }
+    let config = config(args)?;
+    let servers = McpServers::connect_with(&config, &policy(args), hooks.progress, hooks.calls)
         .await
         .map_err(|e| ChatError::Mcp(e.to_string()))?;
     if let Err(e) = servers.register(branch).await {

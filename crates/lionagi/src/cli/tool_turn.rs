@@ -32,7 +32,7 @@ pub(crate) async fn ask(
     branch: &mut Branch,
     question: &str,
     info: &ModelInfo,
-    display: Display,
+    display: &Display,
 ) -> Result<Answer, ChatError> {
     rounds(branch, question, info, display).await
 }
@@ -42,7 +42,7 @@ pub(crate) async fn ask(
 pub(crate) async fn follow_up(
     branch: &mut Branch,
     info: &ModelInfo,
-    display: Display,
+    display: &Display,
 ) -> Result<Answer, ChatError> {
     rounds(branch, FOLLOW_UP, info, display).await
 }
@@ -60,7 +60,7 @@ async fn rounds(
     branch: &mut Branch,
     first: &str,
     info: &ModelInfo,
-    display: Display,
+    display: &Display,
 ) -> Result<Answer, ChatError> {
     let native = native_calling(branch, info);
     let mut turn = WholeTurn::begin(branch);
@@ -122,7 +122,7 @@ async fn streamed_rounds(
     branch: &mut Branch,
     first: &str,
     info: &ModelInfo,
-    display: Display,
+    display: &Display,
     ctrl_c: &mut (impl Future<Output = std::io::Result<()>> + Unpin),
 ) -> Result<Answer, ChatError> {
     let mut instruction = first;
@@ -150,7 +150,7 @@ async fn operated_rounds(
     branch: &mut Branch,
     first: &str,
     info: &ModelInfo,
-    display: Display,
+    display: &Display,
     ctrl_c: &mut (impl Future<Output = std::io::Result<()>> + Unpin),
 ) -> Result<Answer, ChatError> {
     let spinner = display.spinner.then(|| Spinner::start("thinking"));
@@ -158,6 +158,7 @@ async fn operated_rounds(
         let rounds = async {
             let mut instruction = first.to_owned();
             for _ in 0..MAX_TOOL_ROUNDS {
+                display.narrate("waiting for the model");
                 let opts = OperateOptions::new(instruction.clone()).actions(true);
                 let done = match branch.operate(opts).await {
                     Ok(done) => done,

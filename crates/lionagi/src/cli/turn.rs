@@ -4,7 +4,7 @@
 
 use std::io::Write;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use branch_core::{Branch, Message, MessageContent};
 use branch_operations::{BranchOperations, OperationError, RunOptions};
@@ -16,8 +16,13 @@ use super::reasoning::{ReasoningPrinter, finish_of, reasoning_of};
 use super::shown::printable;
 use super::spinner::Spinner;
 
+/// Told what a turn is doing as it happens ("answering: 120 characters",
+/// "calling tool `echo`"): `lionagi mcp serve` sends it to its client as
+/// progress.
+pub(crate) type Narrator = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// How the reply is shown.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Default)]
 pub(crate) struct Display {
     /// Print text as it arrives (off for `--json`).
     pub stream: bool,
@@ -25,6 +30,28 @@ pub(crate) struct Display {
     pub spinner: bool,
     /// Show reasoning dimmed (stdout is a terminal and `NO_COLOR` unset).
     pub dim: bool,
+    /// Told each step of the turn, when someone listens.
+    pub narrator: Option<Narrator>,
+}
+
+impl Display {
+    /// Tells the narrator, if any, what the turn does now.
+    pub(crate) fn narrate(&self, step: &str) {
+        if let Some(n) = &self.narrator {
+            n(step);
+        }
+    }
+}
+
+impl std::fmt::Debug for Display {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Display")
+            .field("stream", &self.stream)
+            .field("spinner", &self.spinner)
+            .field("dim", &self.dim)
+            .field("narrated", &self.narrator.is_some())
+            .finish()
+    }
 }
 
 /// A turn that went through.
@@ -51,7 +78,7 @@ pub(crate) async fn ask(
     branch: &mut Branch,
     question: &str,
     info: &ModelInfo,
-    display: Display,
+    display: &Display,
 ) -> Result<Answer, ChatError> {
     // Listening for Ctrl-C before the request goes out: a signal between
     // the two would otherwise end the process the default way.
@@ -116,13 +143,14 @@ pub(crate) async fn stream_round(
     branch: &mut Branch,
     mut opts: RunOptions,
     info: &ModelInfo,
-    display: Display,
+    display: &Display,
     ctrl_c: &mut (impl Future<Output = std::io::Result<()>> + Unpin),
 ) -> Result<Round, ChatError> {
     let spinner = display.spinner.then(|| Spinner::start("thinking"));
     let stopper = spinner.as_ref().map(Spinner::stopper);
     let printed = Arc::new(AtomicBool::new(false));
     let thoughts = ReasoningPrinter::new(display.dim);
+    display.narrate("waiting for the model");
     if display.stream {
         let printed = Arc::clone(&printed);
         let text_stopper = stopper.clone();
@@ -141,6 +169,10 @@ pub(crate) async fn stream_round(
             }
             say(&thinking.thinking(piece));
         });
+    } else if let Some(narrator) = &display.narrator {
+        opts = opts
+            .on_text(counted(narrator, "answering"))
+            .on_thinking(counted(narrator, "reasoning"));
     }
     let mut reply: Option<Message> = None;
     let mut acted = false;
@@ -207,6 +239,20 @@ pub(crate) async fn stream_round(
         acted,
         paused,
     })
+}
+
+/// A hook that tells `narrator` how many characters of `what` have
+/// arrived so far.
+fn counted(narrator: &Narrator, what: &'static str) -> impl Fn(&str) + Send + Sync + 'static {
+    let narrator = Arc::clone(narrator);
+    let chars = AtomicUsize::new(0);
+    move |piece: &str| {
+        let piece = piece.chars().count();
+        let so_far = chars
+            .fetch_add(piece, Ordering::Relaxed)
+            .saturating_add(piece);
+        narrator(&format!("{what}: {so_far} characters"));
+    }
 }
 
 /// Writes `text` to stdout now. A closed stdout (`| head`) is not an error
