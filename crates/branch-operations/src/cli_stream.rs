@@ -14,7 +14,8 @@ use std::collections::{HashMap, HashSet};
 
 use branch_core::Participant;
 use branch_core::message::{ActionResponseContent, Message, MessageContent};
-use serde_json::{Map, Number, Value};
+use branch_core::model::add_counts;
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 use crate::run::TextHook;
@@ -379,7 +380,7 @@ impl CliTurnReader {
                 continue;
             };
             match self.result_meta.get_mut(*key) {
-                Some(kept) => add_into(kept, v),
+                Some(kept) => add_counts(kept, v),
                 None => {
                     self.result_meta.insert((*key).to_owned(), v);
                 }
@@ -515,49 +516,9 @@ pub(crate) fn session_id(v: &Value) -> Option<String> {
     (id.hyphenated().to_string() == s.to_ascii_lowercase()).then(|| s.to_owned())
 }
 
-/// Adds a later `result` event's value to the kept one: numbers are
-/// summed (integers stay integers), objects key by key (`usage`), and
-/// anything else is replaced by the later value (`session_id`).
-fn add_into(kept: &mut Value, later: Value) {
-    match (kept, later) {
-        (Value::Number(a), Value::Number(b)) => match sum(a, &b) {
-            Some(s) => *a = s,
-            None => tracing::warn!("a usage sum overflows; the earlier figure kept"),
-        },
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                match a.get_mut(&k) {
-                    Some(old) => add_into(old, v),
-                    None => {
-                        a.insert(k, v);
-                    }
-                }
-            }
-        }
-        (kept, later) => *kept = later,
-    }
-}
-
-/// `a + b`, exact while both are integers that fit; `None` when the sum
-/// is not a finite JSON number.
-fn sum(a: &Number, b: &Number) -> Option<Number> {
-    if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
-        if let Some(s) = x.checked_add(y) {
-            return Some(s.into());
-        }
-    }
-    if let (Some(x), Some(y)) = (a.as_i64(), b.as_i64()) {
-        if let Some(s) = x.checked_add(y) {
-            return Some(s.into());
-        }
-    }
-    Number::from_f64(a.as_f64()? + b.as_f64()?)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     /// A thinking block with no thought in it is not kept, and a reply
     /// after only such blocks has no `thinking`, as the reference's.
@@ -597,32 +558,5 @@ mod tests {
         }
         assert_eq!(r.take_text_blocks(), ["", "b "]);
         assert_eq!(r.result_text(), Some("done"));
-    }
-
-    #[test]
-    fn usage_is_summed_key_by_key_and_integers_stay_integers() {
-        let mut kept = json!({"input_tokens": 3, "output_tokens": 4, "cost": 0.5});
-        add_into(
-            &mut kept,
-            json!({"input_tokens": 2, "cost": 0.25, "service_tier": "standard"}),
-        );
-        assert_eq!(
-            kept,
-            json!({"input_tokens": 5, "output_tokens": 4, "cost": 0.75, "service_tier": "standard"})
-        );
-        assert_eq!(serde_json::to_string(&kept["input_tokens"]).unwrap(), "5");
-        let mut big = json!(u64::MAX);
-        add_into(&mut big, json!(1));
-        assert_eq!(big, json!(u64::MAX as f64 + 1.0));
-        let mut neg = json!(-3);
-        add_into(&mut neg, json!(1));
-        assert_eq!(neg, json!(-2));
-        let mut huge = json!(f64::MAX);
-        add_into(&mut huge, json!(f64::MAX));
-        assert_eq!(
-            huge,
-            json!(f64::MAX),
-            "an overflowing sum keeps the earlier"
-        );
     }
 }

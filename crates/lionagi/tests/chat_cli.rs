@@ -215,7 +215,12 @@ async fn json_mode_prints_one_object_per_turn_and_no_streamed_text() {
     assert_eq!(v["reply"], "Paris.");
     assert_eq!(v["model"], "openai/m1");
     assert!(uuid::Uuid::parse_str(v["branch_id"].as_str().unwrap()).is_ok());
-    assert!(v["usage"]["total_tokens"].as_u64().is_some(), "{v}");
+    // One model call: its usage as the provider reported it.
+    assert_eq!(
+        v["usage"],
+        json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18})
+    );
+    assert_eq!(v["model_calls"], 1);
     assert_eq!(text(&out.stderr), "");
 
     // Errors are JSON too, on stderr.

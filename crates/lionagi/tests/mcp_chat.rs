@@ -210,7 +210,7 @@ async fn echo_turn(
     id: &str,
     said: &str,
     model_flags: &[&str],
-) -> (MockServer, Sandbox, String) {
+) -> (MockServer, Sandbox, String, Value) {
     let model = MockServer::start().await;
     model.script([
         MockReply::tool_calls(vec![MockToolCall {
@@ -244,14 +244,15 @@ async fn echo_turn(
     assert_eq!(line["tool_calls"][0]["name"], "echo");
     assert_eq!(line["tool_calls"][0]["arguments"], json!({ "text": said }));
     assert_eq!(line["tool_calls"][0]["output"], json!({ "result": said }));
-    (model, sb, db)
+    assert_eq!(line["model_calls"], 2);
+    (model, sb, db, line)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
     let Some(python) = python_sdk() else { return };
     let tag = format!("mcp-chat-turn-{}", std::process::id());
-    let (model, _sb, db) = echo_turn(
+    let (model, _sb, db, line) = echo_turn(
         &python,
         &tag,
         "call_1",
@@ -259,6 +260,12 @@ async fn a_turn_calls_an_mcp_tool_and_is_recorded_whole() {
         &["--model", "m"],
     )
     .await;
+    // Both model calls' usage (the mock reports 11 + 7 for each), summed
+    // in the provider's shape.
+    assert_eq!(
+        line["usage"],
+        json!({"prompt_tokens": 22, "completion_tokens": 14, "total_tokens": 36})
+    );
     let bodies = model.bodies();
     assert_eq!(bodies.len(), 2);
     // Offered natively, with the server's inputSchema.
@@ -294,7 +301,14 @@ async fn an_anthropic_turn_calls_an_mcp_tool_in_messages_own_shapes() {
         "--max-tokens",
         "64",
     ];
-    let (model, _sb, db) = echo_turn(&python, &tag, "toolu_1", "ping from Claude", &claude).await;
+    let (model, _sb, db, line) =
+        echo_turn(&python, &tag, "toolu_1", "ping from Claude", &claude).await;
+    // The streamed Messages replies are recorded in the chat shape; their
+    // usage is summed in it.
+    assert_eq!(
+        line["usage"],
+        json!({"prompt_tokens": 22, "completion_tokens": 14, "total_tokens": 36})
+    );
     let requests = model.requests();
     assert_eq!(requests.len(), 2);
     assert!(requests.iter().all(|r| r.path == "/v1/messages"));

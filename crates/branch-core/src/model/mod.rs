@@ -15,6 +15,7 @@ mod reasoning;
 pub mod registry;
 pub mod sanitize;
 pub mod settings;
+mod usage_sum;
 mod wire;
 
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub use config::{
 };
 pub use error::{ModelConfigError, ModelError, ModelErrorKind};
 pub use reasoning::{FinishReason, REASONING_METADATA_KEY, ReasoningBlock};
+pub use usage_sum::add_counts;
 pub use wire::{SettledJson, SettledRun, WireForm, json_len_guess};
 
 /// A chat model a `Branch` can hold, serialize and call.

@@ -9,7 +9,9 @@
 
 use std::io::IsTerminal;
 
-use serde_json::json;
+use branch_core::model::add_counts;
+use branch_core::{Message, MessageKind};
+use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 
 use super::approve;
@@ -285,19 +287,21 @@ fn one_turn(
     rt.block_on(conv.record_turn())?;
     if args.json {
         let branch = conv.branch_mut();
-        let calls = mcp_tools::calls_of(
-            branch
-                .progression()
-                .iter()
-                .skip(before)
-                .filter_map(|id| branch.messages().get(id)),
-        );
+        let turn: Vec<&Message> = branch
+            .progression()
+            .iter()
+            .skip(before)
+            .filter_map(|id| branch.messages().get(id))
+            .collect();
+        let calls = mcp_tools::calls_of(turn.iter().copied());
+        let (usage, model_calls) = turn_usage(&turn);
         let line = json!({
             "branch_id": conv.id().to_string(),
             "reply": answer.text,
             "model": info.label,
             "served_model": answer.served_model,
-            "usage": answer.usage,
+            "usage": usage,
+            "model_calls": model_calls,
             "reasoning": answer.reasoning,
             "finish_reason": answer.finish_reason,
             "tool_calls": calls,
@@ -305,6 +309,32 @@ fn one_turn(
         turn::say(&format!("{line}\n"));
     }
     Ok(())
+}
+
+/// What the turn's model calls reported using, in the provider's shape:
+/// one call's usage as it came, a tool turn's calls summed key by key (so
+/// a script that adds up `usage` counts every round); `None` when no call
+/// reported any. With the number of model calls the turn made.
+fn turn_usage(turn: &[&Message]) -> (Option<Value>, usize) {
+    let replies: Vec<&Message> = turn
+        .iter()
+        .copied()
+        .filter(|m| m.kind() == MessageKind::AssistantResponse)
+        .collect();
+    let mut total: Option<Value> = None;
+    for reply in &replies {
+        let Some(response) = reply.element.metadata.peek("model_response") else {
+            continue;
+        };
+        let Some(usage) = response.get("usage").filter(|u| !u.is_null()) else {
+            continue;
+        };
+        match &mut total {
+            Some(t) => add_counts(t, usage.clone()),
+            None => total = Some(usage.clone()),
+        }
+    }
+    (total, replies.len())
 }
 
 /// Says how to continue a stored conversation (not with `--json`: the

@@ -61,8 +61,6 @@ pub(crate) struct Answer {
     pub text: String,
     /// The model that answered as the server names it, when it does.
     pub served_model: Option<String>,
-    /// Token usage, when the provider reported it.
-    pub usage: Option<Value>,
     /// The reply asked for tool calls that await approval: the turn is
     /// paused (its reply recorded, the calls kept on the branch).
     pub paused: bool,
@@ -123,10 +121,6 @@ impl Round {
                 .and_then(|r| r.get("model"))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            usage: response
-                .and_then(|r| r.get("usage"))
-                .filter(|u| !u.is_null())
-                .cloned(),
             paused: self.paused,
             reasoning: reasoning_of(reply),
             finish_reason: response.and_then(finish_of),
