@@ -13,7 +13,7 @@ use crate::naming;
 use crate::policy::McpPolicy;
 use crate::progress::ProgressHook;
 use crate::resources::McpResources;
-use crate::session::McpServer;
+use crate::session::{McpServer, Reading};
 use crate::tool::{self, CallHook};
 
 /// A tool of an MCP server as registered on a branch.
@@ -116,6 +116,9 @@ impl McpServers {
     /// tools already on the branch only by prefixing. A tool whose schema
     /// does not compile is left out with a warning.
     pub async fn register(&self, branch: &mut Branch) -> Result<Vec<McpToolInfo>, McpError> {
+        // Each listing clears its server's change; one that fails after
+        // others succeeded registers nothing, so all are to be read again.
+        let reading = Reading::of(self.servers.iter().map(|s| s.tools_changed_flag()));
         let mut listed = Vec::new();
         let mut total = 0usize;
         for s in &self.servers {
@@ -177,6 +180,7 @@ impl McpServers {
         if let Ok(mut r) = self.registered.lock() {
             r.clone_from(&infos);
         }
+        reading.done();
         Ok(infos)
     }
 

@@ -270,9 +270,14 @@ impl McpServer {
     }
 
     /// Whether `notifications/tools/list_changed` arrived since the last
-    /// [`McpServer::list_tools`].
+    /// [`McpServer::list_tools`] that succeeded.
     pub fn tools_changed(&self) -> bool {
         self.tools_changed.load(Ordering::SeqCst)
+    }
+
+    /// The flag [`McpServer::tools_changed`] reads.
+    pub(crate) fn tools_changed_flag(&self) -> &AtomicBool {
+        &self.tools_changed
     }
 
     /// Progress of this server's calls made for `branch_id` (inside one of
@@ -307,7 +312,10 @@ impl McpServer {
         if !has_tools {
             return Ok(Vec::new());
         }
+        // Cleared before the listing, so a change announced while it runs
+        // is read by the next one.
         self.tools_changed.store(false, Ordering::SeqCst);
+        let reading = Reading::of([self.tools_changed_flag()]);
         let mut out = Vec::new();
         let mut cursor = None;
         for _ in 0..limits::MAX_LIST_PAGES {
@@ -332,7 +340,10 @@ impl McpServer {
             }
             match page.next_cursor {
                 Some(c) => cursor = Some(c),
-                None => return Ok(out),
+                None => {
+                    reading.done();
+                    return Ok(out);
+                }
             }
         }
         Err(McpError::Cap {
@@ -498,5 +509,39 @@ fn http_refusal(server: &str, e: HttpFailure) -> McpError {
             server: server.to_owned(),
             reason: other.to_string(),
         },
+    }
+}
+
+/// A reading of tool lists in progress: unless it is done, the lists are
+/// marked changed again when it is dropped. A listing that fails or is
+/// abandoned (its future dropped) has read nothing, so a change announced
+/// before it must still be read by the next refresh.
+pub(crate) struct Reading<'a> {
+    changed: Vec<&'a AtomicBool>,
+    done: bool,
+}
+
+impl<'a> Reading<'a> {
+    /// A reading of the lists whose change flags are `changed`.
+    pub(crate) fn of(changed: impl IntoIterator<Item = &'a AtomicBool>) -> Self {
+        Self {
+            changed: changed.into_iter().collect(),
+            done: false,
+        }
+    }
+
+    /// The lists were read and used.
+    pub(crate) fn done(mut self) {
+        self.done = true;
+    }
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            for c in &self.changed {
+                c.store(true, Ordering::SeqCst);
+            }
+        }
     }
 }

@@ -166,6 +166,47 @@ async fn tools_list_follows_every_page() {
     support::assert_gone(&tag).await;
 }
 
+/// A refresh whose listing fails, or is abandoned, registered nothing: the
+/// announced change is still to be read, and the next refresh reads it.
+#[tokio::test]
+async fn a_failed_or_abandoned_refresh_keeps_the_change_to_read() {
+    let tag = support::tag("flaky");
+    let (servers, mut branch) = connected("flaky", &tag).await;
+    let names =
+        |s: &McpServers| -> Vec<String> { s.registered().into_iter().map(|t| t.name).collect() };
+    assert_eq!(names(&servers), ["change"]);
+    let tool = branch.acts().get("change").unwrap().tool().clone();
+    assert_eq!(tool.call(json!({})).await.unwrap(), json!("changed"));
+    let start = Instant::now();
+    while !servers.tools_changed() {
+        assert!(start.elapsed() < Duration::from_secs(5), "no list_changed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let err = servers.refresh(&mut branch).await.unwrap_err();
+    assert!(
+        err.to_string().contains("the list is being rebuilt"),
+        "{err}"
+    );
+    assert!(
+        servers.tools_changed(),
+        "a failed listing forgot the change"
+    );
+    let abandoned =
+        tokio::time::timeout(Duration::from_millis(500), servers.refresh(&mut branch)).await;
+    assert!(abandoned.is_err(), "the third listing is never answered");
+    assert!(
+        servers.tools_changed(),
+        "an abandoned listing forgot the change"
+    );
+    assert_eq!(names(&servers), ["change"]);
+    assert!(servers.refresh(&mut branch).await.unwrap());
+    assert_eq!(names(&servers), ["change", "new"]);
+    assert!(branch.acts().get("new").is_some());
+    assert!(!servers.tools_changed());
+    servers.shutdown().await;
+    support::assert_gone(&tag).await;
+}
+
 #[tokio::test]
 async fn shutdown_ends_the_whole_process_group() {
     let tag = support::tag("group");

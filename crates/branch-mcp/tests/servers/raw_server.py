@@ -9,6 +9,8 @@ Usage: raw_server.py MODE, MODE one of:
   die        exits (status 9) when a tool is called
   paged      lists 5 tools over 3 pages
   group      starts a grandchild (sleep) in its process group, then serves
+  flaky      its tool `change` announces a new tool list; the second
+             tools/list fails, the third never answers, the fourth has `new`
 """
 
 import json
@@ -40,6 +42,7 @@ def tool(name):
 
 
 PAGES = {None: (["t1", "t2"], "p2"), "p2": (["t3", "t4"], "p3"), "p3": (["t5"], None)}
+listings = 0
 
 for line in sys.stdin:
     msg = json.loads(line)
@@ -58,9 +61,18 @@ for line in sys.stdin:
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "raw", "version": "0"}}})
     elif method == "tools/list":
+        listings += 1
         cursor = (msg.get("params") or {}).get("cursor")
         if mode == "paged":
             names, nxt = PAGES[cursor]
+        elif mode == "flaky":
+            if listings == 2:
+                send({"jsonrpc": "2.0", "id": mid,
+                      "error": {"code": -32603, "message": "the list is being rebuilt"}})
+                continue
+            if listings == 3:
+                continue
+            names, nxt = (["change", "new"] if listings > 3 else ["change"]), None
         else:
             names, nxt = ["boom"], None
         result = {"tools": [tool(n) for n in names]}
@@ -74,6 +86,10 @@ for line in sys.stdin:
             sys.stdout.flush()
         elif mode == "die":
             os._exit(9)
+        elif mode == "flaky":
+            send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
+            send({"jsonrpc": "2.0", "id": mid, "result": {
+                "content": [{"type": "text", "text": "changed"}]}})
         else:
             send({"jsonrpc": "2.0", "id": mid, "result": {
                 "content": [{"type": "text", "text": msg["params"]["name"]}]}})

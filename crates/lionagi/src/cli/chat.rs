@@ -208,11 +208,17 @@ fn converse(
                 "clear" => {
                     resume_hint(conv, args);
                     conv.restart()?;
-                    if let Some(s) = servers {
-                        rt.block_on(s.register(conv.branch_mut()))
-                            .map_err(|e| ChatError::Mcp(e.to_string()))?;
-                    }
                     eprintln!("new conversation {}", conv.id());
+                    if let Some(s) = servers {
+                        let branch = conv.branch_mut();
+                        let registered = interruptible(rt, async {
+                            s.register(branch).await.map_err(mcp_error)
+                        });
+                        // The next turn's refresh reads the tools again.
+                        if let Err(e) = registered {
+                            report(&e, args.json);
+                        }
+                    }
                 }
                 "tools" => eprintln!(
                     "{}",
@@ -231,6 +237,26 @@ fn converse(
             Err(e) => return Err(e),
         }
     }
+}
+
+/// Runs `work` unless Ctrl-C comes first (`Interrupted`). For the MCP
+/// listings between turns, which have a deadline but may take it, and
+/// which leave the branch as it was when dropped.
+fn interruptible<T>(
+    rt: &Runtime,
+    work: impl Future<Output = Result<T, ChatError>>,
+) -> Result<T, ChatError> {
+    rt.block_on(async {
+        tokio::select! {
+            biased;
+            _ = tokio::signal::ctrl_c() => Err(ChatError::Interrupted),
+            done = work => done,
+        }
+    })
+}
+
+fn mcp_error(e: branch_mcp::McpError) -> ChatError {
+    ChatError::Mcp(e.to_string())
 }
 
 /// What every turn of a session is asked with.
@@ -267,8 +293,8 @@ fn one_turn(
     let mut answer = match servers {
         Some(s) => {
             // A server may have announced new tools since the last turn.
-            rt.block_on(s.refresh(conv.branch_mut()))
-                .map_err(|e| ChatError::Mcp(e.to_string()))?;
+            let branch = conv.branch_mut();
+            interruptible(rt, async { s.refresh(branch).await.map_err(mcp_error) })?;
             rt.block_on(tool_turn::ask(conv.branch_mut(), question, info, display))?
         }
         None => rt.block_on(turn::ask(conv.branch_mut(), question, info, display))?,
