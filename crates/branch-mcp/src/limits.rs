@@ -26,7 +26,8 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
 /// Largest single JSON-RPC message read from a server (one stdio line, one
 /// HTTP body, one SSE event): larger is refused and ends the connection,
-/// so a hostile server cannot exhaust memory.
+/// so a hostile server cannot exhaust memory. The server half drops a
+/// client's larger line unread (rmcp's transport does, and goes on).
 pub const MAX_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Default cap on one tool result as it enters the conversation (its JSON

@@ -11,10 +11,12 @@ use rmcp::model::{
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
 
 use crate::error::McpError;
+use crate::limits;
 use crate::serve_progress::{ProgressReporter, progress_channel};
 
 /// The longest question accepted (it becomes one instruction).
@@ -100,15 +102,17 @@ impl<A: Ask> BranchServer<A> {
         Tool::new("ask", self.description.clone(), Arc::new(schema))
     }
 
-    /// Serves MCP over this process's stdin/stdout until the client hangs up.
+    /// Serves MCP over this process's stdin/stdout until the client hangs
+    /// up. A message longer than [`limits::MAX_MESSAGE_BYTES`] is dropped
+    /// unread (the connection stays), as the client drops a server's.
     pub async fn serve_stdio(self) -> Result<(), McpError> {
-        let running = self
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| McpError::Start {
-                server: "lionagi".into(),
-                reason: e.to_string(),
-            })?;
+        let (stdin, stdout) = rmcp::transport::stdio();
+        let transport = AsyncRwTransport::new_server(stdin, stdout)
+            .with_max_line_length(limits::MAX_MESSAGE_BYTES);
+        let running = self.serve(transport).await.map_err(|e| McpError::Start {
+            server: "lionagi".into(),
+            reason: e.to_string(),
+        })?;
         running.waiting().await.map_err(|e| McpError::Closed {
             server: "lionagi".into(),
             reason: e.to_string(),

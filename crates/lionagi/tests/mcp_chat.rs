@@ -853,6 +853,61 @@ async fn mcp_serve_tells_a_waiting_call_why_it_waits() {
     assert_eq!(kinds(&db).await, vec![turns]);
 }
 
+/// A client's message over the cap (8 MiB, where rmcp's own default is
+/// 16 MiB) is dropped unread; the connection stays and the next request is
+/// answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_drops_an_oversized_message_and_answers_the_next() {
+    use tokio::io::AsyncBufReadExt;
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    let args = serve_args(&db, &model.base_url());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = sb.command(&args).stdin(Stdio::piped()).spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut replies = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = async |message: String| {
+        stdin.write_all(message.as_bytes()).await.unwrap();
+        stdin.write_all(b"\n").await.unwrap();
+        stdin.flush().await.unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "by-hand", "version": "0"}}})
+        .to_string(),
+    )
+    .await;
+    let mut next = async || -> Value {
+        let line = tokio::time::timeout(Duration::from_secs(30), replies.next_line())
+            .await
+            .expect("a reply within 30 s")
+            .unwrap()
+            .expect("the server is still there");
+        serde_json::from_str(&line).unwrap()
+    };
+    assert_eq!(next().await["id"], 1);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string()).await;
+    let pad = "x".repeat(9 * 1024 * 1024);
+    send(
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list",
+        "params": {"_meta": {"pad": pad}}})
+        .to_string(),
+    )
+    .await;
+    send(json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list"}).to_string()).await;
+    let listed = next().await;
+    assert_eq!(listed["id"], 3, "{listed}");
+    assert_eq!(listed["result"]["tools"][0]["name"], "ask");
+    drop(stdin);
+    let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(status.success(), "{status}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_serve_answers_the_python_sdk_client() {
     let Some(python) = python_sdk() else { return };
