@@ -99,10 +99,11 @@ impl Ask for Served {
     fn ask(
         &self,
         question: String,
-        cancelled: Cancelled,
+        mut cancelled: Cancelled,
         progress: ProgressReporter,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>> {
         Box::pin(async move {
+            let dropped = || Err("the call was cancelled; nothing of its turn was kept".into());
             let narrator = progress
                 .is_listened()
                 .then(|| Arc::new(move |step: &str| progress.report(step)) as Narrator);
@@ -113,7 +114,11 @@ impl Ask for Served {
                     if let Some(n) = &narrator {
                         n("waiting for the turn before it");
                     }
-                    self.conv.lock().await
+                    tokio::select! {
+                        biased;
+                        () = &mut cancelled => return dropped(),
+                        conv = self.conv.lock() => conv,
+                    }
                 }
             };
             let _telling = self.current.telling(narrator.clone());
@@ -141,9 +146,7 @@ impl Ask for Served {
             // so a turn once answered is recorded whole.
             let answer = tokio::select! {
                 biased;
-                () = cancelled => {
-                    return Err("the call was cancelled; nothing of its turn was kept".into());
-                }
+                () = cancelled => return dropped(),
                 answer = answering => answer?,
             };
             quiet.narrate("recording the turn");
