@@ -145,28 +145,38 @@ pub(crate) async fn stream_round(
     let printed = Arc::new(AtomicBool::new(false));
     let thoughts = ReasoningPrinter::new(display.dim);
     display.narrate("waiting for the model");
+    // Each piece of text and of reasoning goes to every listener: the
+    // terminal, the narrator.
+    let mut on_text: Vec<PieceHook> = Vec::new();
+    let mut on_thinking: Vec<PieceHook> = Vec::new();
     if display.stream {
         let printed = Arc::clone(&printed);
         let text_stopper = stopper.clone();
         let before_text = thoughts.clone();
-        opts = opts.on_text(move |text| {
+        on_text.push(Box::new(move |text| {
             if let Some(s) = &text_stopper {
                 s.stop();
             }
             printed.store(true, Ordering::Relaxed);
             say(&format!("{}{}", before_text.close(), printable(text)));
-        });
+        }));
         let thinking = thoughts.clone();
-        opts = opts.on_thinking(move |piece| {
+        on_thinking.push(Box::new(move |piece| {
             if let Some(s) = &stopper {
                 s.stop();
             }
             say(&thinking.thinking(piece));
-        });
-    } else if let Some(narrator) = &display.narrator {
-        opts = opts
-            .on_text(counted(narrator, "answering"))
-            .on_thinking(counted(narrator, "reasoning"));
+        }));
+    }
+    if let Some(narrator) = &display.narrator {
+        on_text.push(counted(narrator, "answering"));
+        on_thinking.push(counted(narrator, "reasoning"));
+    }
+    if !on_text.is_empty() {
+        opts = opts.on_text(move |piece| on_text.iter().for_each(|h| h(piece)));
+    }
+    if !on_thinking.is_empty() {
+        opts = opts.on_thinking(move |piece| on_thinking.iter().for_each(|h| h(piece)));
     }
     let mut reply: Option<Message> = None;
     let mut acted = false;
@@ -235,18 +245,21 @@ pub(crate) async fn stream_round(
     })
 }
 
+/// Hears each piece of a streamed reply.
+type PieceHook = Box<dyn Fn(&str) + Send + Sync>;
+
 /// A hook that tells `narrator` how many characters of `what` have
 /// arrived so far.
-fn counted(narrator: &Narrator, what: &'static str) -> impl Fn(&str) + Send + Sync + 'static {
+fn counted(narrator: &Narrator, what: &'static str) -> PieceHook {
     let narrator = Arc::clone(narrator);
     let chars = AtomicUsize::new(0);
-    move |piece: &str| {
+    Box::new(move |piece: &str| {
         let piece = piece.chars().count();
         let so_far = chars
             .fetch_add(piece, Ordering::Relaxed)
             .saturating_add(piece);
         narrator(&format!("{what}: {so_far} characters"));
-    }
+    })
 }
 
 /// Writes `text` to stdout now. A closed stdout (`| head`) is not an error
