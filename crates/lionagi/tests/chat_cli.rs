@@ -353,6 +353,69 @@ async fn a_reply_s_control_characters_are_not_shown() {
     assert!(!err.chars().any(|c| c.is_control() && c != '\n'), "{err:?}");
 }
 
+/// Two sessions on one stored conversation: a turn the other stored
+/// between two of this session's is taken in (said on stderr), and this
+/// session's next turn follows it, where it used to fail to record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_stored_by_another_session_is_taken_in() {
+    let server = MockServer::start().await;
+    server.script([
+        MockReply::text("One."),
+        MockReply::text("Noted."),
+        MockReply::text("Two."),
+    ]);
+    let sb = Sandbox::new();
+    let url = server.base_url();
+    let db = sb.path("chat.db");
+    let mut here = sb
+        .command(&["--base-url", &url, "--store", &db, "--name", "c"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = here.stdin.take().unwrap();
+    input.write_all(b"First?\n").await.unwrap();
+    input.flush().await.unwrap();
+    // Its first turn is stored.
+    let start = std::time::Instant::now();
+    while stored_messages(&db).await != [2] {
+        assert!(start.elapsed() < Duration::from_secs(30), "not stored");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let there = sb
+        .run(&[
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--resume",
+            "c",
+            "Meanwhile.",
+        ])
+        .await;
+    assert!(there.status.success(), "{}", text(&there.stderr));
+    input.write_all(b"Second?\n").await.unwrap();
+    drop(input);
+    let out = here.wait_with_output().await.unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "One.\nTwo.\n");
+    assert!(
+        text(&out.stderr).contains("changed elsewhere; continuing from it (2 messages more)"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(stored_messages(&db).await, [6]);
+    assert_eq!(
+        conversation(server.bodies().last().unwrap()),
+        pairs(&[
+            ("user", "Instruction: First?"),
+            ("assistant", "One."),
+            ("user", "Instruction: Meanwhile."),
+            ("assistant", "Noted."),
+            ("user", "Instruction: Second?"),
+        ])
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn piped_lines_are_turns_of_one_conversation() {
     let server = MockServer::start().await;

@@ -908,6 +908,49 @@ async fn mcp_serve_drops_an_oversized_message_and_answers_the_next() {
     assert!(status.success(), "{status}");
 }
 
+/// Another writer's turn between two calls (a person continuing the same
+/// conversation in a terminal) is taken in: the next served turn follows
+/// it, in its request and in the store, where it used to fail to record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_takes_in_a_turn_stored_elsewhere_between_calls() {
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    model.script([
+        MockReply::text("Paris."),
+        MockReply::text("Noted."),
+        MockReply::text("Rome."),
+    ]);
+    let (servers, ask) = served_ask(&sb, &db, &model, &[]).await;
+    let first = ask.call(json!({"question": "Capital of France?"})).await;
+    assert_eq!(first.unwrap(), json!("Paris."));
+    let url = model.base_url();
+    let elsewhere = sb
+        .chat(&[
+            "--base-url",
+            &url,
+            "--store",
+            &db,
+            "--resume",
+            "agent",
+            "Remember: I live in Italy.",
+        ])
+        .await;
+    assert!(elsewhere.status.success(), "{}", text(&elsewhere.stderr));
+    let second = ask
+        .call(json!({"question": "Capital of my country?"}))
+        .await;
+    assert_eq!(second.unwrap(), json!("Rome."));
+    servers.shutdown().await;
+    let four_turns = [TWO_TURNS, TWO_TURNS].concat();
+    assert_eq!(kinds(&db).await, vec![four_turns]);
+    let last = model.bodies().last().unwrap()["messages"].to_string();
+    assert!(
+        last.contains("I live in Italy") && last.contains("Paris."),
+        "{last}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_serve_answers_the_python_sdk_client() {
     let Some(python) = python_sdk() else { return };

@@ -285,6 +285,19 @@ fn one_turn(
         args,
         servers,
     } = *setup;
+    // Another writer's turns since the last one come first (a paused one
+    // is settled below).
+    if let Some(more) = rt.block_on(conv.catch_up())? {
+        if !args.json {
+            eprintln!(
+                "lionagi: the stored conversation was changed elsewhere; continuing from it ({more} messages more)"
+            );
+        }
+        if let Some(s) = servers {
+            let branch = conv.branch_mut();
+            interruptible(rt, async { s.register(branch).await.map_err(mcp_error) })?;
+        }
+    }
     // A turn left paused (in the store, or by Ctrl-C while its approved
     // calls ran) is settled before a new one: the branch takes no turn
     // while one awaits approval.

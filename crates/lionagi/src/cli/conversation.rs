@@ -126,6 +126,50 @@ impl Conversation {
         Ok(conv)
     }
 
+    /// Takes in what another writer stored since this conversation last
+    /// read or wrote the store (a `lionagi chat --resume` in another
+    /// terminal, another `lionagi mcp serve`), so the next turn follows
+    /// theirs instead of failing to record. The branch is loaded again
+    /// whole (their messages, logs and metadata, a paused turn included),
+    /// with this conversation's model and approval policy; tools must be
+    /// registered on it again. Only when everything here is recorded:
+    /// otherwise the next write reports the conflict, as it did. `None`
+    /// when the store had nothing new; else how many messages more the
+    /// conversation has than before.
+    pub(crate) async fn catch_up(&mut self) -> Result<Option<usize>, ChatError> {
+        let (Some(store), Stored::Yes { version, recorded }) = (&self.store, self.stored) else {
+            return Ok(None);
+        };
+        let id = self.branch.id();
+        if self.branch.progression().len() != recorded {
+            return Ok(None);
+        }
+        // The head only: no message is read past the last position.
+        let head = store
+            .db
+            .load_since(id, u64::MAX)
+            .await
+            .map_err(|e| store_error(&store.label, e))?;
+        if head.version == version {
+            return Ok(None);
+        }
+        let (mut branch, version) = store
+            .db
+            .load_versioned(id)
+            .await
+            .map_err(|e| store_error(&store.label, e))?;
+        branch.set_chat_model(Arc::clone(&self.model));
+        branch.set_parse_model(Arc::clone(&self.model));
+        let now = branch.progression().len();
+        self.stored = Stored::Yes {
+            version,
+            recorded: now,
+        };
+        self.branch = branch;
+        self.apply_policy();
+        Ok(Some(now.saturating_sub(recorded)))
+    }
+
     /// Gives the branch the approval policy of `--approve`, if asked.
     fn apply_policy(&mut self) {
         if let Some(a) = &self.approvals {

@@ -127,6 +127,14 @@ impl Ask for Served {
                 ..Display::default()
             };
             let answering = async {
+                // Turns another writer stored since the last call come
+                // first; the reloaded branch gets the tools again.
+                let caught_up = conv.catch_up().await.map_err(|e| e.to_string())?;
+                if let (Some(_), Some(s)) = (caught_up, &self.servers) {
+                    s.register(conv.branch_mut())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                }
                 match &self.servers {
                     Some(s) => {
                         s.refresh(conv.branch_mut())
