@@ -9,6 +9,7 @@ use std::sync::Arc;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::async_rw::AsyncRwTransport;
@@ -92,14 +93,21 @@ impl<A: Ask> BranchServer<A> {
             "properties": {"question": {"type": "string", "description": "What to ask the conversation"}},
             "required": ["question"]
         });
-        let Value::Object(schema) = schema else {
-            return Tool::new(
-                "ask",
-                self.description.clone(),
-                Arc::new(Default::default()),
-            );
+        let schema = match schema {
+            Value::Object(schema) => schema,
+            _ => Default::default(),
         };
-        Tool::new("ask", self.description.clone(), Arc::new(schema))
+        // What a client may tell its user before a call: each one appends
+        // a turn to the stored conversation (never changes what is there)
+        // and reaches the model and the conversation's tools.
+        let hints = ToolAnnotations::from_raw(
+            Some("Ask the conversation".into()),
+            Some(false),
+            Some(false),
+            Some(false),
+            Some(true),
+        );
+        Tool::new("ask", self.description.clone(), Arc::new(schema)).with_annotations(hints)
     }
 
     /// Serves MCP over this process's stdin/stdout until the client hangs

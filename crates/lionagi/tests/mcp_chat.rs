@@ -900,6 +900,12 @@ async fn mcp_serve_drops_an_oversized_message_and_answers_the_next() {
     let listed = next().await;
     assert_eq!(listed["id"], 3, "{listed}");
     assert_eq!(listed["result"]["tools"][0]["name"], "ask");
+    // A turn appended, nothing changed; the model and tools reached.
+    assert_eq!(
+        listed["result"]["tools"][0]["annotations"],
+        json!({"title": "Ask the conversation", "readOnlyHint": false,
+            "destructiveHint": false, "idempotentHint": false, "openWorldHint": true})
+    );
     drop(stdin);
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait())
         .await
