@@ -11,7 +11,7 @@ use branch_models::mock::{MockReply, MockServer};
 use lionagi::session::store::{BranchStore, SqliteStore};
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
-use tokio::process::Command;
+use tokio::process::{Child, ChildStdin, Command};
 
 /// A private directory: home, working directory and model directory of
 /// the command, so no local setting or history leaks in.
@@ -59,14 +59,22 @@ impl Sandbox {
         self.command(args).output().await.expect("run lionagi")
     }
 
-    async fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
+    /// `lionagi chat ARGS` started with `line` written to its stdin, which
+    /// stays open for more.
+    async fn start_with_line(&self, args: &[&str], line: &str) -> (Child, ChildStdin) {
         let mut child = self
             .command(args)
             .stdin(Stdio::piped())
             .spawn()
             .expect("spawn lionagi");
         let mut pipe = child.stdin.take().unwrap();
-        pipe.write_all(stdin.as_bytes()).await.unwrap();
+        pipe.write_all(line.as_bytes()).await.unwrap();
+        pipe.flush().await.unwrap();
+        (child, pipe)
+    }
+
+    async fn run_with_stdin(&self, args: &[&str], stdin: &str) -> Output {
+        let (child, pipe) = self.start_with_line(args, stdin).await;
         drop(pipe);
         child.wait_with_output().await.unwrap()
     }
@@ -367,14 +375,12 @@ async fn a_turn_stored_by_another_session_is_taken_in() {
     let sb = Sandbox::new();
     let url = server.base_url();
     let db = sb.path("chat.db");
-    let mut here = sb
-        .command(&["--base-url", &url, "--store", &db, "--name", "c"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut input = here.stdin.take().unwrap();
-    input.write_all(b"First?\n").await.unwrap();
-    input.flush().await.unwrap();
+    let (here, mut input) = sb
+        .start_with_line(
+            &["--base-url", &url, "--store", &db, "--name", "c"],
+            "First?\n",
+        )
+        .await;
     // Its first turn is stored.
     let start = std::time::Instant::now();
     while stored_messages(&db).await != [2] {
@@ -606,13 +612,12 @@ async fn ctrl_c_mid_turn_keeps_the_conversation_as_it_was() {
 
     // Piped conversation: Ctrl-C mid-turn also ends it with 130, nothing kept.
     server.push(MockReply::text("slow").delayed(Duration::from_secs(120)));
-    let mut child = sb
-        .command(&["--base-url", &url, "--store", &db, "--resume", "c"])
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut pipe = child.stdin.take().unwrap();
-    pipe.write_all(b"Still there?\n").await.unwrap();
+    let (child, pipe) = sb
+        .start_with_line(
+            &["--base-url", &url, "--store", &db, "--resume", "c"],
+            "Still there?\n",
+        )
+        .await;
     requests_reach(&server, 3).await;
     interrupt(child.id().unwrap()).await;
     let out = child.wait_with_output().await.unwrap();

@@ -731,6 +731,20 @@ async fn mcp_serve_takes_back_every_round_of_a_cancelled_tool_turn() {
     );
 }
 
+/// What a client's progress hook hears, and the hook.
+type Heard = std::sync::Arc<std::sync::Mutex<Vec<lionagi::mcp::Progress>>>;
+
+fn progress_heard() -> (Heard, lionagi::mcp::ProgressHook) {
+    let heard = Heard::default();
+    let hook = {
+        let heard = std::sync::Arc::clone(&heard);
+        std::sync::Arc::new(move |p: &lionagi::mcp::Progress| {
+            heard.lock().unwrap().push(p.clone());
+        }) as lionagi::mcp::ProgressHook
+    };
+    (heard, hook)
+}
+
 /// A client that asks for progress hears each step of a served tool turn,
 /// in order: the model awaited, the tool called and its own progress, the
 /// answer's characters as they stream. It is told which tool runs, never
@@ -757,13 +771,7 @@ async fn mcp_serve_tells_a_listening_client_each_step_of_a_turn() {
             .paced(Duration::from_millis(150))
             .delayed(Duration::from_secs(1)),
     ]);
-    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let hook = {
-        let heard = std::sync::Arc::clone(&heard);
-        std::sync::Arc::new(move |p: &lionagi::mcp::Progress| {
-            heard.lock().unwrap().push(p.clone());
-        }) as lionagi::mcp::ProgressHook
-    };
+    let (heard, hook) = progress_heard();
     let cfg = sb.py_server(&python, &["stdio"]);
     let (servers, ask) =
         served_ask_heard(&sb, &db, &model, &["--mcp".into(), cfg], Some(hook)).await;
@@ -823,13 +831,7 @@ async fn mcp_serve_tells_a_waiting_call_why_it_waits() {
         MockReply::text("First.").delayed(Duration::from_secs(1)),
         MockReply::text("Second."),
     ]);
-    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let hook = {
-        let heard = std::sync::Arc::clone(&heard);
-        std::sync::Arc::new(move |p: &lionagi::mcp::Progress| {
-            heard.lock().unwrap().extend(p.message.clone());
-        }) as lionagi::mcp::ProgressHook
-    };
+    let (heard, hook) = progress_heard();
     let (servers, ask) = served_ask_heard(&sb, &db, &model, &[], Some(hook)).await;
     let first = ask.call(json!({"question": "One?"}));
     let second = async {
@@ -846,7 +848,9 @@ async fn mcp_serve_tells_a_waiting_call_why_it_waits() {
     servers.shutdown().await;
     let heard = heard.lock().unwrap().clone();
     assert!(
-        heard.iter().any(|m| m == "waiting for the turn before it"),
+        heard
+            .iter()
+            .any(|p| p.message.as_deref() == Some("waiting for the turn before it")),
         "{heard:?}"
     );
     let turns = [TWO_TURNS.as_slice(), &["instruction", "assistant"]].concat();
