@@ -228,7 +228,7 @@ async fn json_mode_prints_one_object_per_turn_and_no_streamed_text() {
         v["usage"],
         json!({"prompt_tokens": 11, "completion_tokens": 7, "total_tokens": 18})
     );
-    assert_eq!(v["model_calls"], 1);
+    assert_eq!(v["replies"], 1);
     assert_eq!(text(&out.stderr), "");
 
     // Errors are JSON too, on stderr.

@@ -244,7 +244,7 @@ async fn echo_turn(
     assert_eq!(line["tool_calls"][0]["name"], "echo");
     assert_eq!(line["tool_calls"][0]["arguments"], json!({ "text": said }));
     assert_eq!(line["tool_calls"][0]["output"], json!({ "result": said }));
-    assert_eq!(line["model_calls"], 2);
+    assert_eq!(line["replies"], 2);
     (model, sb, db, line)
 }
 

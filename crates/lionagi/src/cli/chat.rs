@@ -333,14 +333,14 @@ fn one_turn(
             .filter_map(|id| branch.messages().get(id))
             .collect();
         let calls = mcp_tools::calls_of(turn.iter().copied());
-        let (usage, model_calls) = turn_usage(&turn);
+        let (usage, replies) = turn_usage(&turn);
         let line = json!({
             "branch_id": conv.id().to_string(),
             "reply": answer.text,
             "model": info.label,
             "served_model": answer.served_model,
             "usage": usage,
-            "model_calls": model_calls,
+            "replies": replies,
             "reasoning": answer.reasoning,
             "finish_reason": answer.finish_reason,
             "tool_calls": calls,
@@ -350,10 +350,11 @@ fn one_turn(
     Ok(())
 }
 
-/// What the turn's model calls reported using, in the provider's shape:
-/// one call's usage as it came, a tool turn's calls summed key by key (so
-/// a script that adds up `usage` counts every round); `None` when no call
-/// reported any. With the number of model calls the turn made.
+/// What the turn's replies reported using, in the provider's shape: one
+/// reply's usage as it came, those of several (a tool turn's rounds, a CLI
+/// agent's replies, each with the usage read since the one before) summed
+/// key by key, so a script that adds up `usage` counts them all; `None`
+/// when none reported any. With the number of replies the turn recorded.
 fn turn_usage(turn: &[&Message]) -> (Option<Value>, usize) {
     let replies: Vec<&Message> = turn
         .iter()
