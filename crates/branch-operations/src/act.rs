@@ -274,45 +274,17 @@ pub(crate) fn native_tool_list(schemas: &[Value]) -> Value {
 }
 
 /// A reply's native tool calls as calls to run, each with the provider's
-/// id (its span names it), and those ids in order, to record with the calls
-/// ([`apply_tool_call_ids`]). Arguments that are not a JSON object make a
-/// call answered as failed with the reason, never run with `{}`.
-pub(crate) fn native_calls(
-    calls: &[branch_core::model::ToolCall],
-) -> (Vec<ToolCall>, Vec<Option<String>>) {
-    let ids: Vec<Option<String>> = calls
+/// id: its span names it, and its request records it (`execute`). Arguments
+/// that are not a JSON object make a call answered as failed with the
+/// reason, never run with `{}`.
+pub(crate) fn native_calls(calls: &[branch_core::model::ToolCall]) -> Vec<ToolCall> {
+    calls
         .iter()
-        .map(|tc| (!tc.id.is_empty()).then(|| tc.id.clone()))
-        .collect();
-    let calls = calls
-        .iter()
-        .zip(&ids)
-        .map(|(tc, id)| ToolCall {
-            call_id: id.clone(),
+        .map(|tc| ToolCall {
+            call_id: (!tc.id.is_empty()).then(|| tc.id.clone()),
             ..ToolCall::from_text(tc.name.clone(), &tc.arguments)
         })
-        .collect();
-    (calls, ids)
-}
-
-/// Sets the provider's call id on the request of each call that has one,
-/// so later requests answer each call under the id the provider gave it.
-pub(crate) fn apply_tool_call_ids(acted: &mut Acted, ids: &[Option<String>]) {
-    let mut changed = false;
-    for (e, id) in acted.entries.iter_mut().zip(ids) {
-        if let Some(id) = id {
-            e.pair
-                .0
-                .element
-                .metadata
-                .insert("tool_call_id".into(), id.clone().into());
-            changed = true;
-        }
-    }
-    if changed {
-        let pairs = acted.entries.iter().map(|e| e.pair.clone()).collect();
-        acted.messages = ordered(pairs, acted.strategy);
-    }
+        .collect()
 }
 
 /// The approval policy's verdict on each call: allowed, refused, asked
@@ -461,6 +433,16 @@ pub(crate) async fn execute(
             }
         };
         mark(&mut entry.pair, call);
+        // The provider's id of a native call, so later requests answer the
+        // call under the id the provider gave it.
+        if let Some(id) = &call.tool_call_id {
+            entry
+                .pair
+                .0
+                .element
+                .metadata
+                .insert("tool_call_id".into(), id.clone().into());
+        }
         entries.push(entry);
         models.push(model);
     }

@@ -13,8 +13,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 use crate::act::{
-    ActOptions, ActionResponseModel, Screened, Strategy, apply_tool_call_ids, native_calls,
-    native_tool_list, run_calls, tool_call_from_value,
+    ActOptions, ActionResponseModel, Screened, Strategy, native_calls, native_tool_list, run_calls,
+    tool_call_from_value,
 };
 use crate::approval::policy_of;
 use crate::communicate::{
@@ -472,12 +472,9 @@ async fn finish(
         c.acted.iter().filter_map(response_model_of).collect();
     if with_actions && !opts.skip_validation {
         let mut calls: Vec<ToolCall> = Vec::new();
-        // The provider's call ids, so later requests answer each call
-        // under the id the provider gave it.
-        let mut ids: Vec<Option<String>> = Vec::new();
         let mut act = opts.act;
         if native {
-            (calls, ids) = native_calls(&c.tool_calls);
+            calls = native_calls(&c.tool_calls);
         } else if let Some(obj) = structured.as_ref() {
             if let Some(reqs) = obj.get("action_requests").and_then(Value::as_array) {
                 for r in reqs {
@@ -492,15 +489,9 @@ async fn finish(
         }
         if !calls.is_empty() {
             let acted = match run_calls(branch, calls, act).await {
-                Screened::Done(mut acted) => {
-                    apply_tool_call_ids(&mut acted, &ids);
-                    acted
-                }
-                Screened::Paused(mut proposed) => {
+                Screened::Done(acted) => acted,
+                Screened::Paused(proposed) => {
                     // The reply is kept; the calls wait in the metadata.
-                    for (p, id) in proposed.iter_mut().zip(ids) {
-                        p.tool_call_id = id;
-                    }
                     let n = commit_turn(branch, c.clear_first, messages);
                     let expiry = policy_of(branch).and_then(|p| p.expiry());
                     let pending =

@@ -302,9 +302,7 @@ pub async fn resume(
         return Err(p.paused(Committed::default()));
     }
     let opts = p.act_options();
-    let mut acted = execute(branch, p.calls.clone(), opts).await;
-    let ids: Vec<Option<String>> = p.calls.iter().map(|c| c.tool_call_id.clone()).collect();
-    crate::act::apply_tool_call_ids(&mut acted, &ids);
+    let acted = execute(branch, p.calls.clone(), opts).await;
     branch.metadata_mut().remove(PENDING_KEY);
     let messages: Vec<_> = acted.entries.iter().map(|e| e.pair.1.clone()).collect();
     // Each verb records its batch as it would have uninterrupted: `act`

@@ -22,9 +22,7 @@ use tokio::io::BufReader;
 use tokio::process::{Child, ChildStdout};
 use uuid::Uuid;
 
-use crate::act::{
-    ActOptions, Screened, apply_tool_call_ids, native_calls, native_tool_list, run_calls,
-};
+use crate::act::{ActOptions, Screened, native_calls, native_tool_list, run_calls};
 use crate::approval::policy_of;
 use crate::cli_stream::CliTurnReader;
 use crate::error::{Committed, OperationError, Result};
@@ -214,10 +212,9 @@ enum Source {
         model: Arc<dyn ChatModel>,
     },
     Cli(Box<CliSource>),
-    /// The native tool calls of a reply already yielded, with the
-    /// provider's ids: run on the next pump, so the reply is seen before
-    /// the tools take their time.
-    Calls(Vec<branch_actions::ToolCall>, Vec<Option<String>>),
+    /// The native tool calls of a reply already yielded: run on the next
+    /// pump, so the reply is seen before the tools take their time.
+    Calls(Vec<branch_actions::ToolCall>),
 }
 
 struct CliSource {
@@ -506,12 +503,11 @@ impl RunState<'_> {
                 if response.tool_calls.is_empty() {
                     self.finish();
                 } else {
-                    let (calls, ids) = native_calls(&response.tool_calls);
-                    self.source = Some(Source::Calls(calls, ids));
+                    self.source = Some(Source::Calls(native_calls(&response.tool_calls)));
                 }
                 Ok(())
             }
-            Source::Calls(calls, ids) => {
+            Source::Calls(calls) => {
                 // The run's deadline covers its tools too; past it the
                 // calls are dropped (cancelled) and nothing is recorded.
                 let screened = match bounded(
@@ -525,16 +521,12 @@ impl RunState<'_> {
                     Err(why) => return Err(self.fail(why.to_owned())),
                 };
                 match screened {
-                    Screened::Done(mut acted) => {
-                        apply_tool_call_ids(&mut acted, &ids);
+                    Screened::Done(acted) => {
                         for m in acted.messages {
                             self.emit(m);
                         }
                     }
-                    Screened::Paused(mut proposed) => {
-                        for (p, id) in proposed.iter_mut().zip(ids) {
-                            p.tool_call_id = id;
-                        }
+                    Screened::Paused(proposed) => {
                         // The reply is kept; the calls wait in the
                         // metadata, and the stream ends with the pause.
                         let record = std::mem::take(&mut self.record);
