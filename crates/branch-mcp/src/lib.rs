@@ -10,7 +10,9 @@
 //! format (`{"mcpServers": ...}`) and the fail-closed [`McpPolicy`], MCP
 //! tools behind `branch-actions`' dynamic-tool seam, resources as a
 //! `branch-core` context provider, and the server half that offers a
-//! conversation as an `ask` tool. It must not know the verbs, storage or
+//! conversation as an `ask` tool over stdio or Streamable HTTP
+//! ([`HttpServing`]: token, host and origin checks, connection and session
+//! caps, deadlines, shutdown). It must not know the verbs, storage or
 //! the command line: answering a question is the caller's [`Ask`].
 //!
 //! ```no_run
@@ -42,6 +44,7 @@ mod progress;
 mod redact;
 mod resources;
 mod serve;
+mod serve_http;
 mod serve_progress;
 mod session;
 mod stdio;
@@ -57,6 +60,7 @@ pub use progress::{Progress, ProgressHook};
 pub use redact::{REDACTED, Secret, scrub};
 pub use resources::McpResources;
 pub use serve::{Ask, BranchServer, Cancelled};
+pub use serve_http::{HttpAccess, HttpLimits, HttpServing, MCP_PATH, MIN_TOKEN_BYTES};
 pub use serve_progress::ProgressReporter;
 pub use session::McpServer;
 pub use tool::{CallEvent, CallHook, map_result};

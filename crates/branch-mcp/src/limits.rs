@@ -77,3 +77,36 @@ pub const SERVED_PROGRESS_INTERVAL: Duration = Duration::from_millis(200);
 /// character boundary): a message names a tool and a count, and a tool's
 /// own progress note is not the client's to receive whole.
 pub const MAX_SERVED_PROGRESS_BYTES: usize = 512;
+
+/// Connections `serve_http` holds open at once; the next waits in the
+/// listen queue until one closes. Each holds a task and buffers, and a
+/// client that opens thousands must not take the process's descriptors.
+pub const MAX_HTTP_CONNECTIONS: usize = 64;
+
+/// MCP sessions `serve_http` keeps at once; an `initialize` beyond it is
+/// answered 503. Each session holds a task and its queues until it is
+/// closed or idles out.
+pub const MAX_HTTP_SESSIONS: usize = 32;
+
+/// Longest wait for a request's head over HTTP, an idle keep-alive
+/// connection's wait for its next request included: a client that opens
+/// connections and sends nothing must not hold them.
+pub const HTTP_HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest wait for a request's whole body once its head is in: a
+/// question of [`MAX_MESSAGE_BYTES`] arrives in seconds, and one sent a
+/// byte at a time must not hold a session's request open.
+pub const HTTP_BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A session no request has touched for this long is closed (rmcp's
+/// default): a client that went away without `DELETE` leaves nothing
+/// behind for long.
+pub const HTTP_SESSION_IDLE: Duration = Duration::from_secs(300);
+
+/// Largest request head (request line and headers) read over HTTP: an MCP
+/// request's headers are a few hundred bytes.
+pub const MAX_HTTP_HEAD_BYTES: usize = 64 * 1024;
+
+/// How long open connections get to finish when `serve_http` is told to
+/// stop, after every session is closed.
+pub const HTTP_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);

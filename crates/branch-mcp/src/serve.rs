@@ -15,6 +15,8 @@ use rmcp::service::RequestContext;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::error::McpError;
 use crate::limits;
@@ -67,6 +69,7 @@ impl Future for Cancelled {
 pub struct BranchServer<A> {
     asker: Arc<A>,
     description: String,
+    pub(crate) calls: CallsInFlight,
 }
 
 impl<A> Clone for BranchServer<A> {
@@ -74,7 +77,27 @@ impl<A> Clone for BranchServer<A> {
         Self {
             asker: Arc::clone(&self.asker),
             description: self.description.clone(),
+            calls: self.calls.clone(),
         }
+    }
+}
+
+/// The calls being answered, shared by every session of one server, so
+/// that stopping it can cancel them and wait for their answers to go out
+/// before the sessions close.
+#[derive(Clone, Default)]
+pub(crate) struct CallsInFlight {
+    stopping: CancellationToken,
+    answering: TaskTracker,
+}
+
+impl CallsInFlight {
+    /// Cancels every call being answered and refuses new ones; resolves
+    /// when the cancelled calls have answered, or after `grace`.
+    pub(crate) async fn stop(&self, grace: std::time::Duration) {
+        self.stopping.cancel();
+        self.answering.close();
+        let _ = tokio::time::timeout(grace, self.answering.wait()).await;
     }
 }
 
@@ -84,6 +107,7 @@ impl<A: Ask> BranchServer<A> {
         Self {
             asker: Arc::new(asker),
             description: description.into(),
+            calls: CallsInFlight::default(),
         }
     }
 
@@ -169,17 +193,36 @@ impl<A: Ask> ServerHandler for BranchServer<A> {
                 None,
             ));
         }
-        let cancelled = Cancelled::new(context.ct.clone().cancelled_owned());
+        if self.calls.stopping.is_cancelled() {
+            return Ok(CallToolResult::error(vec![ContentBlock::text(
+                "the server is stopping; nothing was asked",
+            )])
+            .into());
+        }
+        let by_client = context.ct.clone();
+        let stopping = self.calls.stopping.clone();
+        let cancelled = Cancelled::new(async move {
+            tokio::select! {
+                () = by_client.cancelled() => {}
+                () = stopping.cancelled() => {}
+            }
+        });
         let (progress, sending) =
             progress_channel(context.peer.clone(), context.meta.get_progress_token());
         let answering = self.asker.ask(question.to_owned(), cancelled, progress);
         // The sender goes with the answer: no notification follows the
         // result.
-        let answer = tokio::select! {
-            biased;
-            answer = answering => answer,
-            never = sending => match never {},
-        };
+        let answer = self
+            .calls
+            .answering
+            .track_future(async {
+                tokio::select! {
+                    biased;
+                    answer = answering => answer,
+                    never = sending => match never {},
+                }
+            })
+            .await;
         Ok(match answer {
             Ok(text) => CallToolResult::success(vec![ContentBlock::text(text)]),
             Err(why) => CallToolResult::error(vec![ContentBlock::text(why)]),

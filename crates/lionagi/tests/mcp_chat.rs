@@ -11,7 +11,7 @@ use branch_models::mock::{MockReply, MockServer, MockToolCall};
 use lionagi::mcp::{McpConfig, McpPolicy, McpServers};
 use lionagi::session::store::{BranchStore, SqliteStore};
 use serde_json::{Value, json};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 fn required() -> bool {
@@ -1170,4 +1170,189 @@ async fn ctrl_c_while_an_approved_call_runs_leaves_the_turn_paused() {
     assert_eq!(kinds(&db).await, vec![ONE_TOOL_TURN.to_vec()]);
     let last = model.bodies().last().unwrap()["messages"].to_string();
     assert!(last.contains("denied by approval"), "{last}");
+}
+
+/// The bearer token of the HTTP tests' `mcp serve`.
+const HTTP_TOKEN: &str = "serve-token-0123456789abcdef";
+
+/// `lionagi mcp serve --http 127.0.0.1:0` of the conversation in `db`,
+/// with [`HTTP_TOKEN`]; the running server and the URL it printed.
+async fn served_over_http(
+    sb: &Sandbox,
+    db: &str,
+    model: &MockServer,
+) -> (tokio::process::Child, String) {
+    let mut args = serve_args(db, &model.base_url());
+    args.extend(["--http".to_owned(), "127.0.0.1:0".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut child = sb
+        .command(&args)
+        .env("LIONAGI_MCP_TOKEN", HTTP_TOKEN)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::BufReader::new(stdout).lines();
+    let url = tokio::time::timeout(Duration::from_secs(30), lines.next_line())
+        .await
+        .expect("the URL is printed")
+        .unwrap()
+        .expect("a line on stdout");
+    (child, url)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_over_http_answers_the_python_sdk_and_another_chat() {
+    let Some(python) = python_sdk() else { return };
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    let (mut serving, url) = served_over_http(&sb, &db, &model).await;
+    let port = url
+        .strip_prefix("http://127.0.0.1:")
+        .and_then(|rest| rest.strip_suffix("/mcp"))
+        .unwrap_or_else(|| panic!("{url}"));
+    assert!(port.parse::<u16>().unwrap() > 0, "{url}");
+
+    // The Python SDK's Streamable HTTP client, with the token.
+    model.push(MockReply::text("Forty-two."));
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(&python)
+            .args([
+                &server_script("py_client.py"),
+                "What is the answer?",
+                "--url",
+                &url,
+            ])
+            .env("MCP_TOKEN", HTTP_TOKEN)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    let progress = got["progress"].take();
+    assert_eq!(
+        progress[0],
+        json!([1.0, "waiting for the model"]),
+        "{progress:?}"
+    );
+    assert_eq!(
+        got,
+        json!({"tools": ["ask"], "is_error": false, "result": ["Forty-two."], "progress": null})
+    );
+    // Without it, nothing is asked.
+    let refused = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(&python)
+            .args([&server_script("py_client.py"), "Anyone?", "--url", &url])
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("401"),
+        "{}",
+        text(&refused.stderr)
+    );
+
+    // Another conversation's chat calls this one's `ask` as a tool over
+    // HTTP, with the token in its MCP configuration.
+    let chat_model = MockServer::start().await;
+    chat_model.script([
+        MockReply::tool_calls(vec![MockToolCall {
+            id: "c1".into(),
+            name: "ask".into(),
+            arguments: json!({"question": "And what was the question?"}),
+        }]),
+        MockReply::text("It does not know the question."),
+    ]);
+    model.push(MockReply::text("Nobody knows."));
+    let cfg = sb.config(
+        "remote.json",
+        json!({"agent": {"url": url, "headers": {"Authorization": format!("Bearer {HTTP_TOKEN}")}}}),
+    );
+    let chat_url = chat_model.base_url();
+    let out = sb
+        .chat(&[
+            "--base-url",
+            &chat_url,
+            "--model",
+            "m",
+            "--mcp",
+            &cfg,
+            "--mcp-local",
+            "--json",
+            "Ask the other conversation.",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let line: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(line["reply"], "It does not know the question.");
+    assert_eq!(line["tool_calls"][0]["output"], json!("Nobody knows."));
+
+    // SIGTERM stops it cleanly, with both turns recorded.
+    let pid = serving.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(20), serving.wait())
+        .await
+        .expect("it stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        kinds(&db).await,
+        vec![[TWO_TURNS.as_slice(), &["instruction", "assistant"]].concat()]
+    );
+}
+
+#[tokio::test]
+async fn mcp_serve_refuses_an_address_beyond_loopback_without_a_token() {
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    let mut args = serve_args(&db, &model.base_url());
+    // Checked before anything is bound: no socket opens on other
+    // interfaces.
+    args.extend(["--http".to_owned(), "0.0.0.0:0".to_owned()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = sb.command(&args).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("needs a bearer token"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A token too short to guard anything.
+    let out = sb
+        .command(&args)
+        .env("LIONAGI_MCP_TOKEN", "short")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("shorter than 16"),
+        "{}",
+        text(&out.stderr)
+    );
+    // `--allow-host` without `--http` is a mistake, not ignored.
+    let mut stdio = serve_args(&db, &model.base_url());
+    stdio.extend(["--allow-host".to_owned(), "conv.test".to_owned()]);
+    let stdio: Vec<&str> = stdio.iter().map(String::as_str).collect();
+    let out = sb.command(&stdio).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("go with `--http`"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -1,21 +1,38 @@
 """An MCP client written with the Python `mcp` SDK: starts the server given
-on the command line over stdio, lists its tools, calls `ask` once asking
-for progress, and prints {"tools": [...], "is_error": ..., "result": [...],
-"progress": [[progress, message], ...]} as JSON.
-Usage: py_client.py QUESTION COMMAND [ARGS...]"""
+on the command line over stdio (or reaches the Streamable HTTP server at
+URL, with `Authorization: Bearer $MCP_TOKEN` when that is set), lists its
+tools, calls `ask` once asking for progress, and prints {"tools": [...],
+"is_error": ..., "result": [...], "progress": [[progress, message], ...]}
+as JSON.
+Usage: py_client.py QUESTION COMMAND [ARGS...] | py_client.py QUESTION --url URL"""
 
 import asyncio
+import contextlib
 import json
+import os
 import sys
 
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamablehttp_client
+
+
+@contextlib.asynccontextmanager
+async def connected(target):
+    if target[0] == "--url":
+        token = os.environ.get("MCP_TOKEN")
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        async with streamablehttp_client(target[1], headers=headers) as (read, write, _):
+            yield read, write
+    else:
+        params = StdioServerParameters(command=target[0], args=target[1:], env={})
+        async with stdio_client(params) as (read, write):
+            yield read, write
 
 
 async def main():
-    question, command, args = sys.argv[1], sys.argv[2], sys.argv[3:]
-    params = StdioServerParameters(command=command, args=args, env={})
-    async with stdio_client(params) as (read, write):
+    question, target = sys.argv[1], sys.argv[2:]
+    async with connected(target) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
             tools = await session.list_tools()

@@ -1,17 +1,23 @@
 //! `lionagi mcp serve --store PATH --branch ID|NAME`: a stored conversation
-//! offered to any MCP client over stdio, as a tool `ask` that runs one
-//! recorded turn per call (with the model the flags or environment choose,
-//! as `lionagi chat --resume` does, and the tools of `--mcp FILE`).
+//! offered to any MCP client as a tool `ask` that runs one recorded turn per
+//! call (with the model the flags or environment choose, as `lionagi chat
+//! --resume` does, and the tools of `--mcp FILE`), over stdio or, with
+//! `--http ADDR`, over Streamable HTTP.
 //!
-//! Stdout carries the protocol and nothing else; errors go to stderr. A
-//! client that asks for progress hears each step of a turn: the model
-//! awaited, the characters of its answer so far, each tool called.
+//! Over stdio, stdout carries the protocol and nothing else; over HTTP it
+//! carries the one line of the URL served. Errors go to stderr. A client
+//! that asks for progress hears each step of a turn: the model awaited, the
+//! characters of its answer so far, each tool called.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use branch_mcp::{Ask, BranchServer, CallEvent, Cancelled, McpServers, ProgressReporter};
+use branch_mcp::{
+    Ask, BranchServer, CallEvent, Cancelled, HttpAccess, HttpServing, McpError, McpServers,
+    ProgressReporter, Secret,
+};
 use tokio::sync::Mutex;
 
 use super::chat_args::ChatArgs;
@@ -25,14 +31,30 @@ use super::{model_choice, tool_turn};
 pub(crate) const MCP_USAGE: &str = "usage:
   lionagi mcp serve --store PATH --branch ID|NAME [OPTIONS]
 
-Serves the stored conversation over MCP (stdio) as a tool `ask`: each call is one turn,
-appended to the store. Options: the model flags of `lionagi chat` (--provider, --model,
---base-url, --max-tokens, --temperature) and --mcp FILE / --mcp-path / --mcp-local for
-the conversation's own tools.";
+Serves the stored conversation over MCP as a tool `ask`: each call is one turn, appended
+to the store. Options: the model flags of `lionagi chat` (--provider, --model, --base-url,
+--max-tokens, --temperature) and --mcp FILE / --mcp-path / --mcp-local for the
+conversation's own tools.
+
+Over stdio unless:
+  --http ADDR          serve Streamable HTTP on ADDR (127.0.0.1:8765; port 0 takes a free
+                       one) at /mcp, print its URL, and serve until Ctrl-C or SIGTERM.
+                       With LIONAGI_MCP_TOKEN set, every request needs
+                       `Authorization: Bearer $LIONAGI_MCP_TOKEN`; an address beyond
+                       loopback needs it.
+  --allow-host NAME    also accept requests for Host NAME (repeatable).
+  --allow-origin URL   also accept browser requests from origin URL (repeatable).";
+
+/// The environment variable holding the bearer token of `--http`: not a
+/// flag, which other users of the machine could read in the process list.
+const TOKEN_VAR: &str = "LIONAGI_MCP_TOKEN";
+
+/// How long a turn being recorded when the server stops gets to finish.
+const RECORD_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// One conversation answering questions, one turn at a time.
 struct Served {
-    conv: Mutex<Conversation>,
+    conv: Arc<Mutex<Conversation>>,
     info: ModelInfo,
     servers: Option<McpServers>,
     /// The narrator of the call being answered.
@@ -175,6 +197,15 @@ pub fn main(args: &[String]) -> i32 {
     }
 }
 
+/// Where `mcp serve` listens: stdio, or HTTP with its access rules.
+enum Transport {
+    Stdio,
+    Http {
+        addr: SocketAddr,
+        access: HttpAccess,
+    },
+}
+
 fn run(args: &[String]) -> Result<(), ChatError> {
     let Some((first, rest)) = args.split_first() else {
         return Err(ChatError::Usage(MCP_USAGE.into()));
@@ -187,18 +218,33 @@ fn run(args: &[String]) -> Result<(), ChatError> {
     // The chat's own parser, with `--branch` as the conversation to resume.
     let mut words = Vec::new();
     let mut branch = None;
+    let mut http = None;
+    let mut hosts = Vec::new();
+    let mut origins = Vec::new();
     let mut it = rest.iter();
     while let Some(w) = it.next() {
-        match w.as_str() {
-            "--branch" => branch = it.next().cloned(),
-            s if s.starts_with("--branch=") => branch = Some(s["--branch=".len()..].to_owned()),
+        let (flag, inline) = match w.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+            _ => (w.as_str(), None),
+        };
+        let mut value = || {
+            inline
+                .clone()
+                .or_else(|| it.next().cloned())
+                .ok_or_else(|| ChatError::Usage(format!("`{flag}` needs a value\n\n{MCP_USAGE}")))
+        };
+        match flag {
+            "--branch" => branch = Some(value()?),
+            "--http" => http = Some(value()?),
+            "--allow-host" => hosts.push(value()?),
+            "--allow-origin" => origins.push(value()?),
             "-h" | "--help" => {
                 println!("{MCP_USAGE}");
                 return Ok(());
             }
             "--json" | "--system" | "--name" | "--resume" => {
                 return Err(ChatError::Usage(format!(
-                    "`{w}` is not an option of `mcp serve`"
+                    "`{flag}` is not an option of `mcp serve`"
                 )));
             }
             _ => words.push(w.clone()),
@@ -206,6 +252,22 @@ fn run(args: &[String]) -> Result<(), ChatError> {
     }
     let branch =
         branch.ok_or_else(|| ChatError::Usage(format!("`--branch` is required\n\n{MCP_USAGE}")))?;
+    let transport = match http {
+        Some(addr) => Transport::Http {
+            addr: addr.parse().map_err(|_| {
+                ChatError::Usage(format!(
+                    "`--http {addr}` is not an address and port such as 127.0.0.1:8765"
+                ))
+            })?,
+            access: http_access(hosts, origins)?,
+        },
+        None if hosts.is_empty() && origins.is_empty() => Transport::Stdio,
+        None => {
+            return Err(ChatError::Usage(
+                "`--allow-host` and `--allow-origin` go with `--http`".into(),
+            ));
+        }
+    };
     words.extend(["--resume".to_owned(), branch]);
     let parsed = ChatArgs::parse(&words)?;
     if parsed.store.is_none() || parsed.question.is_some() {
@@ -220,6 +282,22 @@ fn run(args: &[String]) -> Result<(), ChatError> {
         })?;
     let (model, info) = model_choice::choose(&parsed)?;
     rt.block_on(async {
+        // Bound before the conversation is opened, so a refused address
+        // or a taken port is told before any store or tool server is.
+        let serving = match transport {
+            Transport::Stdio => None,
+            Transport::Http { addr, access } => {
+                Some(HttpServing::bind(addr, access).await.map_err(|e| match e {
+                    McpError::Refused { reason, .. } if reason.contains("token") => {
+                        ChatError::Usage(format!("`--http {addr}`: {reason} (set {TOKEN_VAR})"))
+                    }
+                    McpError::Refused { reason, .. } => {
+                        ChatError::Usage(format!("`--http {addr}`: {reason}"))
+                    }
+                    e => ChatError::Mcp(e.to_string()),
+                })?)
+            }
+        };
         let mut conv = Conversation::open(&parsed, model).await?;
         let current = CurrentCall::default();
         let servers = mcp_tools::connect(&parsed.mcp, conv.branch_mut(), current.hooks()).await?;
@@ -227,14 +305,84 @@ fn run(args: &[String]) -> Result<(), ChatError> {
             "Ask the lionagi conversation {} a question; it answers with one recorded turn.",
             conv.resume_key()
         );
+        let conv = Arc::new(Mutex::new(conv));
         let served = Served {
-            conv: Mutex::new(conv),
+            conv: Arc::clone(&conv),
             info,
             servers,
             current,
         };
         let server = BranchServer::new(served, description);
-        let result = server.serve_stdio().await;
-        result.map_err(|e| ChatError::Mcp(e.to_string()))
+        let Some(serving) = serving else {
+            return server
+                .serve_stdio()
+                .await
+                .map_err(|e| ChatError::Mcp(e.to_string()));
+        };
+        announce(&serving.url())?;
+        server
+            .serve_http(serving, stop_signal())
+            .await
+            .map_err(|e| ChatError::Mcp(e.to_string()))?;
+        // The sessions are closed and their calls cancelled; a turn
+        // already being recorded holds the conversation until it is.
+        if tokio::time::timeout(RECORD_GRACE, conv.lock())
+            .await
+            .is_err()
+        {
+            eprintln!("lionagi: a turn was still being recorded when the server stopped");
+        }
+        Ok(())
     })
+}
+
+/// The access rules of `--http`: the flags' hosts and origins, and the
+/// token of [`TOKEN_VAR`] when it is set.
+fn http_access(hosts: Vec<String>, origins: Vec<String>) -> Result<HttpAccess, ChatError> {
+    let mut access = HttpAccess::new();
+    match std::env::var(TOKEN_VAR) {
+        Ok(token) => access = access.token(Secret::new(token)),
+        Err(std::env::VarError::NotPresent) => {}
+        Err(std::env::VarError::NotUnicode(_)) => {
+            return Err(ChatError::Usage(format!("{TOKEN_VAR} is not UTF-8")));
+        }
+    }
+    for host in hosts {
+        access = access.allow_host(host);
+    }
+    for origin in origins {
+        access = access.allow_origin(origin);
+    }
+    Ok(access)
+}
+
+/// Prints the URL served as stdout's one line, so a script can read it
+/// (the port when `--http` asked for port 0).
+fn announce(url: &str) -> Result<(), ChatError> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{url}")
+        .and_then(|()| out.flush())
+        .map_err(|source| ChatError::Io {
+            what: "stdout".into(),
+            source,
+        })
+}
+
+/// Resolves on Ctrl-C or SIGTERM (what a service manager sends).
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let term = async {
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            // Without a handler SIGTERM ends the process as it would have.
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = term => {}
+    }
 }
