@@ -1356,3 +1356,46 @@ async fn mcp_serve_refuses_an_address_beyond_loopback_without_a_token() {
         text(&out.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_without_model_flags_answers_with_the_conversations_own_model() {
+    let Some(python) = python_sdk() else { return };
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    // Stored with the mock's address and the default model name.
+    let db = stored_agent(&sb, &model).await;
+    model.push(MockReply::text("From the stored model."));
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        Command::new(&python)
+            .args([
+                &server_script("py_client.py"),
+                "Which model answers?",
+                env!("CARGO_BIN_EXE_lionagi"),
+                "mcp",
+                "serve",
+                "--store",
+                &db,
+                "--branch",
+                "agent",
+                // The stored server is on this machine: allowed by the flag,
+                // never by the store.
+                "--allow-local-network",
+            ])
+            .env("HOME", sb.path("home"))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(got["result"], json!(["From the stored model."]), "{got}");
+    assert_eq!(got["is_error"], json!(false));
+    // The same model as the stored turn's request, at the stored address.
+    let bodies = model.bodies();
+    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies[1]["model"], bodies[0]["model"]);
+    assert_eq!(kinds(&db).await, vec![TWO_TURNS.to_vec()]);
+}

@@ -17,7 +17,7 @@ use tokio::runtime::Runtime;
 use super::approve;
 use super::chat_args::{CHAT_USAGE, ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
-use super::conversation::{self, Conversation};
+use super::conversation::Conversation;
 use super::input::{Input, Line};
 use super::mcp_tools::{self, ToolHooks};
 use super::model_choice;
@@ -76,12 +76,7 @@ fn report(e: &ChatError, json: bool) -> i32 {
 }
 
 fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
-    let (model, info) = if args.resume.is_some() && !args.chooses_model() {
-        let stored = rt.block_on(conversation::stored_model(args))?;
-        model_choice::stored(&stored, args)?
-    } else {
-        model_choice::choose(args)?
-    };
+    let (model, info) = model_choice::for_conversation(args, rt)?;
     let mut conv = rt.block_on(Conversation::open(args, model))?;
     // `--json` keeps stdout to one line and stderr to errors.
     let hooks = if args.json {

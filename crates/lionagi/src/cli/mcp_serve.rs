@@ -1,8 +1,8 @@
 //! `lionagi mcp serve --store PATH --branch ID|NAME`: a stored conversation
 //! offered to any MCP client as a tool `ask` that runs one recorded turn per
-//! call (with the model the flags or environment choose, as `lionagi chat
-//! --resume` does, and the tools of `--mcp FILE`), over stdio or, with
-//! `--http ADDR`, over Streamable HTTP.
+//! call (with the conversation's own model unless model flags choose
+//! another, as `lionagi chat --resume` does, and the tools of `--mcp
+//! FILE`), over stdio or, with `--http ADDR`, over Streamable HTTP.
 //!
 //! Over stdio, stdout carries the protocol and nothing else; over HTTP it
 //! carries the one line of the URL served. Errors go to stderr. A client
@@ -32,9 +32,10 @@ pub(crate) const MCP_USAGE: &str = "usage:
   lionagi mcp serve --store PATH --branch ID|NAME [OPTIONS]
 
 Serves the stored conversation over MCP as a tool `ask`: each call is one turn, appended
-to the store. Options: the model flags of `lionagi chat` (--provider, --model, --base-url,
---max-tokens, --temperature) and --mcp FILE / --mcp-path / --mcp-local for the
-conversation's own tools.
+to the store, with the conversation's own model unless the model flags of `lionagi chat`
+choose another (--provider, --model, --base-url, --endpoint; --max-tokens, --temperature
+and --allow-local-network apply to either). --mcp FILE / --mcp-path / --mcp-local give the
+conversation its own tools.
 
 Over stdio unless:
   --http ADDR          serve Streamable HTTP on ADDR (127.0.0.1:8765; port 0 takes a free
@@ -280,7 +281,9 @@ fn run(args: &[String]) -> Result<(), ChatError> {
             what: "the async runtime".into(),
             source,
         })?;
-    let (model, info) = model_choice::choose(&parsed)?;
+    // The conversation's own model unless the flags choose one, as with
+    // `lionagi chat --resume`.
+    let (model, info) = model_choice::for_conversation(&parsed, &rt)?;
     rt.block_on(async {
         // Bound before the conversation is opened, so a refused address
         // or a taken port is told before any store or tool server is.

@@ -196,6 +196,20 @@ fn remote(
     Ok((Arc::new(model), info))
 }
 
+/// The model of a conversation: a resumed one's own, unless the flags or
+/// settings choose another; else [`choose`]. Outside the runtime (`rt`
+/// only reads the store): connecting the embedded model loads its weights.
+pub(crate) fn for_conversation(
+    args: &ChatArgs,
+    rt: &tokio::runtime::Runtime,
+) -> Result<Chosen, ChatError> {
+    if args.resume.is_some() && !args.chooses_model() {
+        let model = rt.block_on(super::conversation::stored_model(args))?;
+        return stored(&model, args);
+    }
+    choose(args)
+}
+
 /// The stored conversation's own model (`--resume` without model flags):
 /// its provider, model name and server from the store, its key from the
 /// environment, local-network access only with `--allow-local-network`
