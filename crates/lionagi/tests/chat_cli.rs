@@ -741,3 +741,74 @@ async fn an_anthropic_conversation_streams_and_resumes_in_its_own_protocol() {
     );
     assert_eq!(stored_messages(&db).await, vec![5]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cli_agent_turn_under_json_reports_every_reply_and_its_whole_usage() {
+    let sb = Sandbox::new();
+    // A stand-in for `claude -p --output-format stream-json`: it reads the
+    // prompt, answers, uses a tool, answers again, and reports usage after
+    // each of its two results.
+    let agent = sb.path("agent.sh");
+    std::fs::write(
+        &agent,
+        r#"#!/bin/sh
+cat > /dev/null
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Let me look."}]}}'
+echo '{"type":"result","subtype":"success","num_turns":1,"usage":{"input_tokens":3,"output_tokens":4}}'
+echo '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Read","input":{"path":"a"}}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"body"}]}}'
+echo '{"type":"assistant","message":{"content":[{"type":"text","text":"It says body."}]}}'
+echo '{"type":"result","subtype":"success","num_turns":2,"usage":{"input_tokens":5,"output_tokens":6,"cache_read_input_tokens":7}}'
+"#,
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let db = sb.path("agent.db");
+    let out = sb
+        .command(&[
+            "--json",
+            "--provider",
+            "claude_code",
+            "--model",
+            "sonnet",
+            "--store",
+            &db,
+            "--name",
+            "a",
+            "What does a say?",
+        ])
+        .env("LIONAGI_CLAUDE_BIN", &agent)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(stdout.lines().count(), 1, "{stdout:?}");
+    let v: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(v["reply"], "It says body.");
+    assert_eq!(v["replies"], 2);
+    // Both results' usage, key by key, in the agent's own shape.
+    assert_eq!(
+        v["usage"],
+        json!({"input_tokens": 8, "output_tokens": 10, "cache_read_input_tokens": 7})
+    );
+    assert_eq!(text(&out.stderr), "");
+    // Stored whole: the instruction, two replies and the tool's call and
+    // result between them.
+    assert_eq!(stored_messages(&db).await, vec![5]);
+    // Resumed without model flags: the stored agent again, no key asked.
+    let out = sb
+        .command(&["--json", "--store", &db, "--resume", "a", "And b?"])
+        .env("LIONAGI_CLAUDE_BIN", &agent)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(v["model"], "claude_code/sonnet");
+    assert_eq!(v["replies"], 2);
+    assert_eq!(stored_messages(&db).await, vec![10]);
+}

@@ -8,7 +8,8 @@ pub(crate) const CHAT_USAGE: &str = "usage:
   lionagi chat [OPTIONS]              a conversation (one turn per line when stdin is not a terminal)
 
 options:
-  --provider NAME      provider (openai, anthropic, ollama, openrouter, groq, local ...)
+  --provider NAME      provider (openai, anthropic, ollama, openrouter, groq, local ...;
+                       claude_code runs Claude Code: `claude`, or LIONAGI_CLAUDE_BIN)
   --model NAME         model name (or PROVIDER/NAME)
   --base-url URL       an OpenAI-compatible server (llama.cpp, vLLM ...); the provider's key
                        variable is sent when set, no key otherwise

@@ -159,7 +159,7 @@ fn remote(
             .map_err(config_error)?;
     }
     let key_var = config.key_env().map(str::to_owned);
-    let needs_key = config.endpoint().auth_type != AuthType::None;
+    let needs_key = sends_key(&config);
     let info = ModelInfo {
         label: label(&config),
         provider: config.provider().to_owned(),
@@ -230,7 +230,7 @@ pub(crate) fn stored(stored: &ModelConfig, args: &ChatArgs) -> Result<Chosen, Ch
         let model = branch_models::connect(&config).map_err(|e| ChatError::from_model(e, &info))?;
         return Ok((model, info));
     }
-    let needs_key = config.endpoint().auth_type != AuthType::None;
+    let needs_key = sends_key(&config);
     // A stored file chooses the address, so the environment's key goes
     // only to the provider's registered one; any other server gets none.
     let model = if !needs_key {
@@ -256,6 +256,14 @@ pub(crate) fn stored(stored: &ModelConfig, args: &ChatArgs) -> Result<Chosen, Ch
     }
     .map_err(|e| ChatError::from_model(e, &info))?;
     Ok((Arc::new(model), info))
+}
+
+/// Whether requests carry the provider's key. A CLI agent (`claude`,
+/// `codex` ...) is a program that signs in by itself: its endpoint's
+/// `auth_type` is kept for the reference's format, but there is no request
+/// to put a key on.
+fn sends_key(config: &ModelConfig) -> bool {
+    config.endpoint().auth_type != AuthType::None && !config.is_cli()
 }
 
 /// The same configuration, sending no credentials.
