@@ -811,4 +811,17 @@ echo '{"type":"result","subtype":"success","num_turns":2,"usage":{"input_tokens"
     assert_eq!(v["model"], "claude_code/sonnet");
     assert_eq!(v["replies"], 2);
     assert_eq!(stored_messages(&db).await, vec![10]);
+    // Another agent's name does not run Claude Code in its place.
+    let out = sb
+        .command(&["--provider", "codex", "--model", "gpt-5-codex", "Hi."])
+        .env("LIONAGI_CLAUDE_BIN", &agent)
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("provider codex is a CLI agent lionagi does not run"),
+        "{}",
+        text(&out.stderr)
+    );
 }

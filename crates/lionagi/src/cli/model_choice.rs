@@ -151,6 +151,7 @@ fn remote(
             config.provider()
         )));
     }
+    check_agent(&config)?;
     sampling(&mut config, args)?;
     if config.endpoint().endpoint == "chat/completions" {
         // OpenAI-style streams report usage only when asked.
@@ -217,6 +218,7 @@ pub(crate) fn for_conversation(
 pub(crate) fn stored(stored: &ModelConfig, args: &ChatArgs) -> Result<Chosen, ChatError> {
     let mut config = stored.clone();
     config.set_allow_local_network(args.allow_local_network);
+    check_agent(&config)?;
     sampling(&mut config, args)?;
     let key_var = config.key_env().map(str::to_owned);
     let info = ModelInfo {
@@ -264,6 +266,21 @@ pub(crate) fn stored(stored: &ModelConfig, args: &ChatArgs) -> Result<Chosen, Ch
 /// to put a key on.
 fn sends_key(config: &ModelConfig) -> bool {
     config.endpoint().auth_type != AuthType::None && !config.is_cli()
+}
+
+/// Refuses a CLI agent other than Claude Code: the one agent protocol
+/// spoken is its stream-json, and the program run is `claude` (or
+/// `LIONAGI_CLAUDE_BIN`) whatever the provider's name, so `codex` would
+/// silently run Claude Code.
+fn check_agent(config: &ModelConfig) -> Result<(), ChatError> {
+    if !config.is_cli() || config.provider() == "claude_code" {
+        return Ok(());
+    }
+    Err(ChatError::Usage(format!(
+        "provider {} is a CLI agent lionagi does not run; the CLI agent it runs is \
+         claude_code (Claude Code)",
+        config.provider()
+    )))
 }
 
 /// The same configuration, sending no credentials.
