@@ -706,6 +706,20 @@ async fn an_anthropic_conversation_streams_and_resumes_in_its_own_protocol() {
         })
     );
 
+    // Resumed without the flag: the stored server on this machine is not
+    // reached, and the error says what lets it be.
+    let refused = sb
+        .run(&["--store", &db, "--resume", "sums", "And 3+3?"])
+        .await;
+    assert_eq!(refused.status.code(), Some(1));
+    let why = text(&refused.stderr);
+    assert!(why.contains("cannot reach"), "{why}");
+    assert!(
+        why.contains("--allow-local-network lets the model reach"),
+        "{why}"
+    );
+    assert_eq!(server.request_count(), 1);
+
     // Resumed from the store: the stored model and server, no key (a
     // stored address is not the provider's registered one).
     let second = sb
@@ -723,6 +737,14 @@ async fn an_anthropic_conversation_streams_and_resumes_in_its_own_protocol() {
         .expect("run lionagi");
     assert!(second.status.success(), "{}", text(&second.stderr));
     assert_eq!(text(&second.stdout), "Six.\n");
+    // The command it suggests is one that works.
+    let hint = text(&second.stderr);
+    assert!(
+        hint.ends_with(&format!(
+            "continue it with: lionagi chat --store {db} --resume sums --allow-local-network\n"
+        )),
+        "{hint}"
+    );
     let requests = server.requests();
     assert_eq!(requests[1].path, "/v1/messages");
     assert_eq!(requests[1].header("x-api-key"), None);

@@ -25,8 +25,10 @@ options:
   --approve            ask before each tool call: y (run it), n (do not), always (this tool,
                        from now on); with --store the question waits in the store, so a
                        conversation killed at the prompt is resumed with --resume NAME --approve
-  --allow-local-network  let a resumed conversation's own model reach a server on this
-                       machine or network (never granted by the stored data itself)
+  --allow-local-network  let the model reach a server on this machine or its network: a
+                       --base-url on the LAN, or a resumed conversation's own server (never
+                       granted by the stored data itself; a typed loopback --base-url needs
+                       no flag)
   --max-tokens N       longest reply, in tokens
   --temperature T      sampling temperature
   --timeout SECS       longest a model call may take, retries and the whole streamed
@@ -212,6 +214,11 @@ impl ChatArgs {
             if let Some(v) = v {
                 s.push_str(&format!(" {flag} {}", shell_word(v)));
             }
+        }
+        // Without it the hint's command would be refused where this one
+        // was let through.
+        if self.allow_local_network {
+            s.push_str(" --allow-local-network");
         }
         s
     }

@@ -158,6 +158,16 @@ impl ChatError {
                     "no reply in time".into()
                 },
             },
+            // The one guard a flag lifts: name it.
+            ModelErrorKind::NetworkGuard if e.message.contains("local-network guard") => {
+                Self::Unreachable {
+                    url: url(),
+                    reason: format!(
+                        "{} (--allow-local-network lets the model reach this machine and its network)",
+                        e.message
+                    ),
+                }
+            }
             _ => Self::Model(Box::new(e)),
         }
     }

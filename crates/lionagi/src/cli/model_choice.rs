@@ -138,8 +138,12 @@ fn remote(
     let model_given = model.is_some();
     b = b.model(model.unwrap_or(DEFAULT_CHAT_MODEL));
     if let Some(url) = &args.base_url {
-        // The user typed this address: a server on this machine is meant.
-        b = b.base_url(url).allow_local_network(is_loopback(url));
+        // The user typed this address: a server on this machine is meant;
+        // one elsewhere on the local network (a GPU box, a NAS running
+        // Ollama) when the flag says so.
+        b = b
+            .base_url(url)
+            .allow_local_network(is_loopback(url) || args.allow_local_network);
     }
     let mut config = b.build().map_err(config_error)?;
     if let Some(e) = endpoint {
@@ -389,6 +393,24 @@ mod tests {
         args.allow_local_network = true;
         let (model, _) = stored(&kept, &args).unwrap();
         assert!(model.snapshot().allow_local_network());
+    }
+
+    #[test]
+    fn a_typed_server_on_the_local_network_is_reached_only_with_the_flag() {
+        // Built, never called: no connection leaves loopback.
+        let typed = |extra: &[&str]| {
+            let mut words = vec!["--base-url", "http://192.168.1.20:8000/v1", "--model", "m"];
+            words.extend_from_slice(extra);
+            let words: Vec<String> = words.iter().map(|w| (*w).to_owned()).collect();
+            let (model, _) = choose(&ChatArgs::parse(&words).unwrap()).unwrap();
+            model.snapshot().allow_local_network()
+        };
+        assert!(!typed(&[]));
+        assert!(typed(&["--allow-local-network"]));
+        let loopback =
+            ChatArgs::parse(&["--base-url".into(), "http://127.0.0.1:8000/v1".into()]).unwrap();
+        let (model, _) = choose(&loopback).unwrap();
+        assert!(model.snapshot().allow_local_network(), "typed loopback");
     }
 
     #[test]
