@@ -1344,6 +1344,19 @@ async fn mcp_serve_refuses_an_address_beyond_loopback_without_a_token() {
         "{}",
         text(&out.stderr)
     );
+    // A port already taken is named, before anything else is started.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let mut busy = serve_args(&db, &model.base_url());
+    busy.extend(["--http".to_owned(), format!("127.0.0.1:{port}")]);
+    let busy: Vec<&str> = busy.iter().map(String::as_str).collect();
+    let out = sb.command(&busy).output().await.unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stderr).starts_with(&format!("lionagi: cannot listen on 127.0.0.1:{port}: ")),
+        "{}",
+        text(&out.stderr)
+    );
     // `--allow-host` without `--http` is a mistake, not ignored.
     let mut stdio = serve_args(&db, &model.base_url());
     stdio.extend(["--allow-host".to_owned(), "conv.test".to_owned()]);

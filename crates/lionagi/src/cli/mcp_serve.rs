@@ -297,6 +297,8 @@ fn run(args: &[String]) -> Result<(), ChatError> {
                     McpError::Refused { reason, .. } => {
                         ChatError::Usage(format!("`--http {addr}`: {reason}"))
                     }
+                    // Our own server, not one of the conversation's.
+                    McpError::Start { reason, .. } => ChatError::Mcp(reason),
                     e => ChatError::Mcp(e.to_string()),
                 })?)
             }
