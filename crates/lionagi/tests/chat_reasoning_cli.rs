@@ -282,3 +282,60 @@ async fn the_responses_endpoint_streams_reasoning_and_resumes_on_it() {
     assert_eq!(input[1]["encrypted_content"], "enc");
     assert_eq!(input.last().unwrap(), &question("3+3?"));
 }
+
+/// `--resume` with `--endpoint` alone moves the stored model to another
+/// endpoint of its provider: the same model, server and request fields
+/// (chat's `max_tokens` read as the Responses API's `max_output_tokens`),
+/// where it used to pick the default model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_alone_on_resume_keeps_the_stored_model() {
+    let server = MockServer::start().await;
+    server.push(MockReply::text("Four."));
+    server.push(responses_reply("1", "Six."));
+    let sb = Sandbox::new();
+    let db = sb.dir.join("chat.db").display().to_string();
+    let url = server.base_url();
+    let out = sb
+        .run(&[
+            "chat",
+            "--base-url",
+            &url,
+            "--model",
+            "gpt-5",
+            "--max-tokens",
+            "50",
+            "--store",
+            &db,
+            "--name",
+            "r",
+            "2+2?",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = sb
+        .run(&[
+            "chat",
+            "--store",
+            &db,
+            "--resume",
+            "r",
+            "--allow-local-network",
+            "--endpoint",
+            "responses",
+            "3+3?",
+        ])
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "Add them.\n\nSix.\n");
+    let requests = server.requests();
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    assert_eq!(requests[0].body["max_tokens"], 50);
+    assert_eq!(requests[1].path, "/v1/responses");
+    let body = &requests[1].body;
+    assert_eq!(body["model"], "gpt-5");
+    assert_eq!(body["max_output_tokens"], 50);
+    assert!(body.get("stream_options").is_none(), "{body}");
+    // The first turn, from the store, then the question.
+    let input = body["input"].as_array().unwrap();
+    assert_eq!(input.len(), 3, "{body}");
+}

@@ -39,7 +39,8 @@ options:
   --mcp-local          let HTTP MCP servers be on this machine or the local network
   -h, --help           this text
 
-The model: the flags, else (with --resume) the stored conversation's own model, else
+The model: the flags, else (with --resume) the stored conversation's own model (with
+--endpoint alone: the same model on that endpoint), else
 LIONAGI_CHAT_PROVIDER / LIONAGI_CHAT_MODEL / LIONAGI_CHAT_ENDPOINT, else the embedded
 model (lionagi built with --features embedded, model fetched by `cargo xtask fetch-model`),
 else openai when OPENAI_API_KEY is set.

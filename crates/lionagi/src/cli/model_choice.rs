@@ -157,12 +157,7 @@ fn remote(
     }
     check_agent(&config)?;
     sampling(&mut config, args)?;
-    if config.endpoint().endpoint == "chat/completions" {
-        // OpenAI-style streams report usage only when asked.
-        config
-            .set_kwarg("stream_options", serde_json::json!({"include_usage": true}))
-            .map_err(config_error)?;
-    }
+    ask_usage(&mut config)?;
     let key_var = config.key_env().map(str::to_owned);
     let needs_key = sends_key(&config);
     let info = ModelInfo {
@@ -212,7 +207,55 @@ pub(crate) fn for_conversation(
         let model = rt.block_on(super::conversation::stored_model(args))?;
         return stored(&model, args);
     }
+    if let (Some(_), Some(endpoint), None, None, None) = (
+        &args.resume,
+        &args.endpoint,
+        &args.provider,
+        &args.model,
+        &args.base_url,
+    ) {
+        // Another endpoint of the same model: the rest is the stored one's.
+        let model = rt.block_on(super::conversation::stored_model(args))?;
+        return stored(&at_endpoint(&model, endpoint)?, args);
+    }
     choose(args)
+}
+
+/// The stored model on another endpoint of its provider (`--resume` with
+/// `--endpoint` alone): its provider, model name, server and request
+/// fields, which the new endpoint's dialect translates (chat's
+/// `max_tokens` becomes the Responses API's `max_output_tokens`). Without
+/// this the flag alone picked the default model.
+fn at_endpoint(stored: &ModelConfig, endpoint: &str) -> Result<ModelConfig, ChatError> {
+    let mut b = ModelConfig::builder()
+        .provider(stored.provider())
+        .endpoint(endpoint);
+    if let Some(model) = stored.model_name() {
+        b = b.model(model);
+    }
+    if let Some(url) = stored.base_url() {
+        b = b.base_url(url);
+    }
+    let mut config = b.build().map_err(config_error)?;
+    check_endpoint(&config, endpoint)?;
+    for (key, value) in stored.kwargs() {
+        // Chat's usage request; set again below when the endpoint is chat.
+        if key != "stream_options" {
+            config.set_kwarg(key, value.clone()).map_err(config_error)?;
+        }
+    }
+    ask_usage(&mut config)?;
+    Ok(config)
+}
+
+/// OpenAI-style chat streams report usage only when asked.
+fn ask_usage(config: &mut ModelConfig) -> Result<(), ChatError> {
+    if config.endpoint().endpoint == "chat/completions" {
+        config
+            .set_kwarg("stream_options", serde_json::json!({"include_usage": true}))
+            .map_err(config_error)?;
+    }
+    Ok(())
 }
 
 /// The stored conversation's own model (`--resume` without model flags):
