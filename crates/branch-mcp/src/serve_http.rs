@@ -382,7 +382,9 @@ impl<A: Ask> GateInner<A> {
         }
         // A POST without a session is an `initialize` (or a stateless
         // request): refused while the sessions are all taken, so one client
-        // cannot hold the server's memory with sessions it never uses.
+        // cannot hold the server's memory with sessions it never uses. Not
+        // a reservation: initializes racing on several connections can
+        // each pass it, one per connection at most.
         let opens_session = request.method() == http::Method::POST
             && !request.headers().contains_key("mcp-session-id");
         if opens_session && self.sessions.sessions.read().await.len() >= self.limits.sessions {
