@@ -231,3 +231,37 @@ fn store_commands_import_list_show_export_delete() {
     assert_eq!(String::from_utf8(gone.stderr).unwrap().lines().count(), 1);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A reader that stops early (`| head -1`) ends the command quietly, as
+/// it ends any command-line tool: no "Broken pipe" message, status 0.
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let branch = branch_core::Branch::new().unwrap();
+    let mut v = branch
+        .to_dict(&branch_core::ToDictOptions::default())
+        .unwrap();
+    // Large enough that its writes outlast the pipe's buffer.
+    v["metadata"]["padding"] = json!("x".repeat(1 << 20));
+    let dir = std::env::temp_dir().join(format!("lionagi-pipe-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let big = dir.join("big.json");
+    std::fs::write(&big, serde_json::to_vec(&v).unwrap()).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lionagi"))
+        .args(["branch", "roundtrip", big.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert_eq!(first, "{\n");
+    // The reader goes away with most of the output unread.
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+    assert!(out.status.success(), "{:?}", out.status);
+}

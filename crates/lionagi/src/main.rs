@@ -32,6 +32,10 @@ fn run() -> i32 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if let Err(e) = lionagi::cli::run(&args, &mut out) {
+        // The reader stopped reading (`| head`): what it wanted it has.
+        if e.is_closed_stdout() {
+            return 0;
+        }
         eprintln!("lionagi: {e}");
         return e.exit_code();
     }

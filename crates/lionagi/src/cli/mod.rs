@@ -102,6 +102,13 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         2
     }
+
+    /// Whether this is a write to stdout whose reader has gone (a pipe into
+    /// `head`), which a command-line tool ends on quietly.
+    pub fn is_closed_stdout(&self) -> bool {
+        matches!(self, Self::Io { path, source }
+            if path == "<stdout>" && source.kind() == std::io::ErrorKind::BrokenPipe)
+    }
 }
 
 /// The help text.
