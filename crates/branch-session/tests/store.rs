@@ -776,6 +776,57 @@ async fn save_at_writes_only_on_the_expected_version<S: UnderTest>(store: S) {
     assert!(store.consistency().await.is_empty());
 }
 
+/// A turn that changed the metadata (a CLI agent's new session id) is
+/// stored with it, in one write on the expected version; a stale writer's
+/// changes nothing.
+async fn a_turn_and_its_metadata_are_stored_together<S: UnderTest>(store: S) {
+    let mut live = common::conversation(1);
+    store.save(&live).await.unwrap();
+    let id = live.id();
+    let (_, v1) = store.load_versioned(id).await.unwrap();
+    live.metadata_mut()
+        .insert("cli_session_id".into(), serde_json::json!("second"));
+    let m = live.msgs_mut().add_message(Message::assistant("answered"));
+    let turn = [live.messages().get(&m).unwrap().clone()];
+    let metadata = live.metadata_json().unwrap();
+    let v2 = store
+        .append_turn_with_metadata_at(id, v1, &turn, &metadata)
+        .await
+        .unwrap();
+    assert_eq!(v2, v1 + 1);
+    let (loaded, v) = store.load_versioned(id).await.unwrap();
+    assert_eq!(v, v2);
+    assert_eq!(
+        loaded.metadata().get("cli_session_id"),
+        Some(&serde_json::json!("second"))
+    );
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
+    // On an old version: a conflict, and the stored metadata stays.
+    live.metadata_mut()
+        .insert("cli_session_id".into(), serde_json::json!("stale"));
+    let err = store
+        .append_turn_with_metadata_at(id, v1, &[], &live.metadata_json().unwrap())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    let loaded = store.load(id).await.unwrap();
+    assert_eq!(
+        loaded.metadata().get("cli_session_id"),
+        Some(&serde_json::json!("second"))
+    );
+    // Metadata that is not an object is refused, with nothing written.
+    let err = store
+        .append_turn_with_metadata_at(id, v2, &[Message::assistant("x")], "[1]")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Branch { .. }), "{err}");
+    assert_eq!(store.load_versioned(id).await.unwrap().1, v2);
+    assert!(store.consistency().await.is_empty());
+}
+
 /// A cached copy catches up from its message count.
 async fn load_since_returns_only_newer_messages<S: UnderTest>(store: S) {
     let mut live = common::conversation(2);
@@ -946,6 +997,7 @@ contract!(
     reference_files_import_and_export,
     versions_detect_concurrent_writers,
     save_at_writes_only_on_the_expected_version,
+    a_turn_and_its_metadata_are_stored_together,
     load_since_returns_only_newer_messages,
     racing_writers_lose_no_turn,
 );

@@ -767,21 +767,30 @@ async fn an_anthropic_conversation_streams_and_resumes_in_its_own_protocol() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cli_agent_turn_under_json_reports_every_reply_and_its_whole_usage() {
     let sb = Sandbox::new();
-    // A stand-in for `claude -p --output-format stream-json`: it reads the
-    // prompt, answers, uses a tool, answers again, and reports usage after
-    // each of its two results.
+    // A stand-in for `claude -p --output-format stream-json`: it notes the
+    // session it was asked to resume, reads the prompt, starts a session of
+    // its own (a new id on every run, as Claude Code gives a resumed
+    // session), answers, uses a tool, answers again, and reports usage
+    // after each of its two results.
     let agent = sb.path("agent.sh");
+    let runs = sb.path("runs");
     std::fs::write(
         &agent,
-        r#"#!/bin/sh
+        format!(
+            r#"#!/bin/sh
 cat > /dev/null
-echo '{"type":"assistant","message":{"content":[{"type":"text","text":"Let me look."}]}}'
-echo '{"type":"result","subtype":"success","num_turns":1,"usage":{"input_tokens":3,"output_tokens":4}}'
-echo '{"type":"assistant","message":{"content":[{"type":"tool_use","id":"t1","name":"Read","input":{"path":"a"}}]}}'
-echo '{"type":"assistant","message":{"content":[{"type":"tool_result","tool_use_id":"t1","content":"body"}]}}'
-echo '{"type":"assistant","message":{"content":[{"type":"text","text":"It says body."}]}}'
-echo '{"type":"result","subtype":"success","num_turns":2,"usage":{"input_tokens":5,"output_tokens":6,"cache_read_input_tokens":7}}'
-"#,
+n=$(($(cat {runs} 2>/dev/null || echo 0) + 1))
+echo $n > {runs}
+for a in "$@"; do case "$a" in --resume=*) echo "$n ${{a#--resume=}}" >> {runs}.resumed;; esac; done
+echo '{{"type":"system","subtype":"init","session_id":"00000000-0000-4000-8000-00000000000'$n'"}}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"Let me look."}}]}}}}'
+echo '{{"type":"result","subtype":"success","num_turns":1,"usage":{{"input_tokens":3,"output_tokens":4}}}}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"tool_use","id":"t1","name":"Read","input":{{"path":"a"}}}}]}}}}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"tool_result","tool_use_id":"t1","content":"body"}}]}}}}'
+echo '{{"type":"assistant","message":{{"content":[{{"type":"text","text":"It says body."}}]}}}}'
+echo '{{"type":"result","subtype":"success","num_turns":2,"usage":{{"input_tokens":5,"output_tokens":6,"cache_read_input_tokens":7}}}}'
+"#
+        ),
     )
     .unwrap();
     {
@@ -833,6 +842,19 @@ echo '{"type":"result","subtype":"success","num_turns":2,"usage":{"input_tokens"
     assert_eq!(v["model"], "claude_code/sonnet");
     assert_eq!(v["replies"], 2);
     assert_eq!(stored_messages(&db).await, vec![10]);
+    // A third turn resumes the agent's session of the second, which the
+    // store kept with that turn, not the first's.
+    let out = sb
+        .command(&["--json", "--store", &db, "--resume", "a", "And c?"])
+        .env("LIONAGI_CLAUDE_BIN", &agent)
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_to_string(format!("{runs}.resumed")).unwrap(),
+        "2 00000000-0000-4000-8000-000000000001\n3 00000000-0000-4000-8000-000000000002\n"
+    );
     // Another agent's name does not run Claude Code in its place.
     let out = sb
         .command(&["--provider", "codex", "--model", "gpt-5-codex", "Hi."])

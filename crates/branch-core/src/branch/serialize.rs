@@ -269,6 +269,19 @@ impl Branch {
         )
     }
 
+    /// The `metadata` entry of [`Branch::to_dict`] (python or json mode)
+    /// alone, as JSON text: what a store that appends turns writes when a
+    /// turn changed the metadata (a CLI agent's session), without
+    /// serializing every message again.
+    pub fn metadata_json(&self) -> Result<String> {
+        crate::load::to_vec(&BranchMetadata(self), "metadata").and_then(|bytes| {
+            String::from_utf8(bytes).map_err(|e| BranchError::Serialize {
+                path: "metadata".into(),
+                reason: e.to_string(),
+            })
+        })
+    }
+
     /// [`Branch::to_dict`] written straight to JSON bytes, without building
     /// the intermediate value.
     pub fn to_json_vec(&self, opts: &ToDictOptions) -> Result<Vec<u8>> {

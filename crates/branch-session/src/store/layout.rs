@@ -346,6 +346,39 @@ pub(crate) fn extend_view(skeleton: &str, added: &[String]) -> Result<String, St
     serde_json::to_string(&v).map_err(|e| e.to_string())
 }
 
+/// Refuses metadata that is not one JSON object before anything is
+/// written: the caller's mistake, not damage in the store.
+pub(crate) fn check_metadata(branch_id: Uuid, metadata: &str) -> Result<(), super::StoreError> {
+    match serde_json::from_str::<&RawValue>(metadata) {
+        Ok(raw) if raw.get().trim_start().starts_with('{') => Ok(()),
+        _ => Err(super::StoreError::Branch {
+            id: branch_id,
+            source: BranchError::InvalidData {
+                path: "metadata".into(),
+                reason: "the metadata to store is not a JSON object".into(),
+            },
+        }),
+    }
+}
+
+/// The skeleton with its `metadata` replaced by `metadata` (the branch's
+/// `Branch::metadata_json`, a JSON object), every other entry kept as
+/// stored, in its place.
+pub(crate) fn with_metadata(skeleton: &str, metadata: &str) -> Result<String, String> {
+    let metadata: &RawValue = serde_json::from_str(metadata).map_err(|e| e.to_string())?;
+    if !metadata.get().trim_start().starts_with('{') {
+        return Err("the branch's metadata is not a JSON object".into());
+    }
+    let mut map = raw_map(skeleton)?;
+    match map.get_mut("metadata") {
+        Some(slot) => *slot = metadata,
+        None => {
+            map.insert(Cow::Borrowed("metadata"), metadata);
+        }
+    }
+    serde_json::to_string(&map).map_err(|e| e.to_string())
+}
+
 /// A turn's messages as `(id, body)` rows; a System message is refused
 /// (a new system prompt moves to the front, which only `save` writes).
 pub(crate) fn turn_rows(
@@ -388,6 +421,19 @@ mod tests {
         );
         assert_eq!(body_hash("abc"), -1_527_000_031_757_436_742);
         assert_ne!(body_hash(r#"{"id":"x"}"#), body_hash(r#"{"id":"y"}"#));
+    }
+
+    #[test]
+    fn metadata_is_replaced_in_place_and_the_rest_kept_byte_for_byte() {
+        let skeleton = r#"{"id":"b","metadata":{"a":1},"logs":{"x":[1.50,2]},"user":null}"#;
+        let out = with_metadata(skeleton, r#"{"a":2,"cli_session_id":"s"}"#).unwrap();
+        assert_eq!(
+            out,
+            r#"{"id":"b","metadata":{"a":2,"cli_session_id":"s"},"logs":{"x":[1.50,2]},"user":null}"#
+        );
+        assert!(with_metadata(skeleton, "[1]").is_err());
+        assert!(with_metadata(skeleton, "{").is_err());
+        assert!(with_metadata("not json", "{}").is_err());
     }
 
     #[test]

@@ -100,6 +100,19 @@ pub trait BranchStore: Send + Sync {
         messages: &[Message],
     ) -> Result<u64, StoreError>;
 
+    /// [`BranchStore::append_turn_at`] that also stores the branch's
+    /// metadata as it is now (`metadata`, from `Branch::metadata_json`),
+    /// in the same transaction: for a turn that changed it (a CLI agent's
+    /// session id, which the next turn resumes). Logs and models stay as
+    /// the last whole save wrote them.
+    async fn append_turn_with_metadata_at(
+        &self,
+        branch_id: Uuid,
+        expected_version: u64,
+        messages: &[Message],
+        metadata: &str,
+    ) -> Result<u64, StoreError>;
+
     /// Restores a stored branch. [`StoreError::NotFound`] when absent.
     async fn load(&self, id: Uuid) -> Result<Branch, StoreError> {
         Ok(self.load_versioned(id).await?.0)

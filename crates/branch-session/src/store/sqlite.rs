@@ -278,7 +278,7 @@ impl BranchStore for SqliteStore {
         let rows = layout::turn_rows(branch_id, messages)?;
         let now = branch_core::element::now();
         self.pool
-            .run(move |c, p| append_rows(c, p, branch_id, None, &rows, now).map(|_| ()))
+            .run(move |c, p| append_rows(c, p, branch_id, None, &rows, None, now).map(|_| ()))
             .await
     }
 
@@ -291,7 +291,26 @@ impl BranchStore for SqliteStore {
         let rows = layout::turn_rows(branch_id, messages)?;
         let now = branch_core::element::now();
         self.pool
-            .run(move |c, p| append_rows(c, p, branch_id, Some(expected_version), &rows, now))
+            .run(move |c, p| append_rows(c, p, branch_id, Some(expected_version), &rows, None, now))
+            .await
+    }
+
+    async fn append_turn_with_metadata_at(
+        &self,
+        branch_id: Uuid,
+        expected_version: u64,
+        messages: &[Message],
+        metadata: &str,
+    ) -> Result<u64, StoreError> {
+        layout::check_metadata(branch_id, metadata)?;
+        let rows = layout::turn_rows(branch_id, messages)?;
+        let metadata = metadata.to_owned();
+        let now = branch_core::element::now();
+        self.pool
+            .run(move |c, p| {
+                let at = Some(expected_version);
+                append_rows(c, p, branch_id, at, &rows, Some(&metadata), now)
+            })
             .await
     }
 
@@ -501,6 +520,7 @@ fn append_rows(
     branch_id: Uuid,
     expected: Option<u64>,
     rows: &[(String, String)],
+    metadata: Option<&str>,
     now: f64,
 ) -> Result<u64, StoreError> {
     let err = |e| sql_err(p, format!("append a turn to branch {branch_id}"), e);
@@ -574,17 +594,22 @@ fn append_rows(
             }
         }
     }
-    let skeleton = if has_view && !added.is_empty() {
-        Some(
-            layout::extend_view(&skeleton, &added).map_err(|reason| StoreError::Corrupt {
-                path: p.to_owned(),
-                table: "branches",
-                what: format!("branch {branch_id}"),
-                reason,
-            })?,
-        )
+    let corrupt = |reason| StoreError::Corrupt {
+        path: p.to_owned(),
+        table: "branches",
+        what: format!("branch {branch_id}"),
+        reason,
+    };
+    let viewed = if has_view && !added.is_empty() {
+        Some(layout::extend_view(&skeleton, &added).map_err(corrupt)?)
     } else {
         None
+    };
+    let skeleton = match metadata {
+        Some(m) => Some(
+            layout::with_metadata(viewed.as_deref().unwrap_or(&skeleton), m).map_err(corrupt)?,
+        ),
+        None => viewed,
     };
     let new_version: i64 = tx
         .query_row(

@@ -52,6 +52,10 @@ pub(crate) struct Conversation {
     name: Option<String>,
     store: Option<OpenStore>,
     stored: Stored,
+    /// The branch's metadata as the store holds it (`Branch::metadata_json`),
+    /// so a turn that changed it (a CLI agent's new session id) writes it
+    /// with its messages.
+    stored_metadata: Option<String>,
     /// With `--approve`: the answers so far (the policy of every branch).
     pub(crate) approvals: Option<Approvals>,
 }
@@ -84,6 +88,7 @@ impl Conversation {
             name: args.name.clone(),
             store,
             stored: Stored::No,
+            stored_metadata: None,
             approvals: args.approve.then(Approvals::default),
         };
         conv.apply_policy();
@@ -120,6 +125,7 @@ impl Conversation {
                 version,
                 recorded: branch.progression().len(),
             };
+            conv.stored_metadata = branch.metadata_json().ok();
             conv.branch = branch;
             conv.apply_policy();
         }
@@ -165,6 +171,7 @@ impl Conversation {
             version,
             recorded: now,
         };
+        self.stored_metadata = branch.metadata_json().ok();
         self.branch = branch;
         self.apply_policy();
         Ok(Some(now.saturating_sub(recorded)))
@@ -196,6 +203,7 @@ impl Conversation {
                     version,
                     recorded: len,
                 };
+                self.stored_metadata = self.branch.metadata_json().ok();
                 Ok(())
             }
             Err(e @ StoreError::Conflict { .. }) => Err(conflict_error(&store.label, &e)),
@@ -250,6 +258,7 @@ impl Conversation {
         self.branch = new_branch(self.system.as_deref(), name.as_deref(), &self.model)?;
         self.name = None;
         self.stored = Stored::No;
+        self.stored_metadata = None;
         self.apply_policy();
         Ok(())
     }
@@ -309,6 +318,7 @@ impl Conversation {
                     version,
                     recorded: len,
                 };
+                self.stored_metadata = self.branch.metadata_json().ok();
                 Ok(())
             }
             Stored::Yes { version, recorded } => {
@@ -319,12 +329,25 @@ impl Conversation {
                     .skip(recorded)
                     .filter_map(|id| self.branch.messages().get(id).cloned())
                     .collect();
-                match db.append_turn_at(id, version, &turn).await {
+                // The metadata goes with the turn when the turn changed it.
+                let metadata = self
+                    .branch
+                    .metadata_json()
+                    .ok()
+                    .filter(|now| self.stored_metadata.as_ref() != Some(now));
+                let written = match &metadata {
+                    Some(m) => db.append_turn_with_metadata_at(id, version, &turn, m).await,
+                    None => db.append_turn_at(id, version, &turn).await,
+                };
+                match written {
                     Ok(version) => {
                         self.stored = Stored::Yes {
                             version,
                             recorded: len,
                         };
+                        if metadata.is_some() {
+                            self.stored_metadata = metadata;
+                        }
                         Ok(())
                     }
                     // Kept unrecorded: the next turn retries them as an

@@ -307,6 +307,7 @@ impl PgStore {
         branch_id: Uuid,
         expected: Option<u64>,
         messages: &[Message],
+        metadata: Option<&str>,
     ) -> Result<u64, StoreError> {
         let label = self.shared.label.clone();
         let err = |e: tokio_postgres::Error| {
@@ -422,7 +423,7 @@ impl PgStore {
             .await
             .map_err(err)?;
         }
-        let skeleton = if has_view && !added.is_empty() {
+        let skeleton = if (has_view && !added.is_empty()) || metadata.is_some() {
             let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
             let row = tx
                 .query_one(
@@ -442,9 +443,16 @@ impl PgStore {
                     too_big("its skeleton", len, MAX_STORED_ROW_BYTES),
                 )
             })?;
-            Some(layout::extend_view(&text, &added).map_err(|reason| {
-                self.corrupt("branches", format!("branch {branch_id}"), reason)
-            })?)
+            let corrupt = |reason| self.corrupt("branches", format!("branch {branch_id}"), reason);
+            let text = if has_view && !added.is_empty() {
+                layout::extend_view(&text, &added).map_err(corrupt)?
+            } else {
+                text
+            };
+            Some(match metadata {
+                Some(m) => layout::with_metadata(&text, m).map_err(corrupt)?,
+                None => text,
+            })
         } else {
             None
         };
@@ -696,7 +704,9 @@ impl BranchStore for PgStore {
     }
 
     async fn append_turn(&self, branch_id: Uuid, messages: &[Message]) -> Result<(), StoreError> {
-        self.append(branch_id, None, messages).await.map(|_| ())
+        self.append(branch_id, None, messages, None)
+            .await
+            .map(|_| ())
     }
 
     async fn append_turn_at(
@@ -705,7 +715,19 @@ impl BranchStore for PgStore {
         expected_version: u64,
         messages: &[Message],
     ) -> Result<u64, StoreError> {
-        self.append(branch_id, Some(expected_version), messages)
+        self.append(branch_id, Some(expected_version), messages, None)
+            .await
+    }
+
+    async fn append_turn_with_metadata_at(
+        &self,
+        branch_id: Uuid,
+        expected_version: u64,
+        messages: &[Message],
+        metadata: &str,
+    ) -> Result<u64, StoreError> {
+        layout::check_metadata(branch_id, metadata)?;
+        self.append(branch_id, Some(expected_version), messages, Some(metadata))
             .await
     }
 
