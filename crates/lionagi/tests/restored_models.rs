@@ -197,3 +197,45 @@ async fn cli_timeout_ends_a_call_that_never_answers() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("`--timeout` needs"));
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `--timeout SECS` also bounds a resumed conversation's own model (no
+/// model flags), which it used to leave at the default deadline.
+#[tokio::test]
+async fn cli_timeout_bounds_a_resumed_conversations_own_model() {
+    let db = temp_path("chat.db");
+    let dir = db.parent().unwrap().to_path_buf();
+    let server = MockServer::start().await;
+    server.push(MockReply::text("first"));
+    server.push(MockReply::text("too late").delayed(Duration::from_secs(60)));
+    let url = server.base_url();
+    let db = db.display().to_string();
+    let first = output(&mut lionagi(
+        &dir,
+        &["--base-url", &url, "--store", &db, "--name", "t", "hi"],
+    ))
+    .await;
+    assert!(
+        first.status.success(),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let out = output(&mut lionagi(
+        &dir,
+        &[
+            "--store",
+            &db,
+            "--resume",
+            "t",
+            "--allow-local-network",
+            "--timeout",
+            "0.5",
+            "again",
+        ],
+    ))
+    .await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--timeout"), "{stderr}");
+    assert_eq!(server.request_count(), 2);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -196,8 +196,8 @@ fn remote(
     Ok((Arc::new(model), info))
 }
 
-/// The model of a conversation: a resumed one's own, unless the flags or
-/// settings choose another; else [`choose`]. Outside the runtime (`rt`
+/// The model of a conversation: a resumed one's own, unless the model
+/// flags choose another; else [`choose`]. Outside the runtime (`rt`
 /// only reads the store): connecting the embedded model loads its weights.
 pub(crate) fn for_conversation(
     args: &ChatArgs,
@@ -282,13 +282,13 @@ pub(crate) fn stored(stored: &ModelConfig, args: &ChatArgs) -> Result<Chosen, Ch
     let needs_key = sends_key(&config);
     // A stored file chooses the address, so the environment's key goes
     // only to the provider's registered one; any other server gets none.
-    let model = if !needs_key {
-        IModel::new(config)
+    let builder = if !needs_key {
+        IModel::builder(config)
     } else if !config.base_url_is_registered() {
-        IModel::new(without_auth(&config)?)
+        IModel::builder(without_auth(&config)?)
     } else {
         match key_var.as_deref().and_then(ApiKey::from_env) {
-            Some(key) => IModel::with_api_key(config, key),
+            Some(key) => IModel::builder(config).api_key(key),
             None => {
                 return Err(match key_var {
                     Some(var) => ChatError::MissingKey {
@@ -302,8 +302,15 @@ pub(crate) fn stored(stored: &ModelConfig, args: &ChatArgs) -> Result<Chosen, Ch
                 });
             }
         }
-    }
-    .map_err(|e| ChatError::from_model(e, &info))?;
+    };
+    // The flag holds for a resumed conversation's own model too.
+    let builder = match args.timeout {
+        Some(deadline) => builder.call_deadline(deadline),
+        None => builder,
+    };
+    let model = builder
+        .build()
+        .map_err(|e| ChatError::from_model(e, &info))?;
     Ok((Arc::new(model), info))
 }
 
