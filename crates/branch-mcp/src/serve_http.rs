@@ -168,6 +168,24 @@ impl HttpAccess {
 }
 
 /// A bound listening socket and the access rules it will serve with.
+///
+/// ```no_run
+/// # async fn demo<A: branch_mcp::Ask>(asker: A) -> Result<(), branch_mcp::McpError> {
+/// use branch_mcp::{BranchServer, HttpAccess, HttpServing, Secret};
+/// let token = std::env::var("MY_MCP_TOKEN").expect("a token of 16 bytes or more");
+/// let access = HttpAccess::new().token(Secret::new(token));
+/// let serving = HttpServing::bind("127.0.0.1:8765".parse().unwrap(), access).await?;
+/// println!("serving {}", serving.url()); // http://127.0.0.1:8765/mcp
+/// let server = BranchServer::new(asker, "Ask my conversation.");
+/// // Whatever should end it: a signal, a shutdown message.
+/// let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+/// server
+///     .serve_http(serving, async {
+///         let _ = stopped.await;
+///     })
+///     .await
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct HttpServing {
     listener: TcpListener,
