@@ -379,8 +379,30 @@ pub fn store_roundtrip(data: &[u8]) {
                     .await
                     .expect("load_since");
                 let since: Vec<Value> = since.messages.iter().map(|m| stored(&m.message)).collect();
-                let turn: Vec<Value> = turn.iter().map(stored).collect();
-                assert_eq!(since, turn, "load_since did not give the appended turn");
+                let stored_turn: Vec<Value> = turn.iter().map(stored).collect();
+                assert_eq!(since, stored_turn, "load_since did not give the appended turn");
+                // The same turn written with the whole branch's metadata
+                // (the skeleton's replaced in place) loads as the whole.
+                store
+                    .save(&head)
+                    .await
+                    .expect("a branch that loads is saved");
+                let (_, version) = store
+                    .load_versioned(branch.id())
+                    .await
+                    .expect("a saved branch loads");
+                let metadata = branch.metadata_json().expect("metadata that to_dict wrote");
+                store
+                    .append_turn_with_metadata_at(branch.id(), version, &turn, &metadata)
+                    .await
+                    .expect("a turn and its metadata are appended");
+                loads_as(
+                    store,
+                    branch.id(),
+                    &want,
+                    "a head, a turn and the metadata did not load as the whole",
+                )
+                .await;
             }
         }
         let Some(shorter) = without_last_message(&want) else {
