@@ -380,7 +380,10 @@ pub fn store_roundtrip(data: &[u8]) {
                     .expect("load_since");
                 let since: Vec<Value> = since.messages.iter().map(|m| stored(&m.message)).collect();
                 let stored_turn: Vec<Value> = turn.iter().map(stored).collect();
-                assert_eq!(since, stored_turn, "load_since did not give the appended turn");
+                assert_eq!(
+                    since, stored_turn,
+                    "load_since did not give the appended turn"
+                );
                 // The same turn written with the whole branch's metadata
                 // (the skeleton's replaced in place) loads as the whole.
                 store

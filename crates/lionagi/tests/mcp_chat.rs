@@ -1412,3 +1412,95 @@ async fn mcp_serve_without_model_flags_answers_with_the_conversations_own_model(
     assert_eq!(bodies[1]["model"], bodies[0]["model"]);
     assert_eq!(kinds(&db).await, vec![TWO_TURNS.to_vec()]);
 }
+
+/// `mcp serve --approve`: a served turn whose model calls a tool is kept
+/// paused for a person, and the client is told so and how; no question is
+/// asked on top of the unanswered call; once a person approves it in a
+/// terminal, the next served call goes on from there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_leaves_a_tool_call_for_a_person_to_approve() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-serve-approve-{}", std::process::id());
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
+    model.push(MockReply::text_and_tool_calls(
+        "Let me echo it.",
+        vec![MockToolCall {
+            id: "c1".into(),
+            name: "echo".into(),
+            arguments: json!({"text": "hi"}),
+        }],
+    ));
+    let extra = ["--approve".to_owned(), "--mcp".to_owned(), cfg.clone()];
+    let (servers, ask) = served_ask(&sb, &db, &model, &extra).await;
+    let first = ask.call(json!({"question": "Echo hi."})).await.unwrap();
+    let first = first.as_str().unwrap();
+    assert!(first.starts_with("Let me echo it.\n\n["), "{first}");
+    assert!(
+        first.contains(&format!(
+            "approve its tool call(s) `echo`: lionagi chat --store {db} --resume agent --approve]"
+        )),
+        "{first}"
+    );
+    // Refused before the model is asked: it would see a call without its
+    // answer.
+    let requests = model.request_count();
+    let second = ask.call(json!({"question": "Anything else?"})).await;
+    let refused = format!("{second:?}");
+    assert!(second.is_err(), "{refused}");
+    assert!(
+        refused.contains("waits for a person to approve"),
+        "{refused}"
+    );
+    assert_eq!(model.request_count(), requests);
+
+    // A person approves it in a terminal: the call runs, then their own
+    // question goes out with its result.
+    model.push(MockReply::text("It echoed hi."));
+    let url = model.base_url();
+    let out = sb
+        .run_with_stdin(
+            &[
+                "chat",
+                "--base-url",
+                &url,
+                "--model",
+                "m",
+                "--store",
+                &db,
+                "--resume",
+                "agent",
+                "--approve",
+                "--mcp",
+                &cfg,
+                "Done?",
+            ],
+            b"y\n",
+        )
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "It echoed hi.\n");
+    // The served conversation takes that in and answers again.
+    model.push(MockReply::text("Ready again."));
+    let third = ask.call(json!({"question": "Now?"})).await.unwrap();
+    assert_eq!(third, json!("Ready again."));
+    servers.shutdown().await;
+    let stored = kinds(&db).await;
+    assert_eq!(
+        stored,
+        [[
+            "instruction",
+            "assistant",
+            "instruction",
+            "assistant",
+            "action_request",
+            "action_response",
+            "instruction",
+            "assistant",
+            "instruction",
+            "assistant"
+        ]]
+    );
+}

@@ -18,9 +18,10 @@ use branch_mcp::{
     Ask, BranchServer, CallEvent, Cancelled, HttpAccess, HttpServing, McpError, McpServers,
     ProgressReporter, Secret,
 };
+use branch_operations::BranchApproval;
 use tokio::sync::Mutex;
 
-use super::chat_args::ChatArgs;
+use super::chat_args::{ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
 use super::conversation::Conversation;
 use super::mcp_tools::{self, ToolHooks};
@@ -35,7 +36,8 @@ Serves the stored conversation over MCP as a tool `ask`: each call is one turn, 
 to the store, with the conversation's own model unless the model flags of `lionagi chat`
 choose another (--provider, --model, --base-url, --endpoint; --max-tokens, --temperature
 and --allow-local-network apply to either). --mcp FILE / --mcp-path / --mcp-local give the
-conversation its own tools.
+conversation its own tools; with --approve a turn that calls one is left for a person to
+approve (lionagi chat --resume NAME --approve), and calls are refused until then.
 
 Over stdio unless:
   --http ADDR          serve Streamable HTTP on ADDR (127.0.0.1:8765; port 0 takes a free
@@ -158,6 +160,11 @@ impl Ask for Served {
                         .await
                         .map_err(|e| e.to_string())?;
                 }
+                // No turn while one awaits approval: a new question would
+                // follow calls that have no answer.
+                if let Some(waiting) = awaiting_approval(&mut conv)? {
+                    return Err(waiting);
+                }
                 match &self.servers {
                     Some(s) => {
                         s.refresh(conv.branch_mut())
@@ -182,9 +189,40 @@ impl Ask for Served {
             };
             quiet.narrate("recording the turn");
             conv.record_turn().await.map_err(|e| e.to_string())?;
+            if answer.paused {
+                // Recorded with its pause; a person decides the calls.
+                if let Some(waiting) = awaiting_approval(&mut conv)? {
+                    return Ok(format!("{}\n\n[{waiting}]", answer.text));
+                }
+            }
             Ok(answer.text)
         })
     }
+}
+
+/// What to tell a client while the conversation's turn awaits approval
+/// (`--approve`, or left paused by `lionagi chat --approve`): which calls
+/// and the command that settles them.
+fn awaiting_approval(conv: &mut Conversation) -> Result<Option<String>, String> {
+    let pending = conv
+        .branch_mut()
+        .pending_approval()
+        .map_err(|e| e.to_string())?;
+    let Some(pending) = pending else {
+        return Ok(None);
+    };
+    let names: Vec<String> = pending
+        .waiting()
+        .map(|c| format!("`{}`", c.function))
+        .collect();
+    let store = conv.store_path().unwrap_or_default().to_owned();
+    Ok(Some(format!(
+        "the conversation waits for a person to approve its tool call(s) {}: \
+         lionagi chat --store {} --resume {} --approve",
+        names.join(", "),
+        shell_word(&store),
+        shell_word(&conv.resume_key())
+    )))
 }
 
 /// Runs `lionagi mcp` with the words after `mcp`; the exit status.
