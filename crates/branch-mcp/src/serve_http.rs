@@ -371,7 +371,24 @@ impl<A: Ask> hyper::service::Service<Request<Incoming>> for Gate<A> {
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let gate = Arc::clone(&self.0);
-        Box::pin(async move { Ok(gate.admit(request).await) })
+        // The method and the answer only: the headers carry the token,
+        // and the path is the client's text, up to the head cap long (as
+        // an unknown method may be).
+        let method = request.method().as_str();
+        let method = if method.len() <= 16 {
+            method
+        } else {
+            "(other)"
+        };
+        let span = tracing::info_span!("mcp.serve.http", method, status = tracing::field::Empty,);
+        Box::pin(tracing::Instrument::instrument(
+            async move {
+                let reply = gate.admit(request).await;
+                tracing::Span::current().record("status", reply.status().as_u16());
+                Ok(reply)
+            },
+            span,
+        ))
     }
 }
 

@@ -444,3 +444,74 @@ async fn a_head_over_the_cap_is_refused_431() {
     assert!(got.starts_with("HTTP/1.1 431"), "{got}");
     running.stop().await;
 }
+
+/// Each request's span: its method and the status answered, never a
+/// header (the token) or the path.
+#[derive(Clone, Default)]
+struct Spans(Arc<Mutex<Vec<(String, String)>>>);
+
+struct Fields<'a>(&'a mut Vec<(String, String)>);
+
+impl tracing::field::Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push((field.name().to_owned(), format!("{value:?}")));
+    }
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        if attrs.metadata().name() == "mcp.serve.http" {
+            attrs.record(&mut Fields(&mut self.0.lock().unwrap()));
+        }
+    }
+
+    fn on_record(
+        &self,
+        _id: &tracing::span::Id,
+        values: &tracing::span::Record<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        values.record(&mut Fields(&mut self.0.lock().unwrap()));
+    }
+}
+
+#[tokio::test]
+async fn each_request_has_a_span_with_its_status_and_no_secret() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let spans = Spans::default();
+    let _guard =
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let running = start(with_token(), Duration::ZERO).await;
+    let init = serde_json::to_vec(&initialize()).unwrap();
+    let refused = post(
+        &running.url,
+        &[("authorization", "Bearer not-the-token-at-all")],
+        init.clone(),
+    )
+    .await;
+    assert_eq!(refused.status(), 401);
+    let ok = post(&running.url, &[("authorization", &bearer())], init).await;
+    assert_eq!(ok.status(), 200);
+    running.stop().await;
+    let got = spans.0.lock().unwrap().clone();
+    let statuses: Vec<&str> = got
+        .iter()
+        .filter(|(k, _)| k == "status")
+        .map(|(_, v)| v.as_str())
+        .collect();
+    assert_eq!(statuses, ["401", "200"], "{got:?}");
+    assert!(
+        got.iter().any(|(k, v)| k == "method" && v == "\"POST\""),
+        "{got:?}"
+    );
+    let all = format!("{got:?}");
+    assert!(
+        !all.contains(TOKEN) && !all.contains("not-the-token"),
+        "{all}"
+    );
+}
