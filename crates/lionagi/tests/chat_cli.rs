@@ -797,24 +797,26 @@ echo '{{"type":"result","subtype":"success","num_turns":2,"usage":{{"input_token
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
+    // A `lionagi chat` whose `claude` is the stand-in.
+    let with_agent = |args: &[&str]| {
+        let mut c = sb.command(args);
+        c.env("LIONAGI_CLAUDE_BIN", &agent);
+        async move { c.output().await.unwrap() }
+    };
     let db = sb.path("agent.db");
-    let out = sb
-        .command(&[
-            "--json",
-            "--provider",
-            "claude_code",
-            "--model",
-            "sonnet",
-            "--store",
-            &db,
-            "--name",
-            "a",
-            "What does a say?",
-        ])
-        .env("LIONAGI_CLAUDE_BIN", &agent)
-        .output()
-        .await
-        .unwrap();
+    let out = with_agent(&[
+        "--json",
+        "--provider",
+        "claude_code",
+        "--model",
+        "sonnet",
+        "--store",
+        &db,
+        "--name",
+        "a",
+        "What does a say?",
+    ])
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     assert_eq!(stdout.lines().count(), 1, "{stdout:?}");
@@ -831,12 +833,7 @@ echo '{{"type":"result","subtype":"success","num_turns":2,"usage":{{"input_token
     // result between them.
     assert_eq!(stored_messages(&db).await, vec![5]);
     // Resumed without model flags: the stored agent again, no key asked.
-    let out = sb
-        .command(&["--json", "--store", &db, "--resume", "a", "And b?"])
-        .env("LIONAGI_CLAUDE_BIN", &agent)
-        .output()
-        .await
-        .unwrap();
+    let out = with_agent(&["--json", "--store", &db, "--resume", "a", "And b?"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
     assert_eq!(v["model"], "claude_code/sonnet");
@@ -844,24 +841,14 @@ echo '{{"type":"result","subtype":"success","num_turns":2,"usage":{{"input_token
     assert_eq!(stored_messages(&db).await, vec![10]);
     // A third turn resumes the agent's session of the second, which the
     // store kept with that turn, not the first's.
-    let out = sb
-        .command(&["--json", "--store", &db, "--resume", "a", "And c?"])
-        .env("LIONAGI_CLAUDE_BIN", &agent)
-        .output()
-        .await
-        .unwrap();
+    let out = with_agent(&["--json", "--store", &db, "--resume", "a", "And c?"]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         std::fs::read_to_string(format!("{runs}.resumed")).unwrap(),
         "2 00000000-0000-4000-8000-000000000001\n3 00000000-0000-4000-8000-000000000002\n"
     );
     // Another agent's name does not run Claude Code in its place.
-    let out = sb
-        .command(&["--provider", "codex", "--model", "gpt-5-codex", "Hi."])
-        .env("LIONAGI_CLAUDE_BIN", &agent)
-        .output()
-        .await
-        .unwrap();
+    let out = with_agent(&["--provider", "codex", "--model", "gpt-5-codex", "Hi."]).await;
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     assert!(
         text(&out.stderr).contains("provider codex is a CLI agent lionagi does not run"),

@@ -47,6 +47,21 @@ fn server_script(name: &str) -> String {
         .to_string()
 }
 
+/// Runs the Python SDK's client (`py_client.py`) with `args` (a question,
+/// then the server: a command line, or `--url URL`) and `env`, for at most
+/// 60 s.
+async fn py_client(python: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut c = Command::new(python);
+    c.arg(server_script("py_client.py"))
+        .args(args)
+        .envs(env.iter().copied())
+        .kill_on_drop(true);
+    tokio::time::timeout(Duration::from_secs(60), c.output())
+        .await
+        .expect("the Python client ends")
+        .expect("the Python client runs")
+}
+
 struct Sandbox {
     dir: PathBuf,
 }
@@ -968,22 +983,10 @@ async fn mcp_serve_answers_the_python_sdk_client() {
     let sb = Sandbox::new();
     let db = stored_agent(&sb, &model).await;
     model.push(MockReply::text("Forty-two."));
-    let mut args = vec![
-        server_script("py_client.py"),
-        "What is the answer?".into(),
-        env!("CARGO_BIN_EXE_lionagi").into(),
-    ];
-    args.extend(serve_args(&db, &model.base_url()));
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        Command::new(&python)
-            .args(&args)
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let serve = serve_args(&db, &model.base_url());
+    let mut args = vec!["What is the answer?", env!("CARGO_BIN_EXE_lionagi")];
+    args.extend(serve.iter().map(String::as_str));
+    let out = py_client(&python, &args, &[]).await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let mut got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
     // The SDK's client asked for progress and took each notification: the
@@ -1215,22 +1218,12 @@ async fn mcp_serve_over_http_answers_the_python_sdk_and_another_chat() {
 
     // The Python SDK's Streamable HTTP client, with the token.
     model.push(MockReply::text("Forty-two."));
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        Command::new(&python)
-            .args([
-                &server_script("py_client.py"),
-                "What is the answer?",
-                "--url",
-                &url,
-            ])
-            .env("MCP_TOKEN", HTTP_TOKEN)
-            .kill_on_drop(true)
-            .output(),
+    let out = py_client(
+        &python,
+        &["What is the answer?", "--url", &url],
+        &[("MCP_TOKEN", HTTP_TOKEN)],
     )
-    .await
-    .unwrap()
-    .unwrap();
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let mut got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
     let progress = got["progress"].take();
@@ -1244,16 +1237,7 @@ async fn mcp_serve_over_http_answers_the_python_sdk_and_another_chat() {
         json!({"tools": ["ask"], "is_error": false, "result": ["Forty-two."], "progress": null})
     );
     // Without it, nothing is asked.
-    let refused = tokio::time::timeout(
-        Duration::from_secs(60),
-        Command::new(&python)
-            .args([&server_script("py_client.py"), "Anyone?", "--url", &url])
-            .kill_on_drop(true)
-            .output(),
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let refused = py_client(&python, &["Anyone?", "--url", &url], &[]).await;
     assert!(!refused.status.success());
     assert!(
         text(&refused.stderr).contains("401"),
@@ -1378,30 +1362,25 @@ async fn mcp_serve_without_model_flags_answers_with_the_conversations_own_model(
     // Stored with the mock's address and the default model name.
     let db = stored_agent(&sb, &model).await;
     model.push(MockReply::text("From the stored model."));
-    let out = tokio::time::timeout(
-        Duration::from_secs(60),
-        Command::new(&python)
-            .args([
-                &server_script("py_client.py"),
-                "Which model answers?",
-                env!("CARGO_BIN_EXE_lionagi"),
-                "mcp",
-                "serve",
-                "--store",
-                &db,
-                "--branch",
-                "agent",
-                // The stored server is on this machine: allowed by the flag,
-                // never by the store.
-                "--allow-local-network",
-            ])
-            .env("HOME", sb.path("home"))
-            .kill_on_drop(true)
-            .output(),
+    let home = sb.path("home");
+    let out = py_client(
+        &python,
+        &[
+            "Which model answers?",
+            env!("CARGO_BIN_EXE_lionagi"),
+            "mcp",
+            "serve",
+            "--store",
+            &db,
+            "--branch",
+            "agent",
+            // The stored server is on this machine: allowed by the flag,
+            // never by the store.
+            "--allow-local-network",
+        ],
+        &[("HOME", &home)],
     )
-    .await
-    .unwrap()
-    .unwrap();
+    .await;
     assert!(out.status.success(), "{}", text(&out.stderr));
     let got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
     assert_eq!(got["result"], json!(["From the stored model."]), "{got}");

@@ -203,22 +203,19 @@ pub(crate) fn for_conversation(
     args: &ChatArgs,
     rt: &tokio::runtime::Runtime,
 ) -> Result<Chosen, ChatError> {
-    if args.resume.is_some() && !args.chooses_model() {
-        let model = rt.block_on(super::conversation::stored_model(args))?;
-        return stored(&model, args);
+    // `--endpoint` alone: another endpoint of the stored model.
+    let only_endpoint = match (&args.provider, &args.model, &args.base_url) {
+        (None, None, None) => args.endpoint.as_deref(),
+        _ => None,
+    };
+    if args.resume.is_none() || (args.chooses_model() && only_endpoint.is_none()) {
+        return choose(args);
     }
-    if let (Some(_), Some(endpoint), None, None, None) = (
-        &args.resume,
-        &args.endpoint,
-        &args.provider,
-        &args.model,
-        &args.base_url,
-    ) {
-        // Another endpoint of the same model: the rest is the stored one's.
-        let model = rt.block_on(super::conversation::stored_model(args))?;
-        return stored(&at_endpoint(&model, endpoint)?, args);
+    let model = rt.block_on(super::conversation::stored_model(args))?;
+    match only_endpoint {
+        Some(endpoint) => stored(&at_endpoint(&model, endpoint)?, args),
+        None => stored(&model, args),
     }
-    choose(args)
 }
 
 /// The stored model on another endpoint of its provider (`--resume` with
