@@ -356,8 +356,8 @@ pub fn store_roundtrip(data: &[u8]) {
         .await;
         // A turn appended to the stored branch without it loads as the
         // whole, where the turn's messages end the order too.
-        if let Some((head, turn)) = split_last_turn(&want, 2) {
-            if let Ok(head) = Branch::from_dict(&head) {
+        if let Some((head_doc, turn)) = split_last_turn(&want, 2) {
+            if let Ok(head) = Branch::from_dict(&head_doc) {
                 store
                     .save(&head)
                     .await
@@ -384,8 +384,13 @@ pub fn store_roundtrip(data: &[u8]) {
                     since, stored_turn,
                     "load_since did not give the appended turn"
                 );
-                // The same turn written with the whole branch's metadata
-                // (the skeleton's replaced in place) loads as the whole.
+                // The same turn recorded with the whole branch's metadata
+                // and logs (the skeleton's replaced in place, the logs the
+                // head lacks appended or replaced) loads as the whole; the
+                // head lacks the last log too, if there is one.
+                let head = without_last(&head_doc, "logs")
+                    .and_then(|d| Branch::from_dict(&d).ok())
+                    .unwrap_or(head);
                 store
                     .save(&head)
                     .await
@@ -394,16 +399,15 @@ pub fn store_roundtrip(data: &[u8]) {
                     .load_versioned(branch.id())
                     .await
                     .expect("a saved branch loads");
-                let metadata = branch.metadata_json().expect("metadata that to_dict wrote");
                 store
-                    .append_turn_with_metadata_at(branch.id(), version, &turn, &metadata)
+                    .record_turn_at(&branch, version, &turn)
                     .await
-                    .expect("a turn and its metadata are appended");
+                    .expect("a turn, its metadata and its logs are recorded");
                 loads_as(
                     store,
                     branch.id(),
                     &want,
-                    "a head, a turn and the metadata did not load as the whole",
+                    "a head and a recorded turn did not load as the whole",
                 )
                 .await;
             }
@@ -472,8 +476,13 @@ fn split_last_turn(doc: &Value, n: usize) -> Option<(Value, Vec<Message>)> {
 /// The `to_dict` document without the last message of its pile (and
 /// without its id in the pile's order); `None` when it has none.
 fn without_last_message(doc: &Value) -> Option<Value> {
+    without_last(doc, "messages")
+}
+
+/// `doc` without the last item of its pile `key` (`messages` or `logs`).
+fn without_last(doc: &Value, key: &str) -> Option<Value> {
     let mut doc = doc.clone();
-    let pile = doc.get_mut("messages")?;
+    let pile = doc.get_mut(key)?;
     let last = pile.get_mut("collections")?.as_array_mut()?.pop()?;
     let id = last.get("id")?.clone();
     if let Some(order) = pile

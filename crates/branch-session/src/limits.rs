@@ -4,8 +4,10 @@
 
 use std::time::Duration;
 
-/// Largest stored message body or branch skeleton read back (16 MiB).
-/// A real message is a few KiB; a row beyond this is damage or an attack,
+/// Largest stored message or log body or branch skeleton read back
+/// (16 MiB). A real message is a few KiB, and a log (which holds the
+/// request it sent) the size of its conversation; a row beyond this is
+/// damage or an attack,
 /// and reading it would let a file decide how much memory we take.
 pub const MAX_STORED_ROW_BYTES: usize = 16 * 1024 * 1024;
 
@@ -14,7 +16,7 @@ pub const MAX_STORED_ROW_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_STORED_NAME_BYTES: usize = 64 * 1024;
 
 /// Largest whole conversation read back by one load (512 MiB of message
-/// bodies): 10,000 messages of 50 KiB each fit with room to spare.
+/// and log bodies): 10,000 messages of 50 KiB each fit with room to spare.
 pub const MAX_STORED_BRANCH_BYTES: usize = 512 * 1024 * 1024;
 
 /// Largest branch file `read_branch_file` and `import_file` read (64 MiB,

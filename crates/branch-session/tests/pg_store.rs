@@ -60,6 +60,65 @@ async fn workers_starting_together_migrate_once() {
     assert_eq!(rows, 1);
 }
 
+/// Version 1 kept a branch's logs inline in its skeleton: version 2 moves
+/// them to rows, and the branch loads as it was and takes a recorded
+/// turn's log after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_logs_of_version_1_move_to_rows() {
+    let Some(url) = pg_url() else { return };
+    let schema = fresh_schema("v1logs");
+    let full = branch_core::ToDictOptions {
+        include_log_config: true,
+        include_processor_config: true,
+        ..branch_core::ToDictOptions::default()
+    };
+    let mut live = common::conversation(2);
+    for n in 0..3 {
+        let mut content = serde_json::Map::new();
+        content.insert("payload".into(), serde_json::json!({"n": n}));
+        live.logger_mut().log(branch_core::Log::new(content));
+    }
+    let store = PgStore::connect_with(&url, opts(&schema)).await.unwrap();
+    store.save(&live).await.unwrap();
+    drop(store);
+    let c = raw(&url, &schema).await;
+    let row = c
+        .query_one("SELECT skeleton FROM branches", &[])
+        .await
+        .unwrap();
+    let mut skeleton: serde_json::Value = serde_json::from_str(row.get(0)).unwrap();
+    skeleton["logs"] = live.to_dict(&full).unwrap()["logs"].clone();
+    c.execute(
+        "UPDATE branches SET skeleton = $1",
+        &[&serde_json::to_string(&skeleton).unwrap()],
+    )
+    .await
+    .unwrap();
+    c.batch_execute("DROP TABLE logs; UPDATE schema_version SET version = 1;")
+        .await
+        .unwrap();
+    let store = PgStore::connect_with(&url, opts(&schema)).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 2);
+    let count = "SELECT COUNT(*) FROM logs";
+    let rows = c.query_one(count, &[]).await.unwrap();
+    assert_eq!(rows.get::<_, i64>(0), 3);
+    let (mut loaded, version) = store.load_versioned(live.id()).await.unwrap();
+    assert_eq!(loaded.to_dict(&full).unwrap(), live.to_dict(&full).unwrap());
+    loaded
+        .logger_mut()
+        .log(branch_core::Log::new(serde_json::Map::new()));
+    let m = loaded.msgs_mut().add_message(Message::assistant("after"));
+    let turn = [loaded.messages().get(&m).unwrap().clone()];
+    store.record_turn_at(&loaded, version, &turn).await.unwrap();
+    let rows = c.query_one(count, &[]).await.unwrap();
+    assert_eq!(rows.get::<_, i64>(0), 4);
+    assert_eq!(
+        store.load(live.id()).await.unwrap().to_dict(&full).unwrap(),
+        loaded.to_dict(&full).unwrap()
+    );
+    assert!(store.check_consistency().await.unwrap().is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_database_is_refused_and_left_alone() {
     let Some(url) = pg_url() else { return };
@@ -78,7 +137,7 @@ async fn a_newer_database_is_refused_and_left_alone() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 1,
+                supported: 2,
                 ..
             }
         ),

@@ -362,7 +362,7 @@ async fn a_newer_schema_is_refused_and_left_alone() {
             err,
             StoreError::NewerSchema {
                 found: 99,
-                supported: 3,
+                supported: 4,
                 ..
             }
         ),
@@ -432,7 +432,9 @@ fn write_v1(path: &Path, docs: &[(String, Option<String>, String)]) {
 async fn migrates_from_version_1_documents() {
     let dir = TempDir::new("v1");
     let path = dir.join("s.db");
-    let a = common::conversation(3);
+    let mut a = common::conversation(3);
+    a.logger_mut().log(call_log(0));
+    a.logger_mut().log(call_log(1));
     let b = Branch::builder()
         .name("second")
         .system("S")
@@ -463,12 +465,76 @@ async fn migrates_from_version_1_documents() {
             x.to_dict(&full()).unwrap()
         );
     }
+    // The logs are rows, not inline in the skeleton.
+    assert_eq!(log_rows(&path), 2);
     // The new tables work: turns and memory.
     store
         .append_turn(a.id(), &[Message::assistant("after migration")])
         .await
         .unwrap();
     store.memory("m").store(MemoryItem::new("x")).await.unwrap();
+    assert!(store.consistency().await.is_empty());
+}
+
+fn log_rows(path: &Path) -> i64 {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row("SELECT COUNT(*) FROM logs", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A version 3 store kept a branch's logs inline in its skeleton: the
+/// migration moves them to rows, and the branch loads as it was and takes
+/// a recorded turn's log after them.
+#[tokio::test]
+async fn migrates_inline_logs_of_version_3_to_rows() {
+    let dir = TempDir::new("v3");
+    let path = dir.join("s.db");
+    let mut live = common::conversation(2);
+    for n in 0..3 {
+        live.logger_mut().log(call_log(n));
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    store.save(&live).await.unwrap();
+    drop(store);
+    // Back to version 3's layout: the logs inline, no logs table.
+    {
+        let c = rusqlite::Connection::open(&path).unwrap();
+        let skeleton: String = c
+            .query_row("SELECT skeleton FROM branches", [], |r| r.get(0))
+            .unwrap();
+        let mut skeleton: Value = serde_json::from_str(&skeleton).unwrap();
+        skeleton["logs"] = live.to_dict(&full()).unwrap()["logs"].clone();
+        c.execute(
+            "UPDATE branches SET skeleton = ?1",
+            [serde_json::to_string(&skeleton).unwrap()],
+        )
+        .unwrap();
+        c.execute_batch("DROP TABLE logs; PRAGMA user_version = 3;")
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(store.schema_version().await.unwrap(), 4);
+    assert_eq!(log_rows(&path), 3);
+    let (mut loaded, version) = store.load_versioned(live.id()).await.unwrap();
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
+    loaded.logger_mut().log(call_log(3));
+    let m = loaded.msgs_mut().add_message(Message::assistant("after"));
+    let turn = [loaded.messages().get(&m).unwrap().clone()];
+    store.record_turn_at(&loaded, version, &turn).await.unwrap();
+    assert_eq!(log_rows(&path), 4);
+    assert_eq!(
+        store
+            .load(live.id())
+            .await
+            .unwrap()
+            .to_dict(&full())
+            .unwrap(),
+        loaded.to_dict(&full()).unwrap()
+    );
     assert!(store.consistency().await.is_empty());
 }
 
@@ -776,54 +842,120 @@ async fn save_at_writes_only_on_the_expected_version<S: UnderTest>(store: S) {
     assert!(store.consistency().await.is_empty());
 }
 
-/// A turn that changed the metadata (a CLI agent's new session id) is
-/// stored with it, in one write on the expected version; a stale writer's
-/// changes nothing.
-async fn a_turn_and_its_metadata_are_stored_together<S: UnderTest>(store: S) {
+/// A log as a model call writes one, its payload holding the history.
+fn call_log(turn: usize) -> branch_core::Log {
+    let mut content = serde_json::Map::new();
+    content.insert(
+        "payload".into(),
+        serde_json::json!({"messages": [{"role": "user", "content": format!("question {turn}")}]}),
+    );
+    content.insert("response".into(), serde_json::json!({"turn": turn}));
+    branch_core::Log::new(content)
+}
+
+/// A recorded turn stores the branch as a whole save would: its messages,
+/// its changed metadata (a CLI agent's new session id) and its logs, in
+/// one write on the expected version; a stale writer changes nothing.
+/// Logs past the stored ones are appended; a logger that was cleared
+/// (after a capacity dump, whose file keeps them) replaces them.
+async fn a_turn_its_metadata_and_its_logs_are_stored_together<S: UnderTest>(store: S) {
     let mut live = common::conversation(1);
     store.save(&live).await.unwrap();
     let id = live.id();
     let (_, v1) = store.load_versioned(id).await.unwrap();
+    let mut version = v1;
+    let turn = |live: &mut Branch, n: usize| {
+        live.logger_mut().log(call_log(n));
+        let m = live
+            .msgs_mut()
+            .add_message(Message::assistant(format!("answer {n}")));
+        vec![live.messages().get(&m).unwrap().clone()]
+    };
+    // The first turn's log has no pile stored yet; the next turns' logs
+    // continue it.
+    for n in 0..3 {
+        live.metadata_mut()
+            .insert("cli_session_id".into(), serde_json::json!(format!("s{n}")));
+        let messages = turn(&mut live, n);
+        let v = store
+            .record_turn_at(&live, version, &messages)
+            .await
+            .unwrap();
+        assert_eq!(v, version + 1);
+        version = v;
+        let (loaded, v) = store.load_versioned(id).await.unwrap();
+        assert_eq!(v, version);
+        assert_eq!(loaded.logs().len(), n + 1);
+        assert_eq!(
+            loaded.to_dict(&full()).unwrap(),
+            live.to_dict(&full()).unwrap(),
+            "turn {n}"
+        );
+    }
+    // A turn with no new log and no new message still stores metadata.
     live.metadata_mut()
-        .insert("cli_session_id".into(), serde_json::json!("second"));
-    let m = live.msgs_mut().add_message(Message::assistant("answered"));
-    let turn = [live.messages().get(&m).unwrap().clone()];
-    let metadata = live.metadata_json().unwrap();
-    let v2 = store
-        .append_turn_with_metadata_at(id, v1, &turn, &metadata)
+        .insert("cli_session_id".into(), serde_json::json!("quiet"));
+    version = store.record_turn_at(&live, version, &[]).await.unwrap();
+    assert_eq!(
+        store.load(id).await.unwrap().to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
+    );
+    // On an old version: a conflict, and nothing changes.
+    let before = store.load(id).await.unwrap().to_dict(&full()).unwrap();
+    let mut stale = store.load(id).await.unwrap();
+    stale
+        .metadata_mut()
+        .insert("cli_session_id".into(), serde_json::json!("stale"));
+    let messages = turn(&mut stale, 9);
+    let err = store
+        .record_turn_at(&stale, v1, &messages)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    assert_eq!(
+        store.load(id).await.unwrap().to_dict(&full()).unwrap(),
+        before
+    );
+    // The logger cleared, then one more call: the stored logs are the
+    // logger's again.
+    live.logger_mut().clear();
+    let messages = turn(&mut live, 3);
+    version = store
+        .record_turn_at(&live, version, &messages)
         .await
         .unwrap();
-    assert_eq!(v2, v1 + 1);
-    let (loaded, v) = store.load_versioned(id).await.unwrap();
-    assert_eq!(v, v2);
-    assert_eq!(
-        loaded.metadata().get("cli_session_id"),
-        Some(&serde_json::json!("second"))
-    );
+    let loaded = store.load(id).await.unwrap();
+    assert_eq!(loaded.logs().len(), 1);
     assert_eq!(
         loaded.to_dict(&full()).unwrap(),
         live.to_dict(&full()).unwrap()
     );
-    // On an old version: a conflict, and the stored metadata stays.
-    live.metadata_mut()
-        .insert("cli_session_id".into(), serde_json::json!("stale"));
-    let err = store
-        .append_turn_with_metadata_at(id, v1, &[], &live.metadata_json().unwrap())
+    // A logger replaced by a new pile (a capacity dump's clear) likewise.
+    let fresh = branch_core::Pile::new(live.logs().strict_type());
+    *live.logger_mut() = branch_core::DataLogger::with_logs(live.logger().config().clone(), fresh);
+    let messages = turn(&mut live, 4);
+    version = store
+        .record_turn_at(&live, version, &messages)
         .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
-    let loaded = store.load(id).await.unwrap();
+        .unwrap();
+    let (loaded, v) = store.load_versioned(id).await.unwrap();
+    assert_eq!(v, version);
+    assert_eq!(loaded.logs().element.id, live.logs().element.id);
     assert_eq!(
-        loaded.metadata().get("cli_session_id"),
-        Some(&serde_json::json!("second"))
+        loaded.to_dict(&full()).unwrap(),
+        live.to_dict(&full()).unwrap()
     );
-    // Metadata that is not an object is refused, with nothing written.
-    let err = store
-        .append_turn_with_metadata_at(id, v2, &[Message::assistant("x")], "[1]")
-        .await
-        .unwrap_err();
-    assert!(matches!(err, StoreError::Branch { .. }), "{err}");
-    assert_eq!(store.load_versioned(id).await.unwrap().1, v2);
+    // A whole save afterwards writes the same, and a resumed copy goes on.
+    store.save(&live).await.unwrap();
+    let (mut resumed, v) = store.load_versioned(id).await.unwrap();
+    let messages = turn(&mut resumed, 5);
+    store.record_turn_at(&resumed, v, &messages).await.unwrap();
+    let loaded = store.load(id).await.unwrap();
+    assert_eq!(loaded.logs().len(), 2);
+    assert_eq!(
+        loaded.to_dict(&full()).unwrap(),
+        resumed.to_dict(&full()).unwrap()
+    );
     assert!(store.consistency().await.is_empty());
 }
 
@@ -997,7 +1129,7 @@ contract!(
     reference_files_import_and_export,
     versions_detect_concurrent_writers,
     save_at_writes_only_on_the_expected_version,
-    a_turn_and_its_metadata_are_stored_together,
+    a_turn_its_metadata_and_its_logs_are_stored_together,
     load_since_returns_only_newer_messages,
     racing_writers_lose_no_turn,
 );

@@ -121,6 +121,19 @@ async fn stored_messages(db: &str) -> Vec<usize> {
     counts
 }
 
+/// The stored logs of the store's one conversation: the text of each.
+async fn stored_logs(db: &str) -> Vec<String> {
+    let store = SqliteStore::open(db).await.expect("open store");
+    let list = store.list().await.unwrap();
+    assert_eq!(list.len(), 1);
+    let branch = store.load(list[0].id).await.unwrap();
+    branch
+        .logs()
+        .iter()
+        .map(|l| serde_json::to_string(l).unwrap())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_shot_prints_the_reply_and_sends_system_and_question() {
     let server = MockServer::start().await;
@@ -292,6 +305,12 @@ async fn a_stored_conversation_resumes_with_its_history() {
         ])
     );
     assert_eq!(stored_messages(&db).await, vec![5], "the turn was appended");
+    // Each turn's log is stored with it: the second holds the request
+    // that carried the history.
+    let logs = stored_logs(&db).await;
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert!(logs[0].contains("I am Ada.") && !logs[0].contains("Who am I?"));
+    assert!(logs[1].contains("Who am I?") && logs[1].contains("Hello, Ada."));
 
     // A name names one conversation.
     let again = sb
@@ -434,8 +453,19 @@ async fn piped_lines_are_turns_of_one_conversation() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "One.\nTwo.\n");
     assert!(text(&out.stderr).contains("(not stored)"), "/id answered");
+    // Stored, the same two turns keep both logs (the first turn is a
+    // whole save, the second an append).
+    server.script([MockReply::text("One."), MockReply::text("Two.")]);
+    let db = sb.path("piped.db");
+    let stored = sb
+        .run_with_stdin(&["--base-url", &url, "--store", &db], "First?\nSecond?\n")
+        .await;
+    assert!(stored.status.success(), "{}", text(&stored.stderr));
+    let logs = stored_logs(&db).await;
+    assert_eq!(logs.len(), 2, "{logs:?}");
+    assert!(logs[1].contains("Second?"));
     let bodies = server.bodies();
-    assert_eq!(bodies.len(), 2);
+    assert_eq!(bodies.len(), 4);
     assert_eq!(
         conversation(&bodies[1]),
         pairs(&[

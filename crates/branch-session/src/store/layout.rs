@@ -1,12 +1,19 @@
 //! How a branch is laid out in the store: its `to_dict` projection without
-//! the messages (the *skeleton*), plus one row per message.
+//! the messages and logs (the *skeleton*), plus one row per message and
+//! one per log.
 //!
-//! A message row keeps the message's own `to_dict` JSON, its position in
-//! the pile's `collections` (`seq`, insertion order) and its position in
-//! the progression (`pos`, logical order): the two differ after a system
+//! A row keeps the item's own `to_dict` JSON, its position in the pile's
+//! `collections` (`seq`, insertion order) and its position in the
+//! progression (`pos`, logical order): the two differ after a system
 //! prompt is replaced, and both must come back for `to_dict` to be exact.
+//! Logs have rows of their own because each carries the request it sent,
+//! the whole history: inline in the skeleton they would grow it with the
+//! square of the conversation, and a turn could not add one without
+//! rewriting the others. The skeleton keeps the log pile's header (its
+//! id, progression id, flags) with empty `collections` and `order`, and
+//! an empty log pile is left out on load, as `to_dict` leaves it out.
 //! Loading writes the full `to_dict` document back as bytes and hands it
-//! to `Branch::from_json_slice`, so messages are parsed once.
+//! to `Branch::from_json_slice`, so messages and logs are parsed once.
 
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -29,17 +36,42 @@ pub(crate) fn save_options() -> ToDictOptions {
     }
 }
 
-/// One stored message.
+/// The two tables of rows a branch has, in both stores.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Table {
+    Messages,
+    Logs,
+}
+
+impl Table {
+    /// The table's name and its id column's.
+    pub(crate) fn names(self) -> (&'static str, &'static str) {
+        match self {
+            Table::Messages => ("messages", "msg_id"),
+            Table::Logs => ("logs", "log_id"),
+        }
+    }
+
+    /// What one row holds, for errors.
+    pub(crate) fn item(self) -> &'static str {
+        match self {
+            Table::Messages => "message",
+            Table::Logs => "log",
+        }
+    }
+}
+
+/// One stored message or log.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct MessageRow {
-    /// The message id, hyphenated.
+    /// The item's id, hyphenated.
     pub id: String,
     /// Position in the progression.
     pub pos: i64,
     /// A digest of `body` ([`body_hash`]), so an unchanged message is
     /// not rewritten.
     pub hash: i64,
-    /// The message's `to_dict` JSON.
+    /// The item's `to_dict` JSON.
     pub body: String,
 }
 
@@ -65,13 +97,16 @@ pub(crate) fn body_hash(body: &str) -> i64 {
 pub(crate) struct SplitBranch {
     pub id: Uuid,
     pub name: Option<String>,
-    /// `to_dict` JSON with `messages.collections`, `messages.progression.order`
-    /// and the redundant top-level `system` removed.
+    /// `to_dict` JSON with the `collections` and `progression.order` of
+    /// `messages` and `logs` emptied and the redundant top-level `system`
+    /// removed.
     pub skeleton: String,
     /// Whether the branch has a curated view (`metadata.current_progression`).
     pub has_view: bool,
     /// Messages in `collections` order.
     pub rows: Vec<MessageRow>,
+    /// Logs in `collections` order.
+    pub logs: Vec<MessageRow>,
 }
 
 /// Splits a live branch. The branch is written once with
@@ -100,12 +135,6 @@ pub(crate) fn split_json(
     bytes: &[u8],
     empty_pile: impl FnOnce() -> Option<String>,
 ) -> Result<SplitBranch, String> {
-    #[derive(serde::Deserialize)]
-    struct IdOnly<'a> {
-        #[serde(borrow)]
-        id: Cow<'a, str>,
-    }
-
     let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
     let top = raw_map(text).map_err(|e| format!("a branch must be a JSON object: {e}"))?;
     let id = top
@@ -129,53 +158,24 @@ pub(crate) fn split_json(
 
     let filled;
     let mut pile_text = top.get("messages").ok_or("`messages` is missing")?.get();
-    let mut pile = raw_map(pile_text).map_err(|e| format!("`messages`: {e}"))?;
-    if !pile.contains_key("id") {
+    if !raw_map(pile_text)
+        .map_err(|e| format!("`messages`: {e}"))?
+        .contains_key("id")
+    {
         if let Some(full) = empty_pile() {
             filled = full;
             pile_text = &filled;
-            pile = raw_map(pile_text).map_err(|e| format!("`messages`: {e}"))?;
         }
     }
-    let collections: Vec<&RawValue> = match pile.get("collections") {
-        Some(v) => {
-            serde_json::from_str(v.get()).map_err(|e| format!("`messages.collections`: {e}"))?
-        }
-        None => Vec::new(),
+    let (messages, rows) = split_pile(pile_text, "messages")?;
+    let logs = match top.get("logs") {
+        Some(v) if v.get() != "null" => Some(split_pile(v.get(), "logs")?),
+        _ => None,
     };
-    let progression: RawMap<'_> = match pile.get("progression") {
-        Some(v) if v.get().starts_with('{') => {
-            raw_map(v.get()).map_err(|e| format!("`messages.progression`: {e}"))?
-        }
-        _ => IndexMap::new(),
-    };
-    let order: Vec<Cow<'_, str>> = match progression.get("order") {
-        Some(v) => serde_json::from_str(v.get())
-            .map_err(|e| format!("`messages.progression.order`: {e}"))?,
-        None => Vec::new(),
-    };
-    let positions: HashMap<&str, i64> = order
-        .iter()
-        .enumerate()
-        .map(|(i, id)| (id.as_ref(), i as i64))
-        .collect();
 
-    let mut rows = Vec::with_capacity(collections.len());
-    for (seq, msg) in collections.iter().enumerate() {
-        let body = msg.get();
-        let IdOnly { id: mid } =
-            serde_json::from_str(body).map_err(|e| format!("message {seq}: {e}"))?;
-        let pos = positions.get(mid.as_ref()).copied().unwrap_or(seq as i64);
-        rows.push(MessageRow {
-            id: mid.into_owned(),
-            pos,
-            hash: body_hash(body),
-            body: body.to_owned(),
-        });
-    }
-
-    // The skeleton: every top-level entry as written, but the pile without
-    // its items and order, and without the redundant top-level `system`.
+    // The skeleton: every top-level entry as written, but the piles
+    // without their items and order, and without the redundant top-level
+    // `system`.
     let mut out = Vec::with_capacity(text.len().min(4096));
     out.push(b'{');
     let mut first = true;
@@ -189,10 +189,10 @@ pub(crate) fn split_json(
         first = false;
         write_json(&mut out, k.as_ref())?;
         out.push(b':');
-        if k == "messages" {
-            write_empty_pile(&mut out, &pile, &progression)?;
-        } else {
-            out.extend_from_slice(v.get().as_bytes());
+        match (k.as_ref(), &logs) {
+            ("messages", _) => out.extend_from_slice(messages.as_bytes()),
+            ("logs", Some((header, _))) => out.extend_from_slice(header.as_bytes()),
+            _ => out.extend_from_slice(v.get().as_bytes()),
         }
     }
     out.push(b'}');
@@ -203,7 +203,60 @@ pub(crate) fn split_json(
         skeleton,
         has_view,
         rows,
+        logs: logs.map(|(_, rows)| rows).unwrap_or_default(),
     })
+}
+
+/// Cuts one pile's JSON text into its header (the pile with empty
+/// `collections` and `progression.order`) and a row per item.
+fn split_pile(pile_text: &str, what: &str) -> Result<(String, Vec<MessageRow>), String> {
+    #[derive(serde::Deserialize)]
+    struct IdOnly<'a> {
+        #[serde(borrow)]
+        id: Cow<'a, str>,
+    }
+
+    let pile = raw_map(pile_text).map_err(|e| format!("`{what}`: {e}"))?;
+    let collections: Vec<&RawValue> = match pile.get("collections") {
+        Some(v) => {
+            serde_json::from_str(v.get()).map_err(|e| format!("`{what}.collections`: {e}"))?
+        }
+        None => Vec::new(),
+    };
+    let progression: RawMap<'_> = match pile.get("progression") {
+        Some(v) if v.get().starts_with('{') => {
+            raw_map(v.get()).map_err(|e| format!("`{what}.progression`: {e}"))?
+        }
+        _ => IndexMap::new(),
+    };
+    let order: Vec<Cow<'_, str>> = match progression.get("order") {
+        Some(v) => {
+            serde_json::from_str(v.get()).map_err(|e| format!("`{what}.progression.order`: {e}"))?
+        }
+        None => Vec::new(),
+    };
+    let positions: HashMap<&str, i64> = order
+        .iter()
+        .zip(0i64..)
+        .map(|(id, i)| (id.as_ref(), i))
+        .collect();
+
+    let mut rows = Vec::with_capacity(collections.len());
+    for (seq, item) in (0i64..).zip(&collections) {
+        let body = item.get();
+        let IdOnly { id: item_id } =
+            serde_json::from_str(body).map_err(|e| format!("{what} {seq}: {e}"))?;
+        let pos = positions.get(item_id.as_ref()).copied().unwrap_or(seq);
+        rows.push(MessageRow {
+            id: item_id.into_owned(),
+            pos,
+            hash: body_hash(body),
+            body: body.to_owned(),
+        });
+    }
+    let mut header = Vec::with_capacity(pile_text.len().min(1024));
+    write_empty_pile(&mut header, &pile, &progression)?;
+    Ok((String::from_utf8(header).map_err(|e| e.to_string())?, rows))
 }
 
 fn write_empty_pile(
@@ -245,29 +298,48 @@ fn write_empty_pile(
     Ok(())
 }
 
-/// Writes the full `to_dict` document from a skeleton and its rows (in
-/// `collections` order, each with its progression position).
-pub(crate) fn assemble(skeleton: &str, rows: &[(String, i64, String)]) -> Result<Vec<u8>, String> {
-    let skel: Map<String, Value> = serde_json::from_str(skeleton).map_err(|e| e.to_string())?;
-    let body_len: usize = rows.iter().map(|r| r.2.len() + 40).sum();
-    let mut out = Vec::with_capacity(skeleton.len() + body_len + 64);
-    let mut order: Vec<(i64, &str)> = rows
-        .iter()
-        .map(|(id, pos, _)| (*pos, id.as_str()))
-        .collect();
-    order.sort_by_key(|(pos, _)| *pos);
+/// A stored row as loaded: its id, its progression position and its body,
+/// in `collections` order.
+pub(crate) type LoadedRow = (String, i64, String);
 
+/// Writes the full `to_dict` document from a skeleton, its message rows
+/// and its log rows. A log pile with no rows is left out, as `to_dict`
+/// leaves out an empty one.
+pub(crate) fn assemble(
+    skeleton: &str,
+    rows: &[LoadedRow],
+    logs: &[LoadedRow],
+) -> Result<Vec<u8>, String> {
+    let skel: Map<String, Value> = serde_json::from_str(skeleton).map_err(|e| e.to_string())?;
+    if !logs.is_empty() && !skel.get("logs").is_some_and(Value::is_object) {
+        return Err(format!(
+            "{} stored logs but no log pile in the skeleton",
+            logs.len()
+        ));
+    }
+    let body_len: usize = rows
+        .iter()
+        .chain(logs)
+        .map(|r| r.2.len().saturating_add(40))
+        .fold(0, usize::saturating_add);
+    let mut out = Vec::with_capacity(skeleton.len().saturating_add(body_len).saturating_add(64));
     out.push(b'{');
     let mut first = true;
     for (k, v) in &skel {
+        let items = match k.as_str() {
+            "messages" => rows,
+            "logs" if logs.is_empty() => continue,
+            "logs" => logs,
+            _ => &[],
+        };
         if !first {
             out.push(b',');
         }
         first = false;
         write_json(&mut out, k)?;
         out.push(b':');
-        if k == "messages" {
-            write_pile(&mut out, v, rows, &order)?;
+        if matches!(k.as_str(), "messages" | "logs") {
+            write_pile(&mut out, v, items)?;
         } else {
             write_json(&mut out, v)?;
         }
@@ -280,15 +352,13 @@ fn write_json<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) -> Result<
     serde_json::to_writer(&mut *out, v).map_err(|e| e.to_string())
 }
 
-fn write_pile(
-    out: &mut Vec<u8>,
-    header: &Value,
-    rows: &[(String, i64, String)],
-    order: &[(i64, &str)],
-) -> Result<(), String> {
-    let header = header
-        .as_object()
-        .ok_or("stored `messages` is not an object")?;
+fn write_pile(out: &mut Vec<u8>, header: &Value, rows: &[LoadedRow]) -> Result<(), String> {
+    let header = header.as_object().ok_or("a stored pile is not an object")?;
+    let mut order: Vec<(i64, &str)> = rows
+        .iter()
+        .map(|(id, pos, _)| (*pos, id.as_str()))
+        .collect();
+    order.sort_by_key(|(pos, _)| *pos);
     out.extend_from_slice(b"{\"collections\":[");
     for (i, (_, _, body)) in rows.iter().enumerate() {
         if i > 0 {
@@ -346,21 +416,6 @@ pub(crate) fn extend_view(skeleton: &str, added: &[String]) -> Result<String, St
     serde_json::to_string(&v).map_err(|e| e.to_string())
 }
 
-/// Refuses metadata that is not one JSON object before anything is
-/// written: the caller's mistake, not damage in the store.
-pub(crate) fn check_metadata(branch_id: Uuid, metadata: &str) -> Result<(), super::StoreError> {
-    match serde_json::from_str::<&RawValue>(metadata) {
-        Ok(raw) if raw.get().trim_start().starts_with('{') => Ok(()),
-        _ => Err(super::StoreError::Branch {
-            id: branch_id,
-            source: BranchError::InvalidData {
-                path: "metadata".into(),
-                reason: "the metadata to store is not a JSON object".into(),
-            },
-        }),
-    }
-}
-
 /// The skeleton with its `metadata` replaced by `metadata` (the branch's
 /// `Branch::metadata_json`, a JSON object), every other entry kept as
 /// stored, in its place.
@@ -377,6 +432,127 @@ pub(crate) fn with_metadata(skeleton: &str, metadata: &str) -> Result<String, St
         }
     }
     serde_json::to_string(&map).map_err(|e| e.to_string())
+}
+
+/// The id of the log pile the skeleton holds the header of, if any.
+pub(crate) fn stored_logs_pile(skeleton: &str) -> Result<Option<String>, String> {
+    #[derive(serde::Deserialize)]
+    struct Head<'a> {
+        #[serde(borrow, default)]
+        logs: Option<&'a RawValue>,
+    }
+    #[derive(serde::Deserialize)]
+    struct PileId {
+        #[serde(default)]
+        id: Option<String>,
+    }
+    let head: Head<'_> = serde_json::from_str(skeleton).map_err(|e| e.to_string())?;
+    match head.logs {
+        Some(raw) if raw.get() != "null" => {
+            let pile: PileId =
+                serde_json::from_str(raw.get()).map_err(|e| format!("`logs`: {e}"))?;
+            Ok(pile.id)
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What a turn writes of the branch's logs, worked out from what the
+/// store holds and what the live logger holds.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct LogsWrite {
+    /// The live log pile's header, when the store's is another pile's (or
+    /// missing): the stored log rows are then all replaced by `rows`.
+    pub header: Option<String>,
+    /// The logs to add, with their `seq` (0-based after a replacement,
+    /// after the stored ones otherwise) and progression `pos`.
+    pub rows: Vec<(i64, MessageRow)>,
+}
+
+/// What the store must write so its logs equal `live`: the logs past the
+/// stored ones when the store holds the start of this very pile, and the
+/// whole pile otherwise (the logger was cleared after a capacity dump, or
+/// the store has never held its logs). `stored_pile` is the id of the
+/// stored header, `stored` the stored logs' ids in `seq` order. Only the
+/// logs to write are serialized.
+pub(crate) fn plan_logs(
+    stored_pile: Option<&str>,
+    stored: &[String],
+    live: &branch_core::Pile<branch_core::Log>,
+) -> Result<LogsWrite, String> {
+    let live_ids: Vec<Uuid> = live.iter_insertion_order().map(|l| l.id()).collect();
+    let same_pile = stored_pile.and_then(|p| Uuid::parse_str(p).ok()) == Some(live.element.id);
+    let continues = same_pile
+        && stored.len() <= live_ids.len()
+        && stored
+            .iter()
+            .zip(&live_ids)
+            .all(|(s, l)| Uuid::parse_str(s).is_ok_and(|s| s == *l));
+    if continues && stored.len() == live_ids.len() {
+        return Ok(LogsWrite::default());
+    }
+    if !continues {
+        // The whole pile is written, so it is serialized whole (with its
+        // header) and cut like a saved one.
+        let full = serde_json::to_string(live).map_err(|e| format!("`logs`: {e}"))?;
+        let (header, rows) = split_pile(&full, "logs")?;
+        return Ok(LogsWrite {
+            header: Some(header),
+            rows: (0i64..).zip(rows).collect(),
+        });
+    }
+    let positions: HashMap<Uuid, i64> = live.progression().iter().copied().zip(0i64..).collect();
+    let mut rows = Vec::with_capacity(live_ids.len().saturating_sub(stored.len()));
+    for (seq, log) in (0i64..).zip(live.iter_insertion_order()).skip(stored.len()) {
+        let body = serde_json::to_string(log).map_err(|e| format!("log {}: {e}", log.id()))?;
+        let pos = positions.get(&log.id()).copied().unwrap_or(seq);
+        rows.push((
+            seq,
+            MessageRow {
+                id: log.id().to_string(),
+                pos,
+                hash: body_hash(&body),
+                body,
+            },
+        ));
+    }
+    Ok(LogsWrite { header: None, rows })
+}
+
+/// The skeleton with its log pile header replaced by `header`, or added
+/// after `messages` (where `to_dict` writes it) when it had none.
+pub(crate) fn with_logs_header(skeleton: &str, header: &str) -> Result<String, String> {
+    let header: &RawValue = serde_json::from_str(header).map_err(|e| e.to_string())?;
+    let mut map = raw_map(skeleton)?;
+    if let Some(slot) = map.get_mut("logs") {
+        *slot = header;
+    } else {
+        let at = map.get_index_of("messages").map_or(map.len(), |i| i + 1);
+        map.shift_insert(at, Cow::Borrowed("logs"), header);
+    }
+    serde_json::to_string(&map).map_err(|e| e.to_string())
+}
+
+/// A skeleton written before logs had rows of their own (store schema 3)
+/// keeps them inline: the skeleton with them taken out, and their rows.
+/// `None` when it holds none inline.
+pub(crate) fn take_inline_logs(
+    skeleton: &str,
+) -> Result<Option<(String, Vec<MessageRow>)>, String> {
+    let mut map = raw_map(skeleton)?;
+    let Some(logs) = map.get("logs").filter(|v| v.get() != "null") else {
+        return Ok(None);
+    };
+    let (header, rows) = split_pile(logs.get(), "logs")?;
+    if rows.is_empty() {
+        return Ok(None);
+    }
+    let header: &RawValue = serde_json::from_str(&header).map_err(|e| e.to_string())?;
+    if let Some(slot) = map.get_mut("logs") {
+        *slot = header;
+    }
+    let skeleton = serde_json::to_string(&map).map_err(|e| e.to_string())?;
+    Ok(Some((skeleton, rows)))
 }
 
 /// A turn's messages as `(id, body)` rows; a System message is refused
@@ -447,6 +623,12 @@ mod tests {
                 "progression": {"id": "p", "order": ["b", "a"], "name": null},
                 "strict_type": false
             },
+            "logs": {
+                "id": "00000000-0000-4000-8000-000000000003",
+                "collections": [{"id": "l1", "y": 1}, {"id": "l2", "y": 2}],
+                "progression": {"id": "q", "order": ["l1", "l2"], "name": null},
+                "strict_type": true
+            },
             "system": {"id": "b"},
             "chat_model": {}
         });
@@ -458,11 +640,54 @@ mod tests {
                 .collect::<Vec<_>>(),
             [("a", 1), ("b", 0)]
         );
-        assert!(!s.skeleton.contains("\"x\""));
-        let rows: Vec<_> = s.rows.into_iter().map(|r| (r.id, r.pos, r.body)).collect();
-        let back: Value = serde_json::from_slice(&assemble(&s.skeleton, &rows).unwrap()).unwrap();
+        assert_eq!(
+            s.logs
+                .iter()
+                .map(|r| (r.id.as_str(), r.pos))
+                .collect::<Vec<_>>(),
+            [("l1", 0), ("l2", 1)]
+        );
+        assert!(!s.skeleton.contains("\"x\"") && !s.skeleton.contains("\"y\""));
+        assert_eq!(
+            stored_logs_pile(&s.skeleton).unwrap().as_deref(),
+            Some("00000000-0000-4000-8000-000000000003")
+        );
+        let loaded = |rows: Vec<MessageRow>| -> Vec<LoadedRow> {
+            rows.into_iter().map(|r| (r.id, r.pos, r.body)).collect()
+        };
+        let (rows, logs) = (loaded(s.rows), loaded(s.logs));
+        let back: Value =
+            serde_json::from_slice(&assemble(&s.skeleton, &rows, &logs).unwrap()).unwrap();
         let mut expected = dict;
         expected.as_object_mut().unwrap().shift_remove("system");
         assert_eq!(back, expected);
+        // No log rows: the pile is left out, as `to_dict` leaves out an
+        // empty one; log rows without a header are refused.
+        let back: Value =
+            serde_json::from_slice(&assemble(&s.skeleton, &rows, &[]).unwrap()).unwrap();
+        expected.as_object_mut().unwrap().shift_remove("logs");
+        assert_eq!(back, expected);
+        let bare = r#"{"id":"x","messages":{"collections":[]}}"#;
+        assert!(assemble(bare, &[], &logs).is_err());
+    }
+
+    #[test]
+    fn a_log_header_goes_after_the_messages_and_inline_logs_move_out() {
+        let skeleton = r#"{"id":"b","messages":{"collections":[]},"system":null}"#;
+        let out = with_logs_header(skeleton, r#"{"id":"p","collections":[]}"#).unwrap();
+        assert_eq!(
+            out,
+            r#"{"id":"b","messages":{"collections":[]},"logs":{"id":"p","collections":[]},"system":null}"#
+        );
+        let out = with_logs_header(&out, r#"{"id":"q"}"#).unwrap();
+        assert_eq!(stored_logs_pile(&out).unwrap().as_deref(), Some("q"));
+        let inline = r#"{"id":"b","logs":{"id":"p","collections":[{"id":"l","z":1}],"progression":{"order":["l"]}}}"#;
+        let (skeleton, rows) = take_inline_logs(inline).unwrap().unwrap();
+        assert_eq!(
+            skeleton,
+            r#"{"id":"b","logs":{"id":"p","collections":[],"progression":{"order":[]}}}"#
+        );
+        assert_eq!(rows.len(), 1);
+        assert_eq!(take_inline_logs(&skeleton).unwrap(), None);
     }
 }

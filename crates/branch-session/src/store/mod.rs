@@ -64,7 +64,7 @@ pub struct Since {
 /// Durable storage of conversations.
 ///
 /// A store keeps what `Branch::to_dict` keeps (messages, logs, models,
-/// metadata) and nothing live: tools, memory, providers and session
+/// metadata), messages and logs in rows of their own, and nothing live: tools, memory, providers and session
 /// references are set up again by the caller after [`BranchStore::load`].
 /// Loading a saved branch reproduces its `to_dict` exactly.
 #[async_trait]
@@ -84,8 +84,8 @@ pub trait BranchStore: Send + Sync {
     /// crash either every message of the turn is stored or none is. A
     /// message whose id is already stored replaces it in place (an action
     /// request completed during the turn); the others are appended in
-    /// order. Only messages change: logs and metadata are written by
-    /// [`BranchStore::save`].
+    /// order. Only messages change: [`BranchStore::record_turn_at`] also
+    /// brings the metadata and logs up to date.
     async fn append_turn(&self, branch_id: Uuid, messages: &[Message]) -> Result<(), StoreError>;
 
     /// [`BranchStore::append_turn`], only if the branch is still at
@@ -100,17 +100,19 @@ pub trait BranchStore: Send + Sync {
         messages: &[Message],
     ) -> Result<u64, StoreError>;
 
-    /// [`BranchStore::append_turn_at`] that also stores the branch's
-    /// metadata as it is now (`metadata`, from `Branch::metadata_json`),
-    /// in the same transaction: for a turn that changed it (a CLI agent's
-    /// session id, which the next turn resumes). Logs and models stay as
-    /// the last whole save wrote them.
-    async fn append_turn_with_metadata_at(
+    /// [`BranchStore::append_turn_at`] for a live branch: `messages` (the
+    /// ones the store lacks, as for `append_turn`) are appended, and the
+    /// branch's metadata and logs are stored as they are now, in the same
+    /// transaction. Afterwards the store holds what [`BranchStore::save`]
+    /// would have written. Logs past the stored ones are appended; when
+    /// the logger holds another pile than the stored one (it was cleared
+    /// after a capacity dump, whose file keeps the old logs) the stored
+    /// logs are replaced by the branch's. Returns the branch's new version.
+    async fn record_turn_at(
         &self,
-        branch_id: Uuid,
+        branch: &Branch,
         expected_version: u64,
         messages: &[Message],
-        metadata: &str,
     ) -> Result<u64, StoreError>;
 
     /// Restores a stored branch. [`StoreError::NotFound`] when absent.
@@ -132,6 +134,7 @@ pub trait BranchStore: Send + Sync {
     /// Every stored branch, in the order they were first saved.
     async fn list(&self) -> Result<Vec<BranchSummary>, StoreError>;
 
-    /// Deletes a branch and its messages; returns whether it existed.
+    /// Deletes a branch, its messages and its logs; returns whether it
+    /// existed.
     async fn delete(&self, id: Uuid) -> Result<bool, StoreError>;
 }

@@ -7,7 +7,9 @@
 //!   turn appends rows instead of rewriting the conversation; durable
 //!   memory items;
 //! * version 3: a version per branch, bumped by every write, for
-//!   optimistic concurrency (`append_turn_at`).
+//!   optimistic concurrency (`append_turn_at`);
+//! * version 4: one row per log, so a turn appends its logs too
+//!   (`record_turn_at`); logs stored inline in a skeleton move to rows.
 //!
 //! Every step runs from an empty file too, so a new store and a migrated
 //! one end with the same schema.
@@ -19,11 +21,11 @@ use branch_core::Branch;
 use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 
 use super::error::StoreError;
-use super::layout::{self, SplitBranch};
+use super::layout::{self, MessageRow, SplitBranch, Table};
 use super::sqlite::sql_err;
 
 /// The newest schema version this build writes.
-pub const CURRENT_VERSION: i64 = 3;
+pub const CURRENT_VERSION: i64 = 4;
 
 /// Brings the database to [`CURRENT_VERSION`]. A newer file is refused and
 /// left untouched; a failing step rolls every step back.
@@ -54,11 +56,17 @@ pub(crate) fn migrate(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
         to_v1(&tx).map_err(err("migrate to version 1"))?;
     }
     if found < 2 {
+        // Version 2's rewrite writes logs as rows already.
+        create_logs(&tx).map_err(err("migrate to version 2"))?;
         to_v2(&tx, path)?;
     }
     if found < 3 {
         tx.execute_batch("ALTER TABLE branches ADD COLUMN version INTEGER NOT NULL DEFAULT 0;")
             .map_err(err("migrate to version 3"))?;
+    }
+    if found < 4 {
+        create_logs(&tx).map_err(err("migrate to version 4"))?;
+        to_v4(&tx, path)?;
     }
     tx.pragma_update(None, "user_version", CURRENT_VERSION)
         .map_err(err("write schema version"))?;
@@ -73,6 +81,63 @@ fn to_v1(tx: &Transaction<'_>) -> rusqlite::Result<()> {
              doc  TEXT NOT NULL
          );",
     )
+}
+
+fn create_logs(tx: &Transaction<'_>) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS logs (
+             row        INTEGER PRIMARY KEY,
+             branch_key INTEGER NOT NULL,
+             log_id     TEXT NOT NULL,
+             seq        INTEGER NOT NULL,
+             pos        INTEGER NOT NULL,
+             hash       INTEGER NOT NULL,
+             body       TEXT NOT NULL
+         );
+         CREATE UNIQUE INDEX IF NOT EXISTS logs_by_id ON logs (branch_key, log_id);
+         CREATE INDEX IF NOT EXISTS logs_by_seq ON logs (branch_key, seq);",
+    )
+}
+
+/// Moves the logs each skeleton holds inline into rows. A skeleton over
+/// the row cap is left as it is: loading it fails with that cap either
+/// way.
+fn to_v4(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
+    let err = |e| sql_err(path, "migrate to version 4", e);
+    let skeletons: Vec<(i64, String, Option<String>)> = {
+        let mut stmt = tx
+            .prepare(
+                "SELECT key, id, CASE WHEN length(CAST(skeleton AS BLOB)) > ?1 THEN NULL ELSE skeleton END
+                 FROM branches ORDER BY key",
+            )
+            .map_err(err)?;
+        let rows = stmt
+            .query_map(
+                params![i64::try_from(crate::limits::MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX)],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(err)?;
+        rows.collect::<rusqlite::Result<_>>().map_err(err)?
+    };
+    for (key, id, skeleton) in skeletons {
+        let Some(skeleton) = skeleton else { continue };
+        let moved = layout::take_inline_logs(&skeleton).map_err(|reason| StoreError::Corrupt {
+            path: path.to_owned(),
+            table: "branches",
+            what: format!("branch {id}"),
+            reason,
+        })?;
+        let Some((skeleton, logs)) = moved else {
+            continue;
+        };
+        tx.execute(
+            "UPDATE branches SET skeleton = ?2 WHERE key = ?1",
+            params![key, skeleton],
+        )
+        .map_err(err)?;
+        sync_rows(tx, Table::Logs, key, &logs).map_err(err)?;
+    }
+    Ok(())
 }
 
 fn to_v2(tx: &Transaction<'_>, path: &Path) -> Result<(), StoreError> {
@@ -190,24 +255,37 @@ fn write_branch_rows(
         ],
         |r| r.get(0),
     )?;
+    sync_rows(tx, Table::Messages, key, &b.rows)?;
+    sync_rows(tx, Table::Logs, key, &b.logs)
+}
+
+/// Makes a branch's rows in `table` exactly `rows` (in `collections`
+/// order). Rows already stored unchanged (same place, same digest) are
+/// left alone.
+pub(crate) fn sync_rows(
+    tx: &Transaction<'_>,
+    table: Table,
+    key: i64,
+    rows: &[MessageRow],
+) -> rusqlite::Result<()> {
+    let (name, id_col) = table.names();
     let mut stored: HashMap<String, (i64, i64, i64, i64)> = {
-        let mut stmt = tx.prepare_cached(
-            "SELECT msg_id, row, seq, pos, hash FROM messages WHERE branch_key = ?1",
-        )?;
+        let mut stmt = tx.prepare_cached(&format!(
+            "SELECT {id_col}, row, seq, pos, hash FROM {name} WHERE branch_key = ?1"
+        ))?;
         let rows = stmt.query_map(params![key], |r| {
             Ok((r.get(0)?, (r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
         })?;
         rows.collect::<rusqlite::Result<_>>()?
     };
-    let mut update = tx.prepare_cached(
-        "UPDATE messages SET seq = ?2, pos = ?3, hash = ?4, body = ?5 WHERE row = ?1",
-    )?;
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO messages (branch_key, msg_id, seq, pos, hash, body)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
-    for (seq, row) in b.rows.iter().enumerate() {
-        let seq = seq as i64;
+    let mut update = tx.prepare_cached(&format!(
+        "UPDATE {name} SET seq = ?2, pos = ?3, hash = ?4, body = ?5 WHERE row = ?1"
+    ))?;
+    let mut insert = tx.prepare_cached(&format!(
+        "INSERT INTO {name} (branch_key, {id_col}, seq, pos, hash, body)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+    ))?;
+    for (seq, row) in (0i64..).zip(rows) {
         match stored.remove(&row.id) {
             Some((_, s, p, h)) if (s, p, h) == (seq, row.pos, row.hash) => {}
             Some((rowid, ..)) => {
@@ -218,7 +296,7 @@ fn write_branch_rows(
             }
         }
     }
-    let mut delete = tx.prepare_cached("DELETE FROM messages WHERE row = ?1")?;
+    let mut delete = tx.prepare_cached(&format!("DELETE FROM {name} WHERE row = ?1"))?;
     for (rowid, ..) in stored.into_values() {
         delete.execute(params![rowid])?;
     }

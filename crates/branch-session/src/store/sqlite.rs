@@ -11,7 +11,7 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::StoreError;
-use super::layout;
+use super::layout::{self, LoadedRow, LogsWrite, Table};
 use super::memory::SqliteMemoryStore;
 use super::pool::Pool;
 use super::schema::{self, write_branch_versioned};
@@ -185,6 +185,11 @@ impl SqliteStore {
                          WHERE b.key IS NULL",
                     ),
                     (
+                        "logs without a branch",
+                        "SELECT COUNT(*) FROM logs l LEFT JOIN branches b ON b.key = l.branch_key
+                         WHERE b.key IS NULL",
+                    ),
+                    (
                         "branches whose message_count is wrong",
                         "SELECT COUNT(*) FROM branches b WHERE b.message_count !=
                              (SELECT COUNT(*) FROM messages m WHERE m.branch_key = b.key)",
@@ -295,21 +300,42 @@ impl BranchStore for SqliteStore {
             .await
     }
 
-    async fn append_turn_with_metadata_at(
+    async fn record_turn_at(
         &self,
-        branch_id: Uuid,
+        branch: &Branch,
         expected_version: u64,
         messages: &[Message],
-        metadata: &str,
     ) -> Result<u64, StoreError> {
-        layout::check_metadata(branch_id, metadata)?;
+        let branch_id = branch.id();
         let rows = layout::turn_rows(branch_id, messages)?;
-        let metadata = metadata.to_owned();
+        let metadata = branch
+            .metadata_json()
+            .map_err(|source| StoreError::Branch {
+                id: branch_id,
+                source,
+            })?;
+        // Which logs the store holds decides which are serialized; the
+        // write below checks the version again, so nothing can change
+        // between the two.
+        let (pile, stored) = self
+            .pool
+            .run(move |c, p| stored_logs(c, p, branch_id, expected_version))
+            .await?;
+        let logs =
+            layout::plan_logs(pile.as_deref(), &stored, branch.logs()).map_err(|reason| {
+                StoreError::Branch {
+                    id: branch_id,
+                    source: branch_core::BranchError::InvalidData {
+                        path: "logs".into(),
+                        reason,
+                    },
+                }
+            })?;
         let now = branch_core::element::now();
         self.pool
             .run(move |c, p| {
                 let at = Some(expected_version);
-                append_rows(c, p, branch_id, at, &rows, Some(&metadata), now)
+                append_rows(c, p, branch_id, at, &rows, Some((&metadata, &logs)), now)
             })
             .await
     }
@@ -344,39 +370,18 @@ impl BranchStore for SqliteStore {
                 let skeleton = skeleton.ok_or_else(|| {
                     corrupt("branches", too_big("its skeleton", skeleton_len, MAX_STORED_ROW_BYTES))
                 })?;
-                let rows: Vec<(String, i64, String)> = {
-                    let mut stmt = tx
-                        .prepare_cached(
-                            "SELECT msg_id, pos, CASE WHEN length(CAST(body AS BLOB)) > ?2 THEN NULL ELSE body END,
-                                    length(CAST(body AS BLOB)), seq
-                             FROM messages WHERE branch_key = ?1 ORDER BY seq",
-                        )
-                        .map_err(err)?;
-                    let mut it = stmt
-                        .query(params![key, cap_i64(MAX_STORED_ROW_BYTES)])
-                        .map_err(err)?;
-                    let mut out = Vec::new();
-                    let mut total = 0usize;
-                    while let Some(r) = it.next().map_err(err)? {
-                        let (mid, pos, body, len, seq): (String, i64, Option<String>, i64, i64) =
-                            (r.get(0).map_err(err)?, r.get(1).map_err(err)?, r.get(2).map_err(err)?,
-                             r.get(3).map_err(err)?, r.get(4).map_err(err)?);
-                        let body = body.ok_or_else(|| {
-                            corrupt("messages", too_big(&format!("message at seq {seq}"), len, MAX_STORED_ROW_BYTES))
-                        })?;
-                        total = total.saturating_add(body.len());
-                        if total > MAX_STORED_BRANCH_BYTES {
-                            return Err(corrupt(
-                                "messages",
-                                format!("its messages exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"),
-                            ));
-                        }
-                        out.push((mid, pos, body));
-                    }
-                    out
-                };
+                let mut total = 0usize;
+                let rows = read_rows(&tx, Table::Messages, key, &mut total).map_err(|e| match e {
+                    RowsError::Sql(e) => err(e),
+                    RowsError::Corrupt(reason) => corrupt("messages", reason),
+                })?;
+                let logs = read_rows(&tx, Table::Logs, key, &mut total).map_err(|e| match e {
+                    RowsError::Sql(e) => err(e),
+                    RowsError::Corrupt(reason) => corrupt("logs", reason),
+                })?;
                 tx.finish().map_err(err)?;
-                let doc = layout::assemble(&skeleton, &rows).map_err(|r| corrupt("messages", r))?;
+                let doc = layout::assemble(&skeleton, &rows, &logs)
+                    .map_err(|r| corrupt("messages", r))?;
                 let branch =
                     Branch::from_json_slice(&doc).map_err(|e| corrupt("messages", e.to_string()))?;
                 Ok((branch, version_of(p, id, version)?))
@@ -498,11 +503,13 @@ impl BranchStore for SqliteStore {
                 let tx = c
                     .transaction_with_behavior(TransactionBehavior::Immediate)
                     .map_err(err)?;
-                tx.execute(
-                    "DELETE FROM messages WHERE branch_key = (SELECT key FROM branches WHERE id = ?1)",
-                    params![bid],
-                )
-                .map_err(err)?;
+                for table in ["messages", "logs"] {
+                    tx.execute(
+                        &format!("DELETE FROM {table} WHERE branch_key = (SELECT key FROM branches WHERE id = ?1)"),
+                        params![bid],
+                    )
+                    .map_err(err)?;
+                }
                 let n = tx.execute("DELETE FROM branches WHERE id = ?1", params![bid]).map_err(err)?;
                 tx.commit().map_err(err)?;
                 Ok(n > 0)
@@ -512,15 +519,16 @@ impl BranchStore for SqliteStore {
 }
 
 /// One turn's rows, in one immediate transaction: in-place replacements
-/// and appends, the count, the view and the version. With `expected`, a
-/// branch at another version is left alone ([`StoreError::Conflict`]).
+/// and appends, the count, the view and the version; `with` the branch's
+/// metadata and its logs to write. With `expected`, a branch at another
+/// version is left alone ([`StoreError::Conflict`]).
 fn append_rows(
     c: &mut rusqlite::Connection,
     p: &Path,
     branch_id: Uuid,
     expected: Option<u64>,
     rows: &[(String, String)],
-    metadata: Option<&str>,
+    with: Option<(&str, &LogsWrite)>,
     now: f64,
 ) -> Result<u64, StoreError> {
     let err = |e| sql_err(p, format!("append a turn to branch {branch_id}"), e);
@@ -605,10 +613,28 @@ fn append_rows(
     } else {
         None
     };
-    let skeleton = match metadata {
-        Some(m) => Some(
-            layout::with_metadata(viewed.as_deref().unwrap_or(&skeleton), m).map_err(corrupt)?,
-        ),
+    let skeleton = match with {
+        Some((metadata, logs)) => {
+            let mut s = layout::with_metadata(viewed.as_deref().unwrap_or(&skeleton), metadata)
+                .map_err(corrupt)?;
+            if let Some(header) = &logs.header {
+                s = layout::with_logs_header(&s, header).map_err(corrupt)?;
+                tx.execute("DELETE FROM logs WHERE branch_key = ?1", params![key])
+                    .map_err(err)?;
+            }
+            let mut insert = tx
+                .prepare_cached(
+                    "INSERT INTO logs (branch_key, log_id, seq, pos, hash, body)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                )
+                .map_err(err)?;
+            for (seq, row) in &logs.rows {
+                insert
+                    .execute(params![key, row.id, seq, row.pos, row.hash, row.body])
+                    .map_err(err)?;
+            }
+            Some(s)
+        }
         None => viewed,
     };
     let new_version: i64 = tx
@@ -622,6 +648,116 @@ fn append_rows(
         .map_err(err)?;
     tx.commit().map_err(err)?;
     version_of(p, branch_id, new_version)
+}
+
+/// What the store holds of a branch's logs: the id of the log pile whose
+/// header the skeleton keeps, and the log ids in `seq` order. A branch at
+/// another version than `expected` is a conflict here already.
+fn stored_logs(
+    c: &mut rusqlite::Connection,
+    p: &Path,
+    branch_id: Uuid,
+    expected: u64,
+) -> Result<(Option<String>, Vec<String>), StoreError> {
+    let err = |e| sql_err(p, format!("read the logs of branch {branch_id}"), e);
+    let tx = c.transaction().map_err(err)?;
+    let head: Option<(i64, Option<String>, i64, i64)> = tx
+        .query_row(
+            "SELECT key, CASE WHEN length(CAST(skeleton AS BLOB)) > ?2 THEN NULL ELSE skeleton END,
+                    length(CAST(skeleton AS BLOB)), version
+             FROM branches WHERE id = ?1",
+            params![branch_id.to_string(), cap_i64(MAX_STORED_ROW_BYTES)],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+        )
+        .optional()
+        .map_err(err)?;
+    let Some((key, skeleton, skeleton_len, version)) = head else {
+        return Err(StoreError::NotFound(branch_id));
+    };
+    let corrupt = |reason| StoreError::Corrupt {
+        path: p.to_owned(),
+        table: "branches",
+        what: format!("branch {branch_id}"),
+        reason,
+    };
+    let found = version_of(p, branch_id, version)?;
+    if found != expected {
+        return Err(StoreError::Conflict {
+            branch: branch_id,
+            expected,
+            found,
+        });
+    }
+    let skeleton = skeleton
+        .ok_or_else(|| corrupt(too_big("its skeleton", skeleton_len, MAX_STORED_ROW_BYTES)))?;
+    let pile = layout::stored_logs_pile(&skeleton).map_err(corrupt)?;
+    // An id longer than a UUID's 36 bytes matches no live log either way.
+    let ids = {
+        let mut stmt = tx
+            .prepare_cached(
+                "SELECT substr(log_id, 1, 64) FROM logs WHERE branch_key = ?1 ORDER BY seq",
+            )
+            .map_err(err)?;
+        let rows = stmt.query_map(params![key], |r| r.get(0)).map_err(err)?;
+        rows.collect::<rusqlite::Result<Vec<String>>>()
+            .map_err(err)?
+    };
+    tx.finish().map_err(err)?;
+    Ok((pile, ids))
+}
+
+/// Why a branch's rows did not read.
+enum RowsError {
+    Sql(rusqlite::Error),
+    Corrupt(String),
+}
+
+/// A branch's rows in `table`, in `seq` order. Each body is capped at
+/// [`MAX_STORED_ROW_BYTES`], and `total` (shared by the branch's tables)
+/// at [`MAX_STORED_BRANCH_BYTES`].
+fn read_rows(
+    tx: &rusqlite::Transaction<'_>,
+    table: Table,
+    key: i64,
+    total: &mut usize,
+) -> Result<Vec<LoadedRow>, RowsError> {
+    let (name, id_col) = table.names();
+    let what = table.item();
+    let mut stmt = tx
+        .prepare_cached(&format!(
+            "SELECT {id_col}, pos, CASE WHEN length(CAST(body AS BLOB)) > ?2 THEN NULL ELSE body END,
+                    length(CAST(body AS BLOB)), seq
+             FROM {name} WHERE branch_key = ?1 ORDER BY seq"
+        ))
+        .map_err(RowsError::Sql)?;
+    let mut it = stmt
+        .query(params![key, cap_i64(MAX_STORED_ROW_BYTES)])
+        .map_err(RowsError::Sql)?;
+    let mut out = Vec::new();
+    while let Some(r) = it.next().map_err(RowsError::Sql)? {
+        let (id, pos, body, len, seq): (String, i64, Option<String>, i64, i64) = (
+            r.get(0).map_err(RowsError::Sql)?,
+            r.get(1).map_err(RowsError::Sql)?,
+            r.get(2).map_err(RowsError::Sql)?,
+            r.get(3).map_err(RowsError::Sql)?,
+            r.get(4).map_err(RowsError::Sql)?,
+        );
+        let body = body.ok_or_else(|| {
+            RowsError::Corrupt(too_big(
+                &format!("{what} at seq {seq}"),
+                len,
+                MAX_STORED_ROW_BYTES,
+            ))
+        })?;
+        *total = total.saturating_add(body.len());
+        if *total > MAX_STORED_BRANCH_BYTES {
+            return Err(RowsError::Corrupt(format!(
+                "its messages and logs exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"
+            )));
+        }
+        out.push((id, pos, body));
+    }
+    Ok(out)
 }
 
 /// A stored version, which is never negative in an intact store.

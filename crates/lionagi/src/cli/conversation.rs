@@ -52,10 +52,6 @@ pub(crate) struct Conversation {
     name: Option<String>,
     store: Option<OpenStore>,
     stored: Stored,
-    /// The branch's metadata as the store holds it (`Branch::metadata_json`),
-    /// so a turn that changed it (a CLI agent's new session id) writes it
-    /// with its messages.
-    stored_metadata: Option<String>,
     /// With `--approve`: the answers so far (the policy of every branch).
     pub(crate) approvals: Option<Approvals>,
 }
@@ -88,7 +84,6 @@ impl Conversation {
             name: args.name.clone(),
             store,
             stored: Stored::No,
-            stored_metadata: None,
             approvals: args.approve.then(Approvals::default),
         };
         conv.apply_policy();
@@ -125,7 +120,6 @@ impl Conversation {
                 version,
                 recorded: branch.progression().len(),
             };
-            conv.stored_metadata = branch.metadata_json().ok();
             conv.branch = branch;
             conv.apply_policy();
         }
@@ -171,7 +165,6 @@ impl Conversation {
             version,
             recorded: now,
         };
-        self.stored_metadata = branch.metadata_json().ok();
         self.branch = branch;
         self.apply_policy();
         Ok(Some(now.saturating_sub(recorded)))
@@ -203,7 +196,6 @@ impl Conversation {
                     version,
                     recorded: len,
                 };
-                self.stored_metadata = self.branch.metadata_json().ok();
                 Ok(())
             }
             Err(e @ StoreError::Conflict { .. }) => Err(conflict_error(&store.label, &e)),
@@ -258,16 +250,16 @@ impl Conversation {
         self.branch = new_branch(self.system.as_deref(), name.as_deref(), &self.model)?;
         self.name = None;
         self.stored = Stored::No;
-        self.stored_metadata = None;
         self.apply_policy();
         Ok(())
     }
 
     /// Writes what the store does not have yet: the whole branch the
     /// first time, then every message past the last recorded one (this
-    /// turn's, and an earlier turn's whose write failed) as one append on
-    /// the version last written. Another writer's newer turns are never
-    /// overwritten: that is reported as a conflict.
+    /// turn's, and an earlier turn's whose write failed) with the branch's
+    /// metadata and new logs as one write on the version last written.
+    /// Another writer's newer turns are never overwritten: that is
+    /// reported as a conflict.
     pub(crate) async fn record_turn(&mut self) -> Result<(), ChatError> {
         let Some(store) = &self.store else {
             return Ok(());
@@ -318,7 +310,6 @@ impl Conversation {
                     version,
                     recorded: len,
                 };
-                self.stored_metadata = self.branch.metadata_json().ok();
                 Ok(())
             }
             Stored::Yes { version, recorded } => {
@@ -329,25 +320,14 @@ impl Conversation {
                     .skip(recorded)
                     .filter_map(|id| self.branch.messages().get(id).cloned())
                     .collect();
-                // The metadata goes with the turn when the turn changed it.
-                let metadata = self
-                    .branch
-                    .metadata_json()
-                    .ok()
-                    .filter(|now| self.stored_metadata.as_ref() != Some(now));
-                let written = match &metadata {
-                    Some(m) => db.append_turn_with_metadata_at(id, version, &turn, m).await,
-                    None => db.append_turn_at(id, version, &turn).await,
-                };
-                match written {
+                // The metadata (a CLI agent's new session id, a pause) and
+                // the logs go with the turn.
+                match db.record_turn_at(&self.branch, version, &turn).await {
                     Ok(version) => {
                         self.stored = Stored::Yes {
                             version,
                             recorded: len,
                         };
-                        if metadata.is_some() {
-                            self.stored_metadata = metadata;
-                        }
                         Ok(())
                     }
                     // Kept unrecorded: the next turn retries them as an

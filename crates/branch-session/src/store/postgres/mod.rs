@@ -30,7 +30,7 @@ pub use target::{is_postgres_url, redact as redact_url};
 pub use watch::{Watch, WatchEvent};
 
 use super::error::StoreError;
-use super::layout::{self, SplitBranch};
+use super::layout::{self, LoadedRow, MessageRow, SplitBranch, Table};
 use super::sqlite::{Durability, finite_time, too_big};
 use super::{BranchStore, BranchSummary, Since, StoredMessage};
 use crate::limits::{
@@ -307,7 +307,7 @@ impl PgStore {
         branch_id: Uuid,
         expected: Option<u64>,
         messages: &[Message],
-        metadata: Option<&str>,
+        live: Option<&Branch>,
     ) -> Result<u64, StoreError> {
         let label = self.shared.label.clone();
         let err = |e: tokio_postgres::Error| {
@@ -365,6 +365,52 @@ impl PgStore {
             .map(|r| column(r, 0))
             .collect::<Result<_, _>>()
             .map_err(|r| self.corrupt("messages", format!("branch {branch_id}"), r))?;
+        let skeleton = if has_view || live.is_some() {
+            Some(self.skeleton_in(&tx, branch_id).await?)
+        } else {
+            None
+        };
+        let corrupt = |reason| self.corrupt("branches", format!("branch {branch_id}"), reason);
+        // With the live branch: its metadata, and the logs the store lacks
+        // (worked out under the row lock, so nothing changes meanwhile).
+        let with = match (live, &skeleton) {
+            (Some(branch), Some(text)) => {
+                let metadata = branch
+                    .metadata_json()
+                    .map_err(|source| StoreError::Branch {
+                        id: branch_id,
+                        source,
+                    })?;
+                let pile = layout::stored_logs_pile(text).map_err(corrupt)?;
+                let ids: Vec<String> = tx
+                    .query(
+                        &tx.prepare_cached(
+                            "SELECT log_id FROM logs WHERE branch_id = $1 ORDER BY seq",
+                        )
+                        .await
+                        .map_err(err)?,
+                        &[&branch_id],
+                    )
+                    .await
+                    .map_err(err)?
+                    .iter()
+                    .map(|r| column::<Uuid>(r, 0).map(|u| u.to_string()))
+                    .collect::<Result<_, _>>()
+                    .map_err(|r| self.corrupt("logs", format!("branch {branch_id}"), r))?;
+                let logs =
+                    layout::plan_logs(pile.as_deref(), &ids, branch.logs()).map_err(|reason| {
+                        StoreError::Branch {
+                            id: branch_id,
+                            source: branch_core::BranchError::InvalidData {
+                                path: "logs".into(),
+                                reason,
+                            },
+                        }
+                    })?;
+                Some((metadata, logs))
+            }
+            _ => None,
+        };
         // In order, as if one by one: a message seen again in the same
         // turn (a request completed by its response) replaces the body
         // it was written with.
@@ -423,38 +469,31 @@ impl PgStore {
             .await
             .map_err(err)?;
         }
-        let skeleton = if (has_view && !added.is_empty()) || metadata.is_some() {
-            let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
-            let row = tx
-                .query_one(
-                    &tx.prepare_cached("SELECT CASE WHEN octet_length(skeleton)::bigint > $2 THEN NULL ELSE skeleton END,
-                            octet_length(skeleton)::bigint
-                     FROM branches WHERE id = $1").await.map_err(err)?,
-                    &[&branch_id, &cap],
-                )
-                .await
-                .map_err(err)?;
-            let (text, len) = capped(&row, 0)
-                .map_err(|r| self.corrupt("branches", format!("branch {branch_id}"), r))?;
-            let text = text.ok_or_else(|| {
-                self.corrupt(
-                    "branches",
-                    format!("branch {branch_id}"),
-                    too_big("its skeleton", len, MAX_STORED_ROW_BYTES),
-                )
-            })?;
-            let corrupt = |reason| self.corrupt("branches", format!("branch {branch_id}"), reason);
-            let text = if has_view && !added.is_empty() {
-                layout::extend_view(&text, &added).map_err(corrupt)?
-            } else {
-                text
-            };
-            Some(match metadata {
-                Some(m) => layout::with_metadata(&text, m).map_err(corrupt)?,
-                None => text,
-            })
-        } else {
-            None
+        let skeleton = match skeleton {
+            Some(text) if (has_view && !added.is_empty()) || with.is_some() => {
+                let mut text = if has_view && !added.is_empty() {
+                    layout::extend_view(&text, &added).map_err(corrupt)?
+                } else {
+                    text
+                };
+                if let Some((metadata, logs)) = &with {
+                    text = layout::with_metadata(&text, metadata).map_err(corrupt)?;
+                    if let Some(header) = &logs.header {
+                        text = layout::with_logs_header(&text, header).map_err(corrupt)?;
+                        tx.execute(
+                            &tx.prepare_cached("DELETE FROM logs WHERE branch_id = $1")
+                                .await
+                                .map_err(err)?,
+                            &[&branch_id],
+                        )
+                        .await
+                        .map_err(err)?;
+                    }
+                    self.insert_logs(&tx, branch_id, &logs.rows).await?;
+                }
+                Some(text)
+            }
+            _ => None,
         };
         // The branch row and the wake-up in one statement; the
         // notification is delivered at commit, never for a rolled-back
@@ -485,6 +524,145 @@ impl PgStore {
         .map_err(err)?;
         tx.commit().await.map_err(err)?;
         self.version_of(branch_id, new_version)
+    }
+
+    /// A branch's rows in `table`, in `seq` order, read inside `tx`. Each
+    /// body is capped at [`MAX_STORED_ROW_BYTES`], and `total` (shared by
+    /// the branch's tables) at [`MAX_STORED_BRANCH_BYTES`].
+    async fn read_rows(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        table: Table,
+        id: Uuid,
+        total: &mut usize,
+    ) -> Result<Vec<LoadedRow>, StoreError> {
+        let (name, id_col) = table.names();
+        let what = table.item();
+        let label = &self.shared.label;
+        let err = |e: tokio_postgres::Error| pg_err(label, format!("load branch {id}"), e);
+        let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
+        let stream = tx
+            .query_raw(
+                &tx.prepare_cached(&format!(
+                    "SELECT {id_col}, pos, CASE WHEN octet_length(body)::bigint > $2 THEN NULL ELSE body END,
+                            octet_length(body)::bigint, seq
+                     FROM {name} WHERE branch_id = $1 ORDER BY seq"
+                ))
+                .await
+                .map_err(err)?,
+                [&id as &(dyn tokio_postgres::types::ToSql + Sync), &cap],
+            )
+            .await
+            .map_err(err)?;
+        pin_mut!(stream);
+        let mut rows = Vec::new();
+        let corrupt = |reason| self.corrupt(name, format!("branch {id}"), reason);
+        while let Some(r) = stream.next().await {
+            let r = r.map_err(err)?;
+            let item: Uuid = column(&r, 0).map_err(corrupt)?;
+            let pos: i64 = column(&r, 1).map_err(corrupt)?;
+            let (body, len) = capped(&r, 2).map_err(corrupt)?;
+            let seq: i64 = column(&r, 4).map_err(corrupt)?;
+            let body = body.ok_or_else(|| {
+                corrupt(too_big(
+                    &format!("{what} at seq {seq}"),
+                    len,
+                    MAX_STORED_ROW_BYTES,
+                ))
+            })?;
+            *total = total.saturating_add(body.len());
+            if *total > MAX_STORED_BRANCH_BYTES {
+                return Err(corrupt(format!(
+                    "its messages and logs exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"
+                )));
+            }
+            rows.push((item.to_string(), pos, body));
+        }
+        Ok(rows)
+    }
+
+    /// The branch's skeleton, read inside `tx` under the row cap.
+    async fn skeleton_in(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        branch_id: Uuid,
+    ) -> Result<String, StoreError> {
+        let label = &self.shared.label;
+        let err = |e: tokio_postgres::Error| {
+            pg_err(label, format!("append a turn to branch {branch_id}"), e)
+        };
+        let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
+        let row = tx
+            .query_one(
+                &tx.prepare_cached(
+                    "SELECT CASE WHEN octet_length(skeleton)::bigint > $2 THEN NULL ELSE skeleton END,
+                            octet_length(skeleton)::bigint
+                     FROM branches WHERE id = $1",
+                )
+                .await
+                .map_err(err)?,
+                &[&branch_id, &cap],
+            )
+            .await
+            .map_err(err)?;
+        let (text, len) = capped(&row, 0)
+            .map_err(|r| self.corrupt("branches", format!("branch {branch_id}"), r))?;
+        text.ok_or_else(|| {
+            self.corrupt(
+                "branches",
+                format!("branch {branch_id}"),
+                too_big("its skeleton", len, MAX_STORED_ROW_BYTES),
+            )
+        })
+    }
+
+    /// Inserts a turn's log rows (`(seq, row)`).
+    async fn insert_logs(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        branch_id: Uuid,
+        rows: &[(i64, MessageRow)],
+    ) -> Result<(), StoreError> {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let label = &self.shared.label;
+        let err = |e: tokio_postgres::Error| {
+            pg_err(label, format!("append a turn to branch {branch_id}"), e)
+        };
+        let mut seqs = Vec::with_capacity(rows.len());
+        let mut poss = Vec::with_capacity(rows.len());
+        let mut ids = Vec::with_capacity(rows.len());
+        let mut hashes = Vec::with_capacity(rows.len());
+        let mut bodies = Vec::with_capacity(rows.len());
+        for (seq, row) in rows {
+            let id = Uuid::parse_str(&row.id).map_err(|e| StoreError::Branch {
+                id: branch_id,
+                source: branch_core::BranchError::InvalidData {
+                    path: format!("logs.collections[{seq}].id"),
+                    reason: e.to_string(),
+                },
+            })?;
+            seqs.push(*seq);
+            poss.push(row.pos);
+            ids.push(id);
+            hashes.push(row.hash);
+            bodies.push(row.body.as_str());
+        }
+        tx.execute(
+            &tx.prepare_cached(
+                "INSERT INTO logs (branch_id, seq, pos, log_id, hash, body)
+                 SELECT $1, s, p, i, h, b
+                 FROM UNNEST($2::bigint[], $3::bigint[], $4::uuid[], $5::bigint[], $6::text[])
+                     AS u(s, p, i, h, b)",
+            )
+            .await
+            .map_err(err)?,
+            &[&branch_id, &seqs, &poss, &ids, &hashes, &bodies],
+        )
+        .await
+        .map_err(err)?;
+        Ok(())
     }
 
     fn version_of(&self, id: Uuid, v: i64) -> Result<u64, StoreError> {
@@ -556,11 +734,56 @@ impl PgStore {
             .map_err(err)?;
         let version: i64 =
             column(&version, 0).map_err(|r| self.corrupt("branches", format!("branch {id}"), r))?;
+        let added = self.sync_rows(&tx, Table::Messages, id, split.rows).await?;
+        self.sync_rows(&tx, Table::Logs, id, split.logs).await?;
+        // The outbox announces the messages this write added.
+        if !added.is_empty() {
+            let (eseq, ebody): (Vec<i64>, Vec<String>) = added.into_iter().unzip();
+            tx.execute(
+                &tx.prepare_cached(
+                    "INSERT INTO events (branch_id, seq, version, body)
+                     SELECT $1, s, $2, b FROM UNNEST($3::bigint[], $4::text[]) AS u(s, b)",
+                )
+                .await
+                .map_err(err)?,
+                &[&id, &version, &eseq, &ebody],
+            )
+            .await
+            .map_err(err)?;
+            tx.execute(
+                &tx.prepare_cached("SELECT pg_notify($1, $2)")
+                    .await
+                    .map_err(err)?,
+                &[&self.shared.channel, &id.to_string()],
+            )
+            .await
+            .map_err(err)?;
+        }
+        tx.commit().await.map_err(err)?;
+        self.version_of(id, version)
+    }
+}
+
+impl PgStore {
+    /// Makes a branch's rows in `table` exactly `rows` (in `collections`
+    /// order) inside `tx`. Rows stored unchanged (same place, same digest)
+    /// are left alone. Returns the `(seq, body)` of the rows that were not
+    /// stored before.
+    async fn sync_rows(
+        &self,
+        tx: &deadpool_postgres::Transaction<'_>,
+        table: Table,
+        id: Uuid,
+        rows: Vec<MessageRow>,
+    ) -> Result<Vec<(i64, String)>, StoreError> {
+        let (name, id_col) = table.names();
+        let label = &self.shared.label;
+        let err = |e: tokio_postgres::Error| pg_err(label, format!("save branch {id}"), e);
         let mut stored: HashMap<Uuid, (i64, i64, i64)> = tx
             .query(
-                &tx.prepare_cached(
-                    "SELECT msg_id, seq, pos, hash FROM messages WHERE branch_id = $1",
-                )
+                &tx.prepare_cached(&format!(
+                    "SELECT {id_col}, seq, pos, hash FROM {name} WHERE branch_id = $1"
+                ))
                 .await
                 .map_err(err)?,
                 &[&id],
@@ -570,29 +793,28 @@ impl PgStore {
             .iter()
             .map(|r| Ok((column(r, 0)?, (column(r, 1)?, column(r, 2)?, column(r, 3)?))))
             .collect::<Result<_, String>>()
-            .map_err(|r| self.corrupt("messages", format!("branch {id}"), r))?;
+            .map_err(|r| self.corrupt(name, format!("branch {id}"), r))?;
         let mut seqs = Vec::new();
         let mut poss = Vec::new();
-        let mut mids = Vec::new();
+        let mut ids = Vec::new();
         let mut hashes = Vec::new();
         let mut bodies = Vec::new();
         let mut fresh = Vec::new();
         let mut rewrite = Vec::new();
-        for (seq, row) in split.rows.into_iter().enumerate() {
-            let seq = i64::try_from(seq).unwrap_or(i64::MAX);
-            let mid = Uuid::parse_str(&row.id).map_err(|e| StoreError::Branch {
+        for (seq, row) in (0i64..).zip(rows) {
+            let item = Uuid::parse_str(&row.id).map_err(|e| StoreError::Branch {
                 id,
                 source: branch_core::BranchError::InvalidData {
-                    path: format!("messages.collections[{seq}].id"),
+                    path: format!("{name}.collections[{seq}].id"),
                     reason: e.to_string(),
                 },
             })?;
-            let is_new = match stored.remove(&mid) {
+            let is_new = match stored.remove(&item) {
                 Some(s) if s == (seq, row.pos, row.hash) => continue,
                 // Changed rows are deleted and written again: rewriting
                 // them in place could collide on (branch_id, seq).
                 Some(_) => {
-                    rewrite.push(mid);
+                    rewrite.push(item);
                     false
                 }
                 None => true,
@@ -600,16 +822,16 @@ impl PgStore {
             fresh.push(is_new);
             seqs.push(seq);
             poss.push(row.pos);
-            mids.push(mid);
+            ids.push(item);
             hashes.push(row.hash);
             bodies.push(row.body);
         }
         rewrite.extend(stored.into_keys());
         if !rewrite.is_empty() {
             tx.execute(
-                &tx.prepare_cached(
-                    "DELETE FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)",
-                )
+                &tx.prepare_cached(&format!(
+                    "DELETE FROM {name} WHERE branch_id = $1 AND {id_col} = ANY($2)"
+                ))
                 .await
                 .map_err(err)?,
                 &[&id, &rewrite],
@@ -617,48 +839,27 @@ impl PgStore {
             .await
             .map_err(err)?;
         }
-        if !mids.is_empty() {
+        if !ids.is_empty() {
             tx.execute(
-                &tx.prepare_cached(
-                    "INSERT INTO messages (branch_id, seq, pos, msg_id, hash, body)
-                 SELECT $1, s, p, i, h, b
-                 FROM UNNEST($2::bigint[], $3::bigint[], $4::uuid[], $5::bigint[], $6::text[])
-                     AS u(s, p, i, h, b)",
-                )
+                &tx.prepare_cached(&format!(
+                    "INSERT INTO {name} (branch_id, seq, pos, {id_col}, hash, body)
+                     SELECT $1, s, p, i, h, b
+                     FROM UNNEST($2::bigint[], $3::bigint[], $4::uuid[], $5::bigint[], $6::text[])
+                         AS u(s, p, i, h, b)"
+                ))
                 .await
                 .map_err(err)?,
-                &[&id, &seqs, &poss, &mids, &hashes, &bodies],
+                &[&id, &seqs, &poss, &ids, &hashes, &bodies],
             )
             .await
             .map_err(err)?;
-            // The outbox announces the messages this write added.
-            let added: Vec<usize> = (0..mids.len()).filter(|&i| fresh[i]).collect();
-            if !added.is_empty() {
-                let eseq: Vec<i64> = added.iter().map(|&i| seqs[i]).collect();
-                let ebody: Vec<&str> = added.iter().map(|&i| bodies[i].as_str()).collect();
-                tx.execute(
-                    &tx.prepare_cached(
-                        "INSERT INTO events (branch_id, seq, version, body)
-                     SELECT $1, s, $2, b FROM UNNEST($3::bigint[], $4::text[]) AS u(s, b)",
-                    )
-                    .await
-                    .map_err(err)?,
-                    &[&id, &version, &eseq, &ebody],
-                )
-                .await
-                .map_err(err)?;
-                tx.execute(
-                    &tx.prepare_cached("SELECT pg_notify($1, $2)")
-                        .await
-                        .map_err(err)?,
-                    &[&self.shared.channel, &id.to_string()],
-                )
-                .await
-                .map_err(err)?;
-            }
         }
-        tx.commit().await.map_err(err)?;
-        self.version_of(id, version)
+        Ok(seqs
+            .into_iter()
+            .zip(bodies)
+            .zip(fresh)
+            .filter_map(|(row, is_new)| is_new.then_some(row))
+            .collect())
     }
 }
 
@@ -719,15 +920,13 @@ impl BranchStore for PgStore {
             .await
     }
 
-    async fn append_turn_with_metadata_at(
+    async fn record_turn_at(
         &self,
-        branch_id: Uuid,
+        branch: &Branch,
         expected_version: u64,
         messages: &[Message],
-        metadata: &str,
     ) -> Result<u64, StoreError> {
-        layout::check_metadata(branch_id, metadata)?;
-        self.append(branch_id, Some(expected_version), messages, Some(metadata))
+        self.append(branch.id(), Some(expected_version), messages, Some(branch))
             .await
     }
 
@@ -768,47 +967,12 @@ impl BranchStore for PgStore {
                 too_big("its skeleton", skeleton_len, MAX_STORED_ROW_BYTES),
             )
         })?;
-        let stream = tx
-            .query_raw(
-                &tx.prepare_cached("SELECT msg_id, pos, CASE WHEN octet_length(body)::bigint > $2 THEN NULL ELSE body END,
-                        octet_length(body)::bigint, seq
-                 FROM messages WHERE branch_id = $1 ORDER BY seq").await.map_err(err)?,
-                [&id as &(dyn tokio_postgres::types::ToSql + Sync), &cap],
-            )
-            .await
-            .map_err(err)?;
-        pin_mut!(stream);
-        let mut rows = Vec::new();
         let mut total = 0usize;
-        while let Some(r) = stream.next().await {
-            let r = r.map_err(err)?;
-            let bad = |reason| self.corrupt("messages", what(), reason);
-            let mid: Uuid = column(&r, 0).map_err(bad)?;
-            let pos: i64 = column(&r, 1).map_err(bad)?;
-            let (body, len) = capped(&r, 2).map_err(bad)?;
-            let seq: i64 = column(&r, 4).map_err(bad)?;
-            let body = body.ok_or_else(|| {
-                self.corrupt(
-                    "messages",
-                    what(),
-                    too_big(&format!("message at seq {seq}"), len, MAX_STORED_ROW_BYTES),
-                )
-            })?;
-            total = total.saturating_add(body.len());
-            if total > MAX_STORED_BRANCH_BYTES {
-                return Err(self.corrupt(
-                    "messages",
-                    what(),
-                    format!(
-                        "its messages exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"
-                    ),
-                ));
-            }
-            rows.push((mid.to_string(), pos, body));
-        }
+        let rows = self.read_rows(&tx, Table::Messages, id, &mut total).await?;
+        let logs = self.read_rows(&tx, Table::Logs, id, &mut total).await?;
         tx.commit().await.map_err(err)?;
-        let doc =
-            layout::assemble(&skeleton, &rows).map_err(|r| self.corrupt("messages", what(), r))?;
+        let doc = layout::assemble(&skeleton, &rows, &logs)
+            .map_err(|r| self.corrupt("messages", what(), r))?;
         let branch = Branch::from_json_slice(&doc)
             .map_err(|e| self.corrupt("messages", what(), e.to_string()))?;
         Ok((branch, version))

@@ -3,7 +3,9 @@
 //! together migrate once and the others find the work done.
 //!
 //! * version 1: branches (skeleton, count, version), one row per message,
-//!   the outbox of added messages (`events`), durable memory items.
+//!   the outbox of added messages (`events`), durable memory items;
+//! * version 2: one row per log (`record_turn_at` appends a turn's logs);
+//!   logs stored inline in a skeleton move to rows.
 //!
 //! Bodies and skeletons are `text`, not `jsonb`: `jsonb` reorders keys and
 //! respells numbers, and the reference's key order and float spelling are
@@ -16,7 +18,7 @@ use tokio_postgres::Client;
 use crate::store::error::StoreError;
 
 /// The newest schema version this build writes.
-pub const CURRENT_VERSION: i64 = 1;
+pub const CURRENT_VERSION: i64 = 2;
 
 /// Key of the advisory lock migrations run under (any fixed number; this
 /// one spells "lionagi" in ASCII).
@@ -65,6 +67,19 @@ CREATE INDEX memory_by_seq ON memory_items (scope, seq);
 CREATE INDEX memory_by_tag ON memory_items USING GIN (tags);
 ";
 
+const V2: &str = "
+CREATE TABLE logs (
+    branch_id uuid   NOT NULL REFERENCES branches (id) ON DELETE CASCADE,
+    seq       bigint NOT NULL,
+    pos       bigint NOT NULL,
+    log_id    uuid   NOT NULL,
+    hash      bigint NOT NULL,
+    body      text   NOT NULL,
+    PRIMARY KEY (branch_id, seq),
+    UNIQUE (branch_id, log_id)
+);
+";
+
 /// Brings the database (or `schema`) to [`CURRENT_VERSION`]. A newer one
 /// is refused and left untouched; a failing step rolls every step back.
 pub(crate) async fn migrate(
@@ -111,6 +126,12 @@ pub(crate) async fn migrate(
             .await
             .map_err(err("migrate to version 1"))?;
     }
+    if found < 2 {
+        tx.batch_execute(V2)
+            .await
+            .map_err(err("migrate to version 2"))?;
+        inline_logs_to_rows(&tx, label).await?;
+    }
     tx.execute("DELETE FROM schema_version", &[])
         .await
         .map_err(err("write schema version"))?;
@@ -121,4 +142,58 @@ pub(crate) async fn migrate(
     .await
     .map_err(err("write schema version"))?;
     tx.commit().await.map_err(err("commit migration"))
+}
+
+/// Moves the logs each skeleton holds inline (written by version 1) into
+/// rows. A skeleton over the row cap is left as it is: loading it fails
+/// with that cap either way.
+async fn inline_logs_to_rows(
+    tx: &tokio_postgres::Transaction<'_>,
+    label: &str,
+) -> Result<(), StoreError> {
+    let err = |e: tokio_postgres::Error| super::pg_err(label, "migrate to version 2", e);
+    let cap = i64::try_from(crate::limits::MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
+    let rows = tx
+        .query(
+            "SELECT id, skeleton FROM branches
+             WHERE octet_length(skeleton)::bigint <= $1 AND skeleton LIKE '%\"logs\":{%'",
+            &[&cap],
+        )
+        .await
+        .map_err(err)?;
+    for row in rows {
+        let corrupt = |what: String, reason: String| StoreError::Corrupt {
+            path: PathBuf::from(label),
+            table: "branches",
+            what,
+            reason,
+        };
+        let id: uuid::Uuid =
+            super::column(&row, 0).map_err(|r| corrupt("a branch id".into(), r))?;
+        let skeleton: String =
+            super::column(&row, 1).map_err(|r| corrupt(format!("branch {id}"), r))?;
+        let moved = crate::store::layout::take_inline_logs(&skeleton)
+            .map_err(|r| corrupt(format!("branch {id}"), r))?;
+        let Some((skeleton, logs)) = moved else {
+            continue;
+        };
+        tx.execute(
+            "UPDATE branches SET skeleton = $2 WHERE id = $1",
+            &[&id, &skeleton],
+        )
+        .await
+        .map_err(err)?;
+        for (seq, log) in (0i64..).zip(logs) {
+            let log_id = uuid::Uuid::parse_str(&log.id)
+                .map_err(|e| corrupt(format!("branch {id}"), format!("log {seq}'s id: {e}")))?;
+            tx.execute(
+                "INSERT INTO logs (branch_id, seq, pos, log_id, hash, body)
+                 VALUES ($1, $2, $3, $4, $5, $6)",
+                &[&id, &seq, &log.pos, &log_id, &log.hash, &log.body],
+            )
+            .await
+            .map_err(err)?;
+        }
+    }
+    Ok(())
 }
