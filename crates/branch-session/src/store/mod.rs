@@ -103,11 +103,13 @@ pub trait BranchStore: Send + Sync {
     /// [`BranchStore::append_turn_at`] for a live branch: `messages` (the
     /// ones the store lacks, as for `append_turn`) are appended, and the
     /// branch's metadata and logs are stored as they are now, in the same
-    /// transaction. Afterwards the store holds what [`BranchStore::save`]
-    /// would have written. Logs past the stored ones are appended; when
-    /// the logger holds another pile than the stored one (it was cleared
-    /// after a capacity dump, whose file keeps the old logs) the stored
-    /// logs are replaced by the branch's. Returns the branch's new version.
+    /// transaction, without writing the earlier messages again. Logs past
+    /// the stored ones are appended; when the logger holds another pile
+    /// than the stored one, or fewer logs (it was cleared after a capacity
+    /// dump, whose file keeps the old ones), the stored logs are replaced
+    /// by the branch's, as a whole save would. The rest of the skeleton
+    /// (name, models, settings) stays as the last whole save wrote it.
+    /// Returns the branch's new version.
     async fn record_turn_at(
         &self,
         branch: &Branch,
