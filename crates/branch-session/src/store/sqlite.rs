@@ -314,12 +314,15 @@ impl BranchStore for SqliteStore {
                 id: branch_id,
                 source,
             })?;
+        // One id more than the branch holds is enough to tell that the
+        // store's logs are not the start of the branch's.
+        let wanted = i64::try_from(branch.logs().len().saturating_add(1)).unwrap_or(i64::MAX);
         // Which logs the store holds decides which are serialized; the
         // write below checks the version again, so nothing can change
         // between the two.
         let (pile, stored) = self
             .pool
-            .run(move |c, p| stored_logs(c, p, branch_id, expected_version))
+            .run(move |c, p| stored_logs(c, p, branch_id, expected_version, wanted))
             .await?;
         let logs =
             layout::plan_logs(pile.as_deref(), &stored, branch.logs()).map_err(|reason| {
@@ -652,12 +655,14 @@ fn append_rows(
 
 /// What the store holds of a branch's logs: the id of the log pile whose
 /// header the skeleton keeps, and the log ids in `seq` order. A branch at
-/// another version than `expected` is a conflict here already.
+/// another version than `expected` is a conflict here already. At most
+/// `limit` ids are read.
 fn stored_logs(
     c: &mut rusqlite::Connection,
     p: &Path,
     branch_id: Uuid,
     expected: u64,
+    limit: i64,
 ) -> Result<(Option<String>, Vec<String>), StoreError> {
     let err = |e| sql_err(p, format!("read the logs of branch {branch_id}"), e);
     let tx = c.transaction().map_err(err)?;
@@ -695,10 +700,12 @@ fn stored_logs(
     let ids = {
         let mut stmt = tx
             .prepare_cached(
-                "SELECT substr(log_id, 1, 64) FROM logs WHERE branch_key = ?1 ORDER BY seq",
+                "SELECT substr(log_id, 1, 64) FROM logs WHERE branch_key = ?1 ORDER BY seq LIMIT ?2",
             )
             .map_err(err)?;
-        let rows = stmt.query_map(params![key], |r| r.get(0)).map_err(err)?;
+        let rows = stmt
+            .query_map(params![key, limit], |r| r.get(0))
+            .map_err(err)?;
         rows.collect::<rusqlite::Result<Vec<String>>>()
             .map_err(err)?
     };

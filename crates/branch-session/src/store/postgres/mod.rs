@@ -382,14 +382,18 @@ impl PgStore {
                         source,
                     })?;
                 let pile = layout::stored_logs_pile(text).map_err(corrupt)?;
+                // One id more than the branch holds is enough to tell that
+                // the store's logs are not the start of the branch's.
+                let wanted =
+                    i64::try_from(branch.logs().len().saturating_add(1)).unwrap_or(i64::MAX);
                 let ids: Vec<String> = tx
                     .query(
                         &tx.prepare_cached(
-                            "SELECT log_id FROM logs WHERE branch_id = $1 ORDER BY seq",
+                            "SELECT log_id FROM logs WHERE branch_id = $1 ORDER BY seq LIMIT $2",
                         )
                         .await
                         .map_err(err)?,
-                        &[&branch_id],
+                        &[&branch_id, &wanted],
                     )
                     .await
                     .map_err(err)?
