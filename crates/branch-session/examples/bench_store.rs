@@ -261,6 +261,14 @@ fn one_turn(i: usize) -> [Message; 2] {
     ]
 }
 
+/// A model call's log of about 1 KiB.
+fn call_log(i: usize) -> branch_core::Log {
+    let mut content = serde_json::Map::new();
+    content.insert("turn".into(), json!(i));
+    content.insert("response".into(), json!("x".repeat(1024)));
+    branch_core::Log::new(content)
+}
+
 fn line(store: &str, case: &str, fields: serde_json::Value) {
     let mut out = json!({"bench": "store", "store": store, "case": case});
     if let (Some(o), Some(f)) = (out.as_object_mut(), fields.as_object()) {
@@ -306,9 +314,47 @@ async fn side_by_side(
             .map_err(err)?;
         t_long.ms.push(start.elapsed().as_secs_f64() * 1000.0);
     }
+    // Recording a live branch's turn: its two messages, its metadata and
+    // its call's log (a fixed 1 KiB, so what is measured is the store's
+    // own work, which must not grow with the conversation either).
+    let (mut live_short, mut v_short) = store.load_versioned(short.id()).await.map_err(err)?;
+    let (mut live_long, mut v_long) = store.load_versioned(long.id()).await.map_err(err)?;
+    let mut r_short = Timing {
+        ms: Vec::with_capacity(turns),
+    };
+    let mut r_long = Timing {
+        ms: Vec::with_capacity(turns),
+    };
+    // No capacity dump (a file in the working directory) mid-run.
+    for live in [&mut live_short, &mut live_long] {
+        let mut config = live.logger().config().clone();
+        config.capacity = None;
+        let logs = live.logs().clone();
+        *live.logger_mut() = branch_core::DataLogger::with_logs(config, logs);
+    }
+    for i in 0..turns {
+        for (live, version, t) in [
+            (&mut live_short, &mut v_short, &mut r_short),
+            (&mut live_long, &mut v_long, &mut r_long),
+        ] {
+            let turn = one_turn(i);
+            for m in &turn {
+                live.msgs_mut().add_message(m.clone());
+            }
+            live.logger_mut().log(call_log(i));
+            let start = Instant::now();
+            *version = store
+                .record_turn_at(live, *version, &turn)
+                .await
+                .map_err(err)?;
+            t.ms.push(start.elapsed().as_secs_f64() * 1000.0);
+        }
+    }
     for (case, messages, t) in [
         ("append_turn_at_10", 10, &mut t_short),
         ("append_turn_at_n", n, &mut t_long),
+        ("record_turn_at_10", 10, &mut r_short),
+        ("record_turn_at_n", n, &mut r_long),
     ] {
         t.ms.sort_by(f64::total_cmp);
         line(

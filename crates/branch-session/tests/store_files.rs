@@ -286,3 +286,96 @@ async fn impossible_numbers_are_refused() {
         "{err}"
     );
 }
+
+/// Log rows are data others may have written too: an oversized one is
+/// refused unread, one that is not a log and rows under a skeleton that
+/// has no log pile are reported against the `logs` table or the branch,
+/// never loaded as something else; a stored log pile that is not the
+/// branch's is replaced by the next recorded turn.
+#[tokio::test]
+async fn damaged_log_rows_are_refused() {
+    use branch_core::{Log, Message};
+    let dir = TempDir::new("badlogs");
+    let path = dir.join("s.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let mut b = common::conversation(1);
+    for n in 0..2 {
+        let mut content = serde_json::Map::new();
+        content.insert("n".into(), serde_json::json!(n));
+        b.logger_mut().log(Log::new(content));
+    }
+    store.save(&b).await.unwrap();
+    let id = b.id().to_string();
+    let c = rusqlite::Connection::open(&path).unwrap();
+    let logs_where = "WHERE seq = 1 AND branch_key = (SELECT key FROM branches WHERE id = ?1)";
+    let body: String = c
+        .query_row(&format!("SELECT body FROM logs {logs_where}"), [&id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+
+    c.execute(
+        &format!("UPDATE logs SET body = printf('%.*c', ?2, 'x') {logs_where}"),
+        rusqlite::params![id, (MAX_STORED_ROW_BYTES + 1) as i64],
+    )
+    .unwrap();
+    let err = store.load(b.id()).await.unwrap_err().to_string();
+    assert!(
+        err.contains("cap") && err.contains("log at seq 1") && err.contains("`logs`"),
+        "{err}"
+    );
+
+    c.execute(
+        &format!("UPDATE logs SET body = '[1, 2]' {logs_where}"),
+        [&id],
+    )
+    .unwrap();
+    let err = store.load(b.id()).await.unwrap_err();
+    assert!(matches!(err, StoreError::Corrupt { .. }), "{err}");
+
+    // Rows with no pile to hold them.
+    c.execute(
+        &format!("UPDATE logs SET body = ?2 {logs_where}"),
+        [&id, &body],
+    )
+    .unwrap();
+    store.load(b.id()).await.unwrap();
+    let skeleton: String = c
+        .query_row("SELECT skeleton FROM branches WHERE id = ?1", [&id], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let mut without: serde_json::Value = serde_json::from_str(&skeleton).unwrap();
+    without.as_object_mut().unwrap().shift_remove("logs");
+    c.execute(
+        "UPDATE branches SET skeleton = ?2 WHERE id = ?1",
+        [&id, &without.to_string()],
+    )
+    .unwrap();
+    let err = store.load(b.id()).await.unwrap_err().to_string();
+    assert!(err.contains("no log pile"), "{err}");
+
+    // A pile id that is not the branch's: the recorded turn replaces the
+    // stored logs with the branch's, and the branch loads again.
+    let mut other: serde_json::Value = serde_json::from_str(&skeleton).unwrap();
+    other["logs"]["id"] = serde_json::json!("not a pile id");
+    c.execute(
+        "UPDATE branches SET skeleton = ?2 WHERE id = ?1",
+        [&id, &other.to_string()],
+    )
+    .unwrap();
+    let version = store.list().await.unwrap()[0].version;
+    let m = b.msgs_mut().add_message(Message::assistant("more"));
+    let turn = [b.messages().get(&m).unwrap().clone()];
+    store.record_turn_at(&b, version, &turn).await.unwrap();
+    let full = branch_core::ToDictOptions {
+        include_log_config: true,
+        include_processor_config: true,
+        ..branch_core::ToDictOptions::default()
+    };
+    assert_eq!(
+        store.load(b.id()).await.unwrap().to_dict(&full).unwrap(),
+        b.to_dict(&full).unwrap()
+    );
+    assert!(store.check_consistency().await.unwrap().is_empty());
+}
