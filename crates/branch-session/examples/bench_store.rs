@@ -2,7 +2,8 @@
 //! through the SQLite store, beside writing `to_dict` with serde_json to a
 //! file, in the same run; then SQLite and PostgreSQL side by side (with
 //! `--pg-url URL` or `LIONAGI_PG_URL`, feature `postgres`): the latency of
-//! appending a turn at message 10 and at message N, turns per second with
+//! appending a turn, and of recording a live branch's turn with its log
+//! (`record_turn_at`), at message 10 and at message N, turns per second with
 //! 1, 4 and 16 concurrent writers, loading the N-message conversation, and
 //! `load_since` after 10 new turns. Prints one JSON object per line.
 //!
