@@ -473,9 +473,24 @@ pub(crate) struct LogsWrite {
 /// stored ones when the store holds the start of this very pile, and the
 /// whole pile otherwise (the logger was cleared after a capacity dump, or
 /// the store has never held its logs). `stored_pile` is the id of the
-/// stored header, `stored` the stored logs' ids in `seq` order. Only the
-/// logs to write are serialized.
+/// stored header, `stored` the stored logs' ids in `seq` order (one more
+/// than the branch holds is enough). Only the logs to write are
+/// serialized.
 pub(crate) fn plan_logs(
+    branch: &Branch,
+    stored_pile: Option<&str>,
+    stored: &[String],
+) -> Result<LogsWrite, super::StoreError> {
+    plan_pile(stored_pile, stored, branch.logs()).map_err(|reason| super::StoreError::Branch {
+        id: branch.id(),
+        source: BranchError::InvalidData {
+            path: "logs".into(),
+            reason,
+        },
+    })
+}
+
+fn plan_pile(
     stored_pile: Option<&str>,
     stored: &[String],
     live: &branch_core::Pile<branch_core::Log>,

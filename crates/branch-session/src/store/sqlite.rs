@@ -324,16 +324,7 @@ impl BranchStore for SqliteStore {
             .pool
             .run(move |c, p| stored_logs(c, p, branch_id, expected_version, wanted))
             .await?;
-        let logs =
-            layout::plan_logs(pile.as_deref(), &stored, branch.logs()).map_err(|reason| {
-                StoreError::Branch {
-                    id: branch_id,
-                    source: branch_core::BranchError::InvalidData {
-                        path: "logs".into(),
-                        reason,
-                    },
-                }
-            })?;
+        let logs = layout::plan_logs(branch, pile.as_deref(), &stored)?;
         let now = branch_core::element::now();
         self.pool
             .run(move |c, p| {

@@ -401,16 +401,7 @@ impl PgStore {
                     .map(|r| column::<Uuid>(r, 0).map(|u| u.to_string()))
                     .collect::<Result<_, _>>()
                     .map_err(|r| self.corrupt("logs", format!("branch {branch_id}"), r))?;
-                let logs =
-                    layout::plan_logs(pile.as_deref(), &ids, branch.logs()).map_err(|reason| {
-                        StoreError::Branch {
-                            id: branch_id,
-                            source: branch_core::BranchError::InvalidData {
-                                path: "logs".into(),
-                                reason,
-                            },
-                        }
-                    })?;
+                let logs = layout::plan_logs(branch, pile.as_deref(), &ids)?;
                 Some((metadata, logs))
             }
             _ => None,
