@@ -64,8 +64,9 @@ pub struct Since {
 /// Durable storage of conversations.
 ///
 /// A store keeps what `Branch::to_dict` keeps (messages, logs, models,
-/// metadata), messages and logs in rows of their own, and nothing live: tools, memory, providers and session
-/// references are set up again by the caller after [`BranchStore::load`].
+/// metadata; messages and logs in rows of their own) and nothing live:
+/// tools, memory, providers and session references are set up again by
+/// the caller after [`BranchStore::load`].
 /// Loading a saved branch reproduces its `to_dict` exactly.
 #[async_trait]
 pub trait BranchStore: Send + Sync {
