@@ -163,6 +163,13 @@ async fn our_client_asks_over_http_and_hears_progress() {
         json!([{"type": "text", "text": "you asked: what is served?"}])
     );
     assert_eq!(result["isError"], json!(false));
+    // The server sends the progress before the answer, but the client
+    // hands notifications to its callback on a task of their own, which
+    // may run after the answer is returned.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while heard.lock().unwrap().is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(*heard.lock().unwrap(), [Some("thinking".to_owned())]);
     servers.shutdown().await;
     running.stop().await;
