@@ -208,21 +208,25 @@ fn readme_opens_with_the_two_commands() {
         .take(2)
         .collect();
     assert!(block[0].starts_with("cargo xtask demo"), "{block:?}");
-    // The demo task builds the embedded model's example in release mode.
+    // The demo task builds the embedded model's example as the test command
+    // builds the workspace, so that the two share one build.
     let xtask = std::fs::read_to_string(root().join("xtask/src/main.rs")).unwrap();
     for needle in [
         "Some(\"demo\")",
-        "\"--release\"",
-        "\"embedded\"",
-        "\"demo\", \"--\"",
+        "build_example(\"demo\"",
+        "const WHOLE_WORKSPACE: [&str; 2] = [\"--workspace\", \"--all-features\"];",
     ] {
         assert!(xtask.contains(needle), "xtask demo lacks {needle}");
     }
+    let build_example = xtask.split("pub fn build_example").nth(1).unwrap();
+    let build_example = build_example.split("\n}\n").next().unwrap();
+    assert!(build_example.contains(".args(WHOLE_WORKSPACE)"));
     assert!(root().join("crates/lionagi/examples/demo.rs").is_file());
-    assert!(block[1].starts_with("cargo test --workspace"), "{block:?}");
+    let test_command = block[1].split('#').next().unwrap().trim();
+    assert_eq!(test_command, "cargo test --workspace --all-features");
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     assert!(
-        ci.contains("cargo test --workspace"),
+        ci.contains(&format!("{test_command} --locked")),
         ".ci/run must run the README's test command"
     );
 }

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 /// Variables set for every run (the responder to start when there is no
@@ -49,7 +49,7 @@ pub fn callgrind(
 ) -> Result<(), String> {
     let (sides, workloads) =
         plan(name).ok_or_else(|| format!("`{name}` has no --callgrind mode (turns, model)"))?;
-    let out_dir = target_dir().join("callgrind");
+    let out_dir = crate::target_dir().join("callgrind");
     std::fs::create_dir_all(&out_dir).map_err(|e| format!("{}: {e}", out_dir.display()))?;
     let cache = cache_sim.then(|| {
         let (l2, whose) = match CacheLevel::l2_of_this_machine() {
@@ -239,12 +239,6 @@ impl CacheLevel {
 }
 
 /// The cargo target directory the release binaries are built in.
-pub fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,9 +15,11 @@
 //!   (tests/refdiff/README.md), on the committed scenarios or on N random
 //!   ones.
 //! - `cargo xtask demo [STORE.db]`: the README's first command. Fetches the
-//!   embedded model when absent, builds in release mode and runs a short
-//!   conversation with it (`crates/lionagi/examples/demo.rs`).
+//!   embedded model when absent, builds the example with the README's test
+//!   command's build (see [`build_example`]) and runs a short conversation
+//!   with it (`crates/lionagi/examples/demo.rs`).
 
+use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
 mod callgrind;
@@ -95,36 +97,76 @@ fn run(cmd: &mut Command) -> Result<(), String> {
     }
 }
 
+/// How every build here selects: the README's test command's selection
+/// (`cargo test --workspace --all-features`), as in .ci/run. One package
+/// selection and feature set resolve every dependency alike, so these builds
+/// and the test command's share their units.
+const WHOLE_WORKSPACE: [&str; 2] = ["--workspace", "--all-features"];
+
 fn ci() -> Result<(), String> {
     run(cargo().args(["fmt", "--all", "--check"]))?;
-    run(cargo().args([
-        "clippy",
-        "--workspace",
+    run(cargo().arg("clippy").args(WHOLE_WORKSPACE).args([
         "--all-targets",
         "--",
         "-D",
         "warnings",
     ]))?;
     run(cargo()
-        .args(["doc", "--workspace", "--no-deps"])
+        .arg("doc")
+        .args(WHOLE_WORKSPACE)
+        .arg("--no-deps")
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     // The fuzz targets' smoke run on stable: seeds and 20,000 mutations per
     // target through the same property checks (tests/fuzz_smoke.rs); the
     // million-execution runs are nightly-only (fuzz/README.md).
     run(cargo()
-        .args(["test", "-p", "lionagi", "--test", "fuzz_smoke"])
+        .arg("test")
+        .args(WHOLE_WORKSPACE)
+        .args(["--test", "fuzz_smoke"])
         .env("LIONAGI_FUZZ_SMOKE_ITERS", "20000"))?;
-    run(cargo().args(["test", "--workspace", "--no-fail-fast"]))
+    run(cargo()
+        .arg("test")
+        .args(WHOLE_WORKSPACE)
+        .arg("--no-fail-fast"))
 }
 
 fn demo(args: &[String]) -> Result<(), String> {
     fetch_model::fetch_model()?;
-    // Not quiet: a first release build takes minutes, and its progress is
-    // what a newcomer watches meanwhile.
-    run(cargo()
-        .args(["run", "--release", "--package", "lionagi"])
-        .args(["--features", "embedded", "--example", "demo", "--"])
-        .args(args))
+    // Not quiet: a first build takes minutes, and its progress is what a
+    // newcomer watches meanwhile.
+    let demo = build_example("demo", false)?;
+    run(Command::new(demo).args(args))
+}
+
+/// Builds one of the workspace's examples as the README's test command
+/// builds it ([`WHOLE_WORKSPACE`]), and returns its path. Either build
+/// reuses all of the other's units; a `--package` build would resolve
+/// other features and compile most of the dependency graph a second time.
+/// The dev profile keeps the embedded model's hot crates at opt-level 3
+/// (Cargo.toml), so the demo takes seconds.
+pub fn build_example(example: &str, quiet: bool) -> Result<PathBuf, String> {
+    let mut build = cargo();
+    build
+        .arg("build")
+        .args(WHOLE_WORKSPACE)
+        .args(["--example", example]);
+    if quiet {
+        build.arg("--quiet");
+    }
+    if std::env::var_os("CI").is_some() {
+        build.arg("--locked");
+    }
+    run(&mut build)?;
+    let binary = target_dir().join("debug/examples").join(example);
+    // Absolute: the programs may work in a directory of their own.
+    std::path::absolute(&binary).map_err(|e| format!("{}: {e}", binary.display()))
+}
+
+/// Cargo's target dir, as the builds started here see it.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("target"))
 }
 
 fn bench(args: &[String]) -> Result<(), String> {
@@ -150,10 +192,7 @@ fn bench(args: &[String]) -> Result<(), String> {
         build.args(["--features", features]);
     }
     run(&mut build)?;
-    let binary = callgrind::target_dir()
-        .join("release")
-        .join("examples")
-        .join(example);
+    let binary = target_dir().join("release").join("examples").join(example);
     let mut cmd = std::process::Command::new(&binary);
     if matches!(name.as_str(), "turns" | "model") && find_nginx().is_none() {
         // No nginx: our own static responder serves in its place. The
@@ -173,7 +212,7 @@ fn bench(args: &[String]) -> Result<(), String> {
             ])
             .args(["--example", "static_responder"]))?;
         // Absolute: the benchmarks work in a scratch directory of their own.
-        let responder = callgrind::target_dir().join("release/examples/static_responder");
+        let responder = target_dir().join("release/examples/static_responder");
         let responder =
             std::path::absolute(&responder).map_err(|e| format!("{}: {e}", responder.display()))?;
         cmd.env("LIONAGI_BENCH_RESPONDER", responder);

@@ -10,16 +10,10 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-use crate::{cargo, run};
+use crate::{build_example, cargo, run, target_dir};
 
 /// The reference, pinned: the fixtures and docs/compat.md are about it.
 const REFERENCE: &str = "lionagi==0.36.0";
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target"))
-}
 
 /// The venv with the reference, created once; a marker file says the
 /// install finished (an interrupted one is redone).
@@ -186,20 +180,7 @@ pub fn refdiff(args: &[String]) -> Result<(), String> {
     let python = venv(&work)?;
     let o200k = o200k_file()?;
 
-    let mut build = cargo();
-    build.args([
-        "build",
-        "--quiet",
-        "--package",
-        "lionagi",
-        "--example",
-        "refdiff",
-    ]);
-    if std::env::var_os("CI").is_some() {
-        build.arg("--locked");
-    }
-    run(&mut build)?;
-    let driver = target.join("debug/examples/refdiff");
+    let driver = build_example("refdiff", true)?;
 
     let out = work.join("out");
     let _ = std::fs::remove_dir_all(&out);

@@ -1,5 +1,6 @@
-//! The embedded local model (`--features embedded`; run in release mode:
-//! `cargo test --release -p branch-models --features embedded`).
+//! The embedded local model (`--features embedded`; the README's test
+//! command, `cargo test --workspace --all-features`, runs it in the dev
+//! profile, which keeps the model's hot crates at opt-level 3).
 //!
 //! The tokenizer parity test runs on a committed fixture; the tests that run
 //! the model skip, saying why, when the model file is absent (`cargo xtask

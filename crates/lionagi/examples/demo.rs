@@ -1,9 +1,10 @@
 //! The README's main job: a short conversation with the embedded local
 //! model, offline and without an API key, through the public API only.
 //!
-//! `cargo xtask demo` fetches the model when absent and runs this example
-//! in release mode; directly: `cargo run --release -p lionagi --features
-//! embedded --example demo [-- STORE.db]`.
+//! `cargo xtask demo` fetches the model when absent, builds this example as
+//! the README's test command builds the workspace and runs it; directly:
+//! `cargo run --release -p lionagi --features embedded --example demo [--
+//! STORE.db]`.
 //!
 //! It asks a question (`communicate`), asks for a typed structure
 //! (`operate` with a response format), saves the branch to a SQLite store,
