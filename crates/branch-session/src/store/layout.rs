@@ -25,6 +25,8 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
+use crate::limits::{MAX_STORED_BRANCH_BYTES, MAX_STORED_ROW_BYTES};
+
 /// What is written: everything `to_dict` would keep, with the configuration
 /// `to_dict` leaves out by default (log and rate-limiter settings) kept so a
 /// restored branch behaves the same.
@@ -59,6 +61,35 @@ impl Table {
             Table::Logs => "log",
         }
     }
+
+    /// The body of the row at `seq` as a load reads it. The store leaves a
+    /// body over [`MAX_STORED_ROW_BYTES`] unread (`None`, with its stored
+    /// `len`), and `total`, the load's running sum over both tables, must
+    /// stay within [`MAX_STORED_BRANCH_BYTES`]. The error is why the
+    /// branch's rows are refused.
+    pub(crate) fn loaded_body(
+        self,
+        seq: i64,
+        body: Option<String>,
+        len: i64,
+        total: &mut usize,
+    ) -> Result<String, String> {
+        let what = self.item();
+        let body = body
+            .ok_or_else(|| too_big(&format!("{what} at seq {seq}"), len, MAX_STORED_ROW_BYTES))?;
+        *total = total.saturating_add(body.len());
+        if *total > MAX_STORED_BRANCH_BYTES {
+            return Err(format!(
+                "its messages and logs exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"
+            ));
+        }
+        Ok(body)
+    }
+}
+
+/// Why a stored row's body was left unread: `len` bytes over `cap`.
+pub(crate) fn too_big(what: &str, len: i64, cap: usize) -> String {
+    format!("{what} is {len} bytes, over the {cap}-byte cap on a stored row")
 }
 
 /// One stored message or log.

@@ -11,14 +11,12 @@ use serde_json::Value;
 use uuid::Uuid;
 
 use super::error::StoreError;
-use super::layout::{self, LoadedRow, LogsWrite, Table};
+use super::layout::{self, LoadedRow, LogsWrite, Table, too_big};
 use super::memory::SqliteMemoryStore;
 use super::pool::Pool;
 use super::schema::{self, write_branch_versioned};
 use super::{BranchStore, BranchSummary, Since, StoredMessage};
-use crate::limits::{
-    MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_NAME_BYTES, MAX_STORED_ROW_BYTES,
-};
+use crate::limits::{MAX_ROWS_PER_BATCH, MAX_STORED_NAME_BYTES, MAX_STORED_ROW_BYTES};
 
 /// When a commit counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -710,9 +708,8 @@ enum RowsError {
     Corrupt(String),
 }
 
-/// A branch's rows in `table`, in `seq` order. Each body is capped at
-/// [`MAX_STORED_ROW_BYTES`], and `total` (shared by the branch's tables)
-/// at [`MAX_STORED_BRANCH_BYTES`].
+/// A branch's rows in `table`, in `seq` order, under the caps of
+/// [`Table::loaded_body`] (`total` is shared by the branch's tables).
 fn read_rows(
     tx: &rusqlite::Transaction<'_>,
     table: Table,
@@ -720,7 +717,6 @@ fn read_rows(
     total: &mut usize,
 ) -> Result<Vec<LoadedRow>, RowsError> {
     let (name, id_col) = table.names();
-    let what = table.item();
     let mut stmt = tx
         .prepare_cached(&format!(
             "SELECT {id_col}, pos, CASE WHEN length(CAST(body AS BLOB)) > ?2 THEN NULL ELSE body END,
@@ -740,19 +736,9 @@ fn read_rows(
             r.get(3).map_err(RowsError::Sql)?,
             r.get(4).map_err(RowsError::Sql)?,
         );
-        let body = body.ok_or_else(|| {
-            RowsError::Corrupt(too_big(
-                &format!("{what} at seq {seq}"),
-                len,
-                MAX_STORED_ROW_BYTES,
-            ))
-        })?;
-        *total = total.saturating_add(body.len());
-        if *total > MAX_STORED_BRANCH_BYTES {
-            return Err(RowsError::Corrupt(format!(
-                "its messages and logs exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"
-            )));
-        }
+        let body = table
+            .loaded_body(seq, body, len, total)
+            .map_err(RowsError::Corrupt)?;
         out.push((id, pos, body));
     }
     Ok(out)
@@ -809,10 +795,6 @@ fn stored_message(
         pos: u64::try_from(pos).map_err(|_| corrupt("negative pos".into()))?,
         message,
     })
-}
-
-pub(crate) fn too_big(what: &str, len: i64, cap: usize) -> String {
-    format!("{what} is {len} bytes, over the {cap}-byte cap on a stored row")
 }
 
 fn cap_i64(n: usize) -> i64 {

@@ -30,12 +30,12 @@ pub use target::{is_postgres_url, redact as redact_url};
 pub use watch::{Watch, WatchEvent};
 
 use super::error::StoreError;
-use super::layout::{self, LoadedRow, MessageRow, SplitBranch, Table};
-use super::sqlite::{Durability, finite_time, too_big};
+use super::layout::{self, LoadedRow, MessageRow, SplitBranch, Table, too_big};
+use super::sqlite::{Durability, finite_time};
 use super::{BranchStore, BranchSummary, Since, StoredMessage};
 use crate::limits::{
-    MAX_ROWS_PER_BATCH, MAX_STORED_BRANCH_BYTES, MAX_STORED_NAME_BYTES, MAX_STORED_ROW_BYTES,
-    PG_CONNECT_TIMEOUT, PG_POOL_WAIT,
+    MAX_ROWS_PER_BATCH, MAX_STORED_NAME_BYTES, MAX_STORED_ROW_BYTES, PG_CONNECT_TIMEOUT,
+    PG_POOL_WAIT,
 };
 
 /// Settings of a [`PgStore`].
@@ -521,9 +521,9 @@ impl PgStore {
         self.version_of(branch_id, new_version)
     }
 
-    /// A branch's rows in `table`, in `seq` order, read inside `tx`. Each
-    /// body is capped at [`MAX_STORED_ROW_BYTES`], and `total` (shared by
-    /// the branch's tables) at [`MAX_STORED_BRANCH_BYTES`].
+    /// A branch's rows in `table`, in `seq` order, read inside `tx`, under
+    /// the caps of [`Table::loaded_body`] (`total` is shared by the
+    /// branch's tables).
     async fn read_rows(
         &self,
         tx: &deadpool_postgres::Transaction<'_>,
@@ -532,7 +532,6 @@ impl PgStore {
         total: &mut usize,
     ) -> Result<Vec<LoadedRow>, StoreError> {
         let (name, id_col) = table.names();
-        let what = table.item();
         let label = &self.shared.label;
         let err = |e: tokio_postgres::Error| pg_err(label, format!("load branch {id}"), e);
         let cap = i64::try_from(MAX_STORED_ROW_BYTES).unwrap_or(i64::MAX);
@@ -558,19 +557,7 @@ impl PgStore {
             let pos: i64 = column(&r, 1).map_err(corrupt)?;
             let (body, len) = capped(&r, 2).map_err(corrupt)?;
             let seq: i64 = column(&r, 4).map_err(corrupt)?;
-            let body = body.ok_or_else(|| {
-                corrupt(too_big(
-                    &format!("{what} at seq {seq}"),
-                    len,
-                    MAX_STORED_ROW_BYTES,
-                ))
-            })?;
-            *total = total.saturating_add(body.len());
-            if *total > MAX_STORED_BRANCH_BYTES {
-                return Err(corrupt(format!(
-                    "its messages and logs exceed the {MAX_STORED_BRANCH_BYTES}-byte cap on one load"
-                )));
-            }
+            let body = table.loaded_body(seq, body, len, total).map_err(corrupt)?;
             rows.push((item.to_string(), pos, body));
         }
         Ok(rows)
