@@ -17,7 +17,7 @@
 //! The standard variables apply: `OTEL_EXPORTER_OTLP_HEADERS`,
 //! `OTEL_SERVICE_NAME` (default `lionagi`), `OTEL_RESOURCE_ATTRIBUTES`,
 //! `OTEL_BSP_*`; one export request takes at most
-//! [`OTLP_EXPORT_DEADLINE`](crate::limits::OTLP_EXPORT_DEADLINE).
+//! [`OTLP_EXPORT_DEADLINE`].
 
 use std::sync::OnceLock;
 
