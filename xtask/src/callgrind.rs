@@ -238,7 +238,6 @@ impl CacheLevel {
     }
 }
 
-/// The cargo target directory the release binaries are built in.
 #[cfg(test)]
 mod tests {
     use super::*;
