@@ -19,7 +19,7 @@
 //!   command's build (see [`build_example`]) and runs a short conversation
 //!   with it (`crates/lionagi/examples/demo.rs`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod callgrind;
@@ -162,11 +162,18 @@ pub fn build_example(example: &str, quiet: bool) -> Result<PathBuf, String> {
     std::path::absolute(&binary).map_err(|e| format!("{}: {e}", binary.display()))
 }
 
-/// Cargo's target dir, as the builds started here see it.
+/// Cargo's target dir, as the builds started here see it:
+/// `CARGO_TARGET_DIR`, else the workspace root's `target`. The root is
+/// xtask's parent, not the working directory: `cargo xtask` may be started
+/// from any directory of the workspace, and cargo still builds into the
+/// root's. (A target dir set in a cargo config file is not looked up.)
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("target"))
+        .unwrap_or_else(|| {
+            let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+            xtask.parent().unwrap_or(xtask).join("target")
+        })
 }
 
 fn bench(args: &[String]) -> Result<(), String> {
