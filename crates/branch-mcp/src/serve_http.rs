@@ -14,6 +14,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -271,6 +272,8 @@ impl<A: Ask> BranchServer<A> {
                 .map(|t| Bytes::from(format!("Bearer {}", t.expose()))),
             limits,
             replies: TaskTracker::new(),
+            opening: AtomicUsize::new(0),
+            admitting: tokio::sync::Mutex::new(()),
         }));
 
         let open = Arc::new(Semaphore::new(limits.connections));
@@ -362,6 +365,13 @@ struct GateInner<A: Ask> {
     /// The replies to POSTs still being sent (a call's stream ends with its
     /// answer); stopping waits for them.
     replies: TaskTracker,
+    /// Session opens admitted whose answer is not back yet: they count
+    /// against the cap with the open sessions, so `initialize`s racing on
+    /// several connections cannot pass it together.
+    opening: AtomicUsize,
+    /// Admits one session open at a time (the count and the check are one
+    /// step).
+    admitting: tokio::sync::Mutex<()>,
 }
 
 impl<A: Ask> hyper::service::Service<Request<Incoming>> for Gate<A> {
@@ -417,24 +427,29 @@ impl<A: Ask> GateInner<A> {
         }
         // A POST without a session is an `initialize` (or a stateless
         // request): refused while the sessions are all taken, so one client
-        // cannot hold the server's memory with sessions it never uses. Not
-        // a reservation: initializes racing on several connections can
-        // each pass it, one per connection at most.
+        // cannot hold the server's memory with sessions it never uses.
         let opens_session = request.method() == http::Method::POST
             && !request.headers().contains_key("mcp-session-id");
-        if opens_session && self.sessions.sessions.read().await.len() >= self.limits.sessions {
-            let mut reply = plain(
-                StatusCode::SERVICE_UNAVAILABLE,
-                &format!(
-                    "too many MCP sessions (the cap is {}); try again later",
-                    self.limits.sessions
-                ),
-            );
-            reply
-                .headers_mut()
-                .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
-            return reply;
-        }
+        let _opening = if opens_session {
+            match self.reserve_session().await {
+                Some(opening) => Some(opening),
+                None => {
+                    let mut reply = plain(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        &format!(
+                            "too many MCP sessions (the cap is {}); try again later",
+                            self.limits.sessions
+                        ),
+                    );
+                    reply
+                        .headers_mut()
+                        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+                    return reply;
+                }
+            }
+        } else {
+            None
+        };
         let tracked = (request.method() == http::Method::POST).then(|| self.replies.token());
         let deadline = self.limits.body_timeout;
         let request = request.map(|body| Deadlined::new(body, deadline));
@@ -453,6 +468,34 @@ impl<A: Ask> GateInner<A> {
             }),
             None => reply,
         }
+    }
+}
+
+impl<A: Ask> GateInner<A> {
+    /// A place for one more session, held until rmcp has answered the
+    /// request (by then the session it opened is in the manager's map);
+    /// `None` at the cap.
+    async fn reserve_session(&self) -> Option<Opening<'_>> {
+        let _one_at_a_time = self.admitting.lock().await;
+        // Read before the map: an open that finishes in between is then
+        // counted twice (a refusal early by one), never missed.
+        let opening = self.opening.load(Ordering::SeqCst);
+        let open = self.sessions.sessions.read().await.len();
+        if open.saturating_add(opening) >= self.limits.sessions {
+            return None;
+        }
+        self.opening.fetch_add(1, Ordering::SeqCst);
+        Some(Opening(&self.opening))
+    }
+}
+
+/// One session open admitted and not answered yet; released when the
+/// request is answered or dropped.
+struct Opening<'a>(&'a AtomicUsize);
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

@@ -316,6 +316,47 @@ async fn sessions_beyond_the_cap_wait_for_one_to_close() {
     running.stop().await;
 }
 
+#[tokio::test]
+async fn initializes_racing_on_many_connections_open_no_more_than_the_cap() {
+    let mut limits = HttpLimits::default();
+    limits.sessions = 1;
+    let running = start(with_token().limits(limits), Duration::ZERO).await;
+    let init = serde_json::to_vec(&initialize()).unwrap();
+    // Every head first, each on a connection of its own: the server
+    // admits each request before its body arrives, so all of them are
+    // past the gate before any session exists.
+    let mut racers = Vec::new();
+    for _ in 0..6 {
+        let mut sock = TcpStream::connect(("127.0.0.1", running.port))
+            .await
+            .unwrap();
+        let head = format!(
+            "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: {}\r\n\
+             content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+             connection: close\r\ncontent-length: {}\r\n\r\n",
+            bearer(),
+            init.len()
+        );
+        sock.write_all(head.as_bytes()).await.unwrap();
+        racers.push(sock);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut statuses = Vec::new();
+    for mut sock in racers {
+        // A refused request's connection may be closed already.
+        let _ = sock.write_all(&init).await;
+        let got = read_until_closed(&mut sock, Duration::from_secs(5))
+            .await
+            .expect("every request is answered");
+        statuses.push(got.get(..12).unwrap_or(&got).to_owned());
+    }
+    statuses.sort();
+    let mut expected = vec!["HTTP/1.1 503".to_owned(); 5];
+    expected.insert(0, "HTTP/1.1 200".to_owned());
+    assert_eq!(statuses, expected);
+    running.stop().await;
+}
+
 /// Reads until the server closes the connection or `limit` passes; what
 /// was read, or `None` if it stayed open.
 async fn read_until_closed(sock: &mut TcpStream, limit: Duration) -> Option<String> {
