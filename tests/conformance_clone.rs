@@ -141,7 +141,7 @@ fn single_system_clone(expected: &Value) -> Value {
 fn clone_with_messages_and_tools() {
     let fx = fixture("clone/clone_with_messages_and_tools");
     let src = clone_source();
-    let c = src.clone_branch();
+    let c = src.clone_branch().unwrap();
     let py = ToDictOptions::default();
     let mut cmp = Comparer::new(&fx);
     cmp.check(&fx, "/source_to_dict", &src.to_dict(&py).unwrap());
@@ -206,7 +206,7 @@ fn clone_with_messages_and_tools() {
 fn clone_with_sender() {
     let src = clone_source();
     let sender = uuid::Uuid::new_v4();
-    let c = src.clone_branch_with_sender(sender);
+    let c = src.clone_branch_with_sender(sender).unwrap();
     assert!(
         c.messages()
             .iter()
@@ -245,7 +245,7 @@ fn clone_current_progression_and_no_system() {
     );
     src.msgs_mut()
         .set_view(Some(Progression::from_ids([m1, m3])));
-    let c = src.clone_branch();
+    let c = src.clone_branch().unwrap();
     let view: Vec<String> = c
         .msgs()
         .view()
@@ -286,7 +286,7 @@ fn clone_current_progression_and_no_system() {
 #[test]
 fn clone_to_dict_from_dict_roundtrip() {
     let fx = fixture("clone/clone_to_dict_from_dict_roundtrip");
-    let c = clone_source().clone_branch();
+    let c = clone_source().clone_branch().unwrap();
     let d = c.to_dict(&ToDictOptions::default()).unwrap();
     let r = Branch::from_dict(&d).unwrap();
     let rd = r.to_dict(&ToDictOptions::default()).unwrap();
@@ -331,7 +331,7 @@ async fn clone_excludes_runtime_state() {
         .store(MemoryItem::new("remember me"))
         .await
         .unwrap();
-    let c = src.clone_branch();
+    let c = src.clone_branch().unwrap();
     let f = &fx.output["facts"];
     assert!(
         c.extensions().is_empty(),
@@ -496,7 +496,7 @@ fn clone_forks_cli_models_and_shares_api_models() {
         .chat_model(cli)
         .build()
         .unwrap();
-    let c = b.clone_branch();
+    let c = b.clone_branch().unwrap();
     assert_ne!(c.chat_model().id(), b.chat_model().id());
     assert!(c.chat_model().is_cli());
     assert_eq!(
@@ -505,6 +505,6 @@ fn clone_forks_cli_models_and_shares_api_models() {
     );
     let api: Arc<dyn ChatModel> = Arc::new(ModelConfig::new("openai", "gpt-4.1-mini").unwrap());
     let b = Branch::builder().chat_model(api).build().unwrap();
-    let c = b.clone_branch();
+    let c = b.clone_branch().unwrap();
     assert!(Arc::ptr_eq(c.chat_model(), b.chat_model()));
 }

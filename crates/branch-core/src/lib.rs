@@ -32,6 +32,7 @@ pub mod json_repair;
 pub mod lazy_json;
 mod load;
 pub mod log;
+mod log_settings;
 pub mod memory;
 pub mod message;
 pub mod metadata;

@@ -483,7 +483,8 @@ impl LogExtension {
         }
     }
 
-    fn parse(s: &str) -> Option<Self> {
+    /// `.csv`, `.json` or `.jsonl`, the dot optional (the reference adds it).
+    pub(crate) fn parse(s: &str) -> Option<Self> {
         let s = s.strip_prefix('.').unwrap_or(s);
         Some(match s {
             "csv" => LogExtension::Csv,
@@ -540,55 +541,7 @@ impl Default for DataLoggerConfig {
     }
 }
 
-fn env_var(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-fn env_bool(name: &str, default: bool) -> bool {
-    match env_var(name).map(|v| v.to_ascii_lowercase()) {
-        Some(v) if ["1", "true", "yes", "on"].contains(&v.as_str()) => true,
-        Some(v) if ["0", "false", "no", "off"].contains(&v.as_str()) => false,
-        _ => default,
-    }
-}
-
 impl DataLoggerConfig {
-    /// The settings defaults a branch uses when given no (or an empty)
-    /// configuration: `LOG_PERSIST_DIR`, `LOG_SUBFOLDER`, `LOG_FILE_PREFIX`
-    /// (`log`), `LOG_CAPACITY` (50), `LOG_EXTENSION`, `LOG_USE_TIMESTAMP`,
-    /// `LOG_HASH_DIGITS`, `LOG_AUTO_SAVE_ON_EXIT`, `LOG_CLEAR_AFTER_DUMP`,
-    /// `LOG_REDACT_BINARY`, `LOG_REDACT_BINARY_THRESHOLD` from the
-    /// environment, each falling back to the reference's default.
-    pub fn from_settings() -> Self {
-        let d = Self::default();
-        Self {
-            persist_dir: env_var("LOG_PERSIST_DIR").unwrap_or(d.persist_dir),
-            subfolder: env_var("LOG_SUBFOLDER"),
-            file_prefix: Some(env_var("LOG_FILE_PREFIX").unwrap_or_else(|| "log".into())),
-            capacity: Some(
-                env_var("LOG_CAPACITY")
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(50),
-            ),
-            extension: env_var("LOG_EXTENSION")
-                .and_then(|v| LogExtension::parse(&v))
-                .unwrap_or(d.extension),
-            use_timestamp: env_bool("LOG_USE_TIMESTAMP", true),
-            hash_digits: Some(
-                env_var("LOG_HASH_DIGITS")
-                    .and_then(|v| v.parse().ok())
-                    .filter(|n| *n <= 10)
-                    .unwrap_or(5),
-            ),
-            auto_save_on_exit: env_bool("LOG_AUTO_SAVE_ON_EXIT", true),
-            clear_after_dump: env_bool("LOG_CLEAR_AFTER_DUMP", true),
-            redact_binary: env_bool("LOG_REDACT_BINARY", true),
-            redact_binary_threshold: env_var("LOG_REDACT_BINARY_THRESHOLD")
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(1024),
-        }
-    }
-
     /// Validates a dict configuration against the class defaults (so
     /// `{"capacity": 3}` has no file prefix, as in the reference). Unknown
     /// keys and out-of-range values are errors naming the field.
@@ -863,8 +816,11 @@ pub struct DataLogger {
 }
 
 impl Default for DataLogger {
+    /// An empty logger with the class defaults (no capacity), as the
+    /// reference's `DataLogger()`; a branch's default logger takes the
+    /// settings instead ([`DataLoggerConfig::from_settings`]).
     fn default() -> Self {
-        Self::new(DataLoggerConfig::from_settings())
+        Self::new(DataLoggerConfig::default())
     }
 }
 

@@ -247,7 +247,7 @@ async fn session_references_never_survive_serialization_or_clone() {
         .unwrap();
     let b = h.lock().await;
     let restored = Branch::from_dict(&b.to_dict(&opts()).unwrap()).unwrap();
-    let cloned = b.clone_branch();
+    let cloned = b.clone_branch().unwrap();
     for x in [&restored, &cloned] {
         assert_eq!(x.owning_session(), None);
         assert!(x.observer().is_none());

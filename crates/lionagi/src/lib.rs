@@ -35,7 +35,7 @@
 //! println!("{reply:?}");
 //! let saved = branch.to_dict(&ToDictOptions::default())?;
 //! let restored = Branch::from_dict(&saved)?;
-//! let copy = branch.clone_branch();
+//! let copy = branch.clone_branch()?;
 //! # let _ = (restored, copy);
 //! # Ok(()) }
 //! ```

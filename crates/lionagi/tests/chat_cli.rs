@@ -571,6 +571,24 @@ async fn bad_stores_unknown_conversations_and_no_model_are_explained() {
     assert!(err.contains("--base-url"), "{err}");
 }
 
+/// The log settings come from the working directory's dotenv files too,
+/// and a malformed one stops the command before any request, naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_log_setting_in_a_dotenv_file_is_named() {
+    let sb = Sandbox::new();
+    let server = MockServer::start().await;
+    let url = server.base_url();
+    std::fs::write(sb.dir.join(".env"), "LOG_CAPACITY=fifty\n").unwrap();
+    let out = sb.run(&["--base-url", &url, "hi"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("field `LOG_CAPACITY` must be a whole number, not `fifty`"),
+        "{err}"
+    );
+    assert_eq!(server.request_count(), 0);
+}
+
 /// Waits (without a deadline: the test harness has one) until the server
 /// has received `n` requests.
 async fn requests_reach(server: &MockServer, n: usize) {

@@ -9,7 +9,7 @@ use super::system::{SystemDatetime, SystemSpec, build_system};
 use super::{Branch, ModelManager, Parts};
 use crate::action::{ActionManager, Tool};
 use crate::element::Element;
-use crate::error::Result;
+use crate::error::{BranchError, Result};
 use crate::log::{DataLogger, DataLoggerConfig, Log};
 use crate::memory::MemoryStore;
 use crate::message::{Message, MessageManager, truthy};
@@ -315,7 +315,10 @@ impl BranchBuilder {
         let models = ModelManager::new(chat, parse);
         let mut acts = ActionManager::new();
         acts.register_all(self.tools, false)?;
-        let config = self.log_config.unwrap_or_else(settings_log_config);
+        let config = match self.log_config {
+            Some(config) => config,
+            None => settings_log_config()?,
+        };
         let logger = match self.logs {
             Some(logs) => DataLogger::with_logs(config, logs),
             None => DataLogger::new(config),
@@ -333,12 +336,20 @@ impl BranchBuilder {
     }
 }
 
-/// The settings' log configuration, read from the environment once.
-pub(crate) fn settings_log_config() -> Arc<DataLoggerConfig> {
-    static SETTINGS: OnceLock<Arc<DataLoggerConfig>> = OnceLock::new();
+/// The settings' log configuration, read once per process (as the
+/// reference reads its settings at import); a malformed one is every
+/// default logger's error.
+pub(crate) fn settings_log_config() -> Result<Arc<DataLoggerConfig>> {
+    static SETTINGS: OnceLock<std::result::Result<Arc<DataLoggerConfig>, (String, String)>> =
+        OnceLock::new();
     SETTINGS
-        .get_or_init(|| Arc::new(DataLoggerConfig::from_settings()))
+        .get_or_init(|| match DataLoggerConfig::from_settings() {
+            Ok(config) => Ok(Arc::new(config)),
+            Err(BranchError::InvalidLogConfig { field, reason }) => Err((field, reason)),
+            Err(other) => Err(("log_config".into(), other.to_string())),
+        })
         .clone()
+        .map_err(|(field, reason)| BranchError::InvalidLogConfig { field, reason })
 }
 
 /// A new default chat model from the settings.

@@ -10,6 +10,7 @@ use super::builder::settings_log_config;
 use super::{Branch, ModelManager, Parts};
 use crate::action::ActionManager;
 use crate::element::Element;
+use crate::error::Result;
 use crate::log::DataLogger;
 use crate::message::{Message, MessageContent, MessageManager};
 use crate::metadata::Metadata;
@@ -30,16 +31,21 @@ impl Branch {
     /// Unlike the reference, the system message appears once, and action
     /// requests and responses stay linked to each other's clones (see
     /// docs/compat.md).
-    pub fn clone_branch(&self) -> Branch {
+    ///
+    /// The clone's logger takes the settings' configuration, so malformed
+    /// `LOG_*` settings are its error
+    /// ([`BranchError::InvalidLogConfig`](crate::BranchError::InvalidLogConfig)).
+    pub fn clone_branch(&self) -> Result<Branch> {
         self.clone_branch_as(Participant::Id(self.id()))
     }
 
     /// [`Branch::clone_branch`] with every cloned message sent by `sender`.
-    pub fn clone_branch_with_sender(&self, sender: Uuid) -> Branch {
+    pub fn clone_branch_with_sender(&self, sender: Uuid) -> Result<Branch> {
         self.clone_branch_as(Participant::Id(sender))
     }
 
-    fn clone_branch_as(&self, sender: Participant) -> Branch {
+    fn clone_branch_as(&self, sender: Participant) -> Result<Branch> {
+        let log_config = settings_log_config()?;
         let clone_id = Uuid::new_v4();
         let source_order: Vec<Value> = self
             .messages()
@@ -108,15 +114,15 @@ impl Branch {
             created_at: crate::element::now(),
             metadata,
         };
-        Branch::assemble(Parts {
+        Ok(Branch::assemble(Parts {
             element,
             user: self.user.clone(),
             name: None,
             msgs,
             acts,
             models: ModelManager::new(chat, parse),
-            logger: DataLogger::new(settings_log_config()),
+            logger: DataLogger::new(log_config),
             memory: None,
-        })
+        }))
     }
 }

@@ -568,7 +568,7 @@ impl BranchWire {
 
         let config = match &self.log_config {
             Some(v) if crate::message::truthy(v) => Arc::new(DataLoggerConfig::from_value(v)?),
-            _ => settings_log_config(),
+            _ => settings_log_config()?,
         };
         let logger = match self.logs {
             Some(logs) => DataLogger::with_logs(config, logs),

@@ -23,8 +23,31 @@ pub fn setting(name: &str) -> Option<String> {
     dotenv_setting(&dir, name)
 }
 
+/// The setting `name` as the reference's typed settings read it: the
+/// environment variable if set, even to nothing, else the last definition
+/// in the dotenv files of the working directory, even an empty one (the
+/// caller decides what an empty value means). An environment variable
+/// that is not UTF-8 is an error.
+pub fn setting_as_given(name: &str) -> Result<Option<String>, String> {
+    match std::env::var(name) {
+        Ok(v) => return Ok(Some(v)),
+        Err(std::env::VarError::NotUnicode(_)) => return Err(format!("{name} is not UTF-8")),
+        Err(std::env::VarError::NotPresent) => {}
+    }
+    let Ok(dir) = std::env::current_dir() else {
+        return Ok(None);
+    };
+    Ok(dotenv_definition(&dir, name, true))
+}
+
 /// The last definition of `name` in the dotenv files of `dir`.
 pub fn dotenv_setting(dir: &Path, name: &str) -> Option<String> {
+    dotenv_definition(dir, name, false)
+}
+
+/// The last definition of `name` in the dotenv files of `dir`; with
+/// `keep_empty`, an empty one counts.
+fn dotenv_definition(dir: &Path, name: &str, keep_empty: bool) -> Option<String> {
     let mut found = None;
     for file in DOTENV_FILES {
         let Some(text) = read_dotenv(&dir.join(file)) else {
@@ -32,7 +55,7 @@ pub fn dotenv_setting(dir: &Path, name: &str) -> Option<String> {
         };
         for line in text.lines() {
             if let Some((key, value)) = parse_line(line) {
-                if key.eq_ignore_ascii_case(name) && !value.is_empty() {
+                if key.eq_ignore_ascii_case(name) && (keep_empty || !value.is_empty()) {
                     found = Some(value);
                 }
             }
@@ -115,6 +138,26 @@ mod tests {
         );
         assert_eq!(dotenv_setting(&dir, "x").as_deref(), Some("a b"));
         assert_eq!(dotenv_setting(&dir, "MISSING"), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The typed settings (`LOG_*`) take an empty definition as given; the
+    /// others skip it for an earlier one.
+    #[test]
+    fn an_empty_definition_counts_only_where_asked() {
+        let dir = std::env::temp_dir().join(format!("lionagi-dotenv-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(".env"), "LOG_SUBFOLDER=runs\n").unwrap();
+        std::fs::write(dir.join(".env.local"), "LOG_SUBFOLDER=\n").unwrap();
+        assert_eq!(
+            dotenv_setting(&dir, "LOG_SUBFOLDER").as_deref(),
+            Some("runs")
+        );
+        assert_eq!(
+            dotenv_definition(&dir, "LOG_SUBFOLDER", true).as_deref(),
+            Some("")
+        );
+        assert_eq!(dotenv_definition(&dir, "LOG_CAPACITY", true), None);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -290,7 +290,7 @@ impl Session {
     /// copied messages) and includes the clone.
     pub async fn split(&mut self, id: Uuid) -> Result<SharedBranch, SessionError> {
         let source = self.get(id).ok_or(SessionError::UnknownBranch(id))?;
-        let clone = source.lock().await.clone_branch_with_sender(self.id);
+        let clone = source.lock().await.clone_branch_with_sender(self.id)?;
         let handle = share(clone);
         self.include([Arc::clone(&handle)]).await?;
         Ok(handle)

@@ -852,7 +852,7 @@ async fn run_step(ctx: &Ctx<'_>, st: &mut State, op: &str, args: Value) -> Resul
         }
         "clone" => {
             a.done(op)?;
-            let clone = st.branch.clone_branch();
+            let clone = st.branch.clone_branch().map_err(|e| e.to_string())?;
             let same = clone.chat_model().id() == st.branch.chat_model().id();
             st.branch = clone;
             Ok(json!({"same_chat_model": same}))
