@@ -45,6 +45,7 @@ mod redact;
 mod resources;
 mod serve;
 mod serve_http;
+mod serve_http_body;
 mod serve_progress;
 mod session;
 mod stdio;

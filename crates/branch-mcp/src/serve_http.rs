@@ -37,6 +37,7 @@ use crate::error::McpError;
 use crate::limits;
 use crate::redact::Secret;
 use crate::serve::{Ask, BranchServer};
+use crate::serve_http_body::{Deadlined, Gathered};
 
 /// The one path served; anything else is 404.
 pub const MCP_PATH: &str = "/mcp";
@@ -425,36 +426,33 @@ impl<A: Ask> GateInner<A> {
                 return reply;
             }
         }
-        // A POST without a session is an `initialize` (or a stateless
-        // request): refused while the sessions are all taken, so one client
-        // cannot hold the server's memory with sessions it never uses.
-        let opens_session = request.method() == http::Method::POST
-            && !request.headers().contains_key("mcp-session-id");
-        let _opening = if opens_session {
-            match self.reserve_session().await {
-                Some(opening) => Some(opening),
-                None => {
-                    let mut reply = plain(
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        &format!(
-                            "too many MCP sessions (the cap is {}); try again later",
-                            self.limits.sessions
-                        ),
-                    );
-                    reply
-                        .headers_mut()
-                        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
-                    return reply;
-                }
-            }
-        } else {
-            None
-        };
         let tracked = (request.method() == http::Method::POST).then(|| self.replies.token());
         let deadline = self.limits.body_timeout;
         let request = request.map(|body| Deadlined::new(body, deadline));
         let mut mcp = self.mcp.clone();
-        let reply = match tower_service::Service::call(&mut mcp, request).await {
+        // A POST without a session may be an `initialize`: its body is read
+        // first, and one that may open a session is refused while the
+        // sessions are all taken, so one client cannot hold the server's
+        // memory with sessions it never uses. Other session-less requests
+        // (the stateless protocol's) are not counted.
+        let may_open = request.method() == http::Method::POST
+            && !request.headers().contains_key("mcp-session-id");
+        let reply = if may_open {
+            let (head, body) = request.into_parts();
+            let body = Gathered::read(body, limits::MAX_MESSAGE_BYTES).await;
+            let _opening = if body.may_open_session() {
+                match self.reserve_session().await {
+                    Some(opening) => Some(opening),
+                    None => return self.sessions_taken(),
+                }
+            } else {
+                None
+            };
+            tower_service::Service::call(&mut mcp, Request::from_parts(head, body)).await
+        } else {
+            tower_service::Service::call(&mut mcp, request).await
+        };
+        let reply = match reply {
             Ok(reply) => reply,
             Err(never) => match never {},
         };
@@ -472,6 +470,21 @@ impl<A: Ask> GateInner<A> {
 }
 
 impl<A: Ask> GateInner<A> {
+    /// The answer to a request that would open a session beyond the cap.
+    fn sessions_taken(&self) -> Reply {
+        let mut reply = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "too many MCP sessions (the cap is {}); try again later",
+                self.limits.sessions
+            ),
+        );
+        reply
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("5"));
+        reply
+    }
+
     /// A place for one more session, held until rmcp has answered the
     /// request (by then the session it opened is in the manager's map);
     /// `None` at the cap.
@@ -547,60 +560,6 @@ fn plain(status: StatusCode, text: &str) -> Reply {
         header::HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     reply
-}
-
-/// A request body that fails when it has not arrived whole by its
-/// deadline: a client sending one byte a minute must not hold a session's
-/// request open.
-struct Deadlined {
-    body: Incoming,
-    deadline: Pin<Box<tokio::time::Sleep>>,
-    limit: Duration,
-}
-
-impl Deadlined {
-    fn new(body: Incoming, limit: Duration) -> Self {
-        Self {
-            body,
-            deadline: Box::pin(tokio::time::sleep(limit)),
-            limit,
-        }
-    }
-}
-
-/// A body that did not arrive in time, or broke off.
-#[derive(Debug, thiserror::Error)]
-enum BodyError {
-    #[error("the request body did not arrive within {0:?}")]
-    Late(Duration),
-    #[error("reading the request body: {0}")]
-    Read(#[from] hyper::Error),
-}
-
-impl Body for Deadlined {
-    type Data = Bytes;
-    type Error = BodyError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BodyError>>> {
-        if let Poll::Ready(frame) = Pin::new(&mut self.body).poll_frame(cx) {
-            return Poll::Ready(frame.map(|f| f.map_err(BodyError::from)));
-        }
-        match self.deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Some(Err(BodyError::Late(self.limit)))),
-            Poll::Pending => Poll::Pending,
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
 }
 
 #[cfg(test)]

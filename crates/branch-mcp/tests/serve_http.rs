@@ -302,6 +302,25 @@ async fn sessions_beyond_the_cap_wait_for_one_to_close() {
     )
     .await;
     assert_ne!(inside.status(), 503);
+    // A request of the stateless protocol opens no session: it is served
+    // at the cap.
+    let list = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {"_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {}
+    }}});
+    let stateless = post(
+        &running.url,
+        &[
+            ("authorization", &auth),
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+        ],
+        serde_json::to_vec(&list).unwrap(),
+    )
+    .await;
+    assert_eq!(stateless.status(), 200);
+    let listed = stateless.text().await.unwrap();
+    assert!(listed.contains("\"ask\""), "{listed}");
     // A session closed by its client makes room.
     let closed = reqwest::Client::new()
         .delete(&running.url)
@@ -316,15 +335,14 @@ async fn sessions_beyond_the_cap_wait_for_one_to_close() {
     running.stop().await;
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn initializes_racing_on_many_connections_open_no_more_than_the_cap() {
     let mut limits = HttpLimits::default();
     limits.sessions = 1;
     let running = start(with_token().limits(limits), Duration::ZERO).await;
     let init = serde_json::to_vec(&initialize()).unwrap();
-    // Every head first, each on a connection of its own: the server
-    // admits each request before its body arrives, so all of them are
-    // past the gate before any session exists.
+    // Every head first, each on a connection of its own, then every body
+    // at once: all six are read before any session exists.
     let mut racers = Vec::new();
     for _ in 0..6 {
         let mut sock = TcpStream::connect(("127.0.0.1", running.port))
@@ -341,10 +359,11 @@ async fn initializes_racing_on_many_connections_open_no_more_than_the_cap() {
         racers.push(sock);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
+    for sock in &mut racers {
+        sock.write_all(&init).await.unwrap();
+    }
     let mut statuses = Vec::new();
     for mut sock in racers {
-        // A refused request's connection may be closed already.
-        let _ = sock.write_all(&init).await;
         let got = read_until_closed(&mut sock, Duration::from_secs(5))
             .await
             .expect("every request is answered");
