@@ -483,6 +483,47 @@ async fn stopping_cancels_the_call_being_answered() {
     assert_eq!(answered["content"][0]["text"], json!("cancelled"));
 }
 
+/// In the stateless protocol (2026-07-28) a client cancels a call by
+/// closing its stream: the question being answered is told so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_call_whose_client_hangs_up_is_cancelled() {
+    let running = start(with_token(), Duration::from_secs(60)).await;
+    let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "ask",
+        "arguments": {"question": "long?"},
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }
+    }});
+    let body = serde_json::to_vec(&call).unwrap();
+    let mut sock = TcpStream::connect(("127.0.0.1", running.port))
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\nauthorization: {}\r\n\
+         content-type: application/json\r\naccept: application/json, text/event-stream\r\n\
+         mcp-protocol-version: 2026-07-28\r\nmcp-method: tools/call\r\nmcp-name: ask\r\n\
+         content-length: {}\r\n\r\n",
+        bearer(),
+        body.len()
+    );
+    sock.write_all(head.as_bytes()).await.unwrap();
+    sock.write_all(&body).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!running.cancelled.load(Ordering::SeqCst));
+    drop(sock);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !running.cancelled.load(Ordering::SeqCst) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the call outlived its client"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn beyond_loopback_without_a_token_nothing_is_bound() {
     // Refused before binding: no socket is opened on other interfaces.
