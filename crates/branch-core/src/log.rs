@@ -772,6 +772,46 @@ fn create_file(path: &Path) -> Result<std::fs::File> {
     std::fs::File::create(path).map_err(io)
 }
 
+/// A capacity dump handed to the blocking pool. Tokio drops a blocking
+/// task that has not started when its runtime shuts down; the dump is
+/// then written by its drop (on the thread shutting the runtime down), so
+/// the logs it took from the branch are not lost with it.
+struct QueuedDump {
+    path: PathBuf,
+    content: Option<DumpContent>,
+    count: usize,
+    // Counted until the dump is written (it is dropped after `drop`).
+    _in_flight: DumpInFlight,
+}
+
+/// What a queued dump writes: the logs themselves (moved out of a branch
+/// that clears after a dump), or their text (the branch keeps them).
+enum DumpContent {
+    Logs(Box<Pile<Log>>),
+    Text(Vec<u8>),
+}
+
+impl QueuedDump {
+    /// Writes the dump, once.
+    fn write(&mut self) {
+        let written = match self.content.take() {
+            None => return,
+            Some(DumpContent::Logs(logs)) => write_logs_file(&self.path, &logs),
+            Some(DumpContent::Text(text)) => write_file(&self.path, &text),
+        };
+        if let Err(e) = written {
+            let count = self.count;
+            tracing::error!(error = %e, count, "log dump at capacity failed");
+        }
+    }
+}
+
+impl Drop for QueuedDump {
+    fn drop(&mut self) {
+        self.write();
+    }
+}
+
 /// The capacity dumps a logger has handed to the blocking pool and that
 /// are not written yet (see [`DataLogger::dumps_written`]).
 #[derive(Debug, Default)]
@@ -878,33 +918,28 @@ impl DataLogger {
             }
             return;
         };
-        let in_flight = DumpInFlight::start(&self.dumps);
-        if self.config.clear_after_dump {
+        let content = if self.config.clear_after_dump {
             let empty = Pile::new(self.logs.strict_type());
-            let logs = std::mem::replace(&mut self.logs, empty);
-            handle.spawn_blocking(move || {
-                let _in_flight = in_flight;
-                if let Err(e) = write_logs_file(&path, &logs) {
-                    tracing::error!(error = %e, count, "log dump at capacity failed");
-                }
-            });
-            return;
-        }
-        let mut text = Vec::new();
-        let io = |source| BranchError::LogIo {
-            path: path.clone(),
-            source,
-        };
-        if let Err(e) = write_logs(&self.logs, is_csv(&path), &mut text, io) {
-            tracing::warn!(error = %e, "log dump at capacity failed; logs kept in memory");
-            return;
-        }
-        handle.spawn_blocking(move || {
-            let _in_flight = in_flight;
-            if let Err(e) = write_file(&path, &text) {
-                tracing::error!(error = %e, count, "log dump at capacity failed");
+            DumpContent::Logs(Box::new(std::mem::replace(&mut self.logs, empty)))
+        } else {
+            let mut text = Vec::new();
+            let io = |source| BranchError::LogIo {
+                path: path.clone(),
+                source,
+            };
+            if let Err(e) = write_logs(&self.logs, is_csv(&path), &mut text, io) {
+                tracing::warn!(error = %e, "log dump at capacity failed; logs kept in memory");
+                return;
             }
-        });
+            DumpContent::Text(text)
+        };
+        let mut dump = QueuedDump {
+            path,
+            content: Some(content),
+            count,
+            _in_flight: DumpInFlight::start(&self.dumps),
+        };
+        handle.spawn_blocking(move || dump.write());
     }
 
     /// Waits until every capacity dump this logger (or a clone of it) has
@@ -1024,6 +1059,65 @@ mod tests {
                 assert_eq!((files, lines, logger.logs().len()), (2, 50 + 51, 52));
             }
             logger.dumps_written().await;
+            std::fs::remove_dir_all(dir).unwrap();
+        }
+    }
+
+    /// A dump still queued when its runtime shuts down (tokio drops a
+    /// blocking task that has not started) is written all the same.
+    #[test]
+    fn a_dump_queued_at_shutdown_is_written() {
+        for clear in [true, false] {
+            let dir = std::env::temp_dir().join(format!("lionagi-logs-{}", Uuid::new_v4()));
+            let config = DataLoggerConfig {
+                persist_dir: dir.to_string_lossy().into_owned(),
+                capacity: Some(2),
+                clear_after_dump: clear,
+                ..DataLoggerConfig::default()
+            };
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .max_blocking_threads(1)
+                .build()
+                .unwrap();
+            let mut logger = DataLogger::new(config);
+            let (busy, release) = std::sync::mpsc::channel::<()>();
+            runtime.block_on(async {
+                // The one blocking thread is taken: the dump waits in the queue.
+                let (started, is_started) = tokio::sync::oneshot::channel();
+                tokio::task::spawn_blocking(move || {
+                    let _ = started.send(());
+                    let _ = release.recv();
+                });
+                is_started.await.unwrap();
+                for n in 0..3 {
+                    logger.log(Log::from_json(json!({"n": n})));
+                }
+            });
+            assert!(!dir.exists(), "the dump has not run yet");
+            runtime.shutdown_timeout(std::time::Duration::from_millis(50));
+            // The blocking thread, once free, drops the queued task.
+            drop(busy);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            let text = loop {
+                let file = std::fs::read_dir(&dir)
+                    .ok()
+                    .and_then(|mut files| files.next())
+                    .and_then(|f| std::fs::read_to_string(f.ok()?.path()).ok())
+                    .filter(|text| text.lines().count() == 2);
+                if let Some(text) = file {
+                    break text;
+                }
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the queued dump was lost"
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            };
+            assert!(
+                text.contains(r#""n":0"#) && text.contains(r#""n":1"#),
+                "{text}"
+            );
+            assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
             std::fs::remove_dir_all(dir).unwrap();
         }
     }
