@@ -39,6 +39,13 @@ pub const OTLP_EXPORT_DEADLINE: Duration = Duration::from_secs(10);
 /// `otel`).
 pub const OTLP_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
 
+/// The longest `lionagi chat` and `lionagi mcp serve` wait, at exit and
+/// before `/clear`, for the conversation's log dumps at capacity to be
+/// written (they are written on tokio's blocking pool, which drops a
+/// write not yet started when the runtime shuts down). Past it, a warning
+/// names the directory.
+pub const LOG_DUMP_DEADLINE: Duration = Duration::from_secs(30);
+
 /// The largest collector reply read (feature `otel`): it is a small status
 /// message, and only its status code is used.
 pub const MAX_COLLECTOR_REPLY_BYTES: usize = 64 * 1024;

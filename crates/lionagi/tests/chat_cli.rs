@@ -589,6 +589,49 @@ async fn a_malformed_log_setting_in_a_dotenv_file_is_named() {
     assert_eq!(server.request_count(), 0);
 }
 
+/// The log settings of the working directory's dotenv files apply: logs
+/// past the capacity are dumped where they say, and every dump is on disk
+/// when the command has exited; the store keeps the logs not dumped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_dumps_follow_the_dotenv_settings_and_are_written_before_exit() {
+    let server = MockServer::start().await;
+    server.script((1..=5).map(|n| MockReply::text(&format!("A{n}."))));
+    let sb = Sandbox::new();
+    std::fs::write(
+        sb.dir.join(".env"),
+        "LOG_CAPACITY=2\nLOG_PERSIST_DIR=dumps\nLOG_EXTENSION=jsonl\n",
+    )
+    .unwrap();
+    let url = server.base_url();
+    let db = sb.path("dumps.db");
+    let out = sb
+        .run_with_stdin(
+            &["--base-url", &url, "--store", &db],
+            "Q1?\nQ2?\nQ3?\nQ4?\nQ5?\n",
+        )
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut dumped = Vec::new();
+    for file in std::fs::read_dir(sb.dir.join("dumps")).unwrap() {
+        let path = file.unwrap().path();
+        assert_eq!(path.extension().unwrap(), "jsonl");
+        let lines = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(lines.lines().count(), 2, "{lines}");
+        dumped.extend(lines.lines().map(str::to_owned));
+    }
+    // Two dumps of two logs: the first four turns, each once (a turn's
+    // log holds its request, whose history names the earlier questions).
+    assert_eq!(dumped.len(), 4);
+    for n in 1..=4 {
+        let (this, next) = (format!("Q{n}?"), format!("Q{}?", n + 1));
+        let turn_n = |l: &&String| l.contains(&this) && !l.contains(&next);
+        assert_eq!(dumped.iter().filter(turn_n).count(), 1, "{this}");
+    }
+    let stored = stored_logs(&db).await;
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert!(stored[0].contains("Q5?"));
+}
+
 /// Waits (without a deadline: the test harness has one) until the server
 /// has received `n` requests.
 async fn requests_reach(server: &MockServer, n: usize) {

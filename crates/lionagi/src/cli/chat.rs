@@ -86,6 +86,7 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
     };
     let servers = rt.block_on(mcp_tools::connect(&args.mcp, conv.branch_mut(), hooks))?;
     let result = converse_or_ask(args, rt, &mut conv, &info, servers.as_ref());
+    rt.block_on(conv.dumps_written());
     if let Some(s) = &servers {
         // Every server ends with the session: children reaped, HTTP
         // sessions closed.
@@ -202,6 +203,7 @@ fn converse(
                 },
                 "clear" => {
                     resume_hint(conv, args);
+                    rt.block_on(conv.dumps_written());
                     conv.restart()?;
                     eprintln!("new conversation {}", conv.id());
                     if let Some(s) = servers {

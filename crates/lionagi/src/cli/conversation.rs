@@ -208,6 +208,22 @@ impl Conversation {
         &mut self.branch
     }
 
+    /// Waits, up to [`LOG_DUMP_DEADLINE`](crate::limits::LOG_DUMP_DEADLINE),
+    /// until the log dumps this conversation's branch made at capacity are
+    /// written; past it, says so on stderr. Called before the branch is
+    /// let go (`/clear`, exit).
+    pub(crate) async fn dumps_written(&self) {
+        let deadline = crate::limits::LOG_DUMP_DEADLINE;
+        let written = self.branch.logger().dumps_written();
+        if tokio::time::timeout(deadline, written).await.is_err() {
+            eprintln!(
+                "lionagi: a log dump to {} was not written within {} s",
+                super::shown::printable(&self.branch.logger().config().persist_dir),
+                deadline.as_secs()
+            );
+        }
+    }
+
     /// The conversation's id.
     pub(crate) fn id(&self) -> Uuid {
         self.branch.id()

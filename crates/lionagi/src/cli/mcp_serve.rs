@@ -356,26 +356,22 @@ fn run(args: &[String]) -> Result<(), ChatError> {
             current,
         };
         let server = BranchServer::new(served, description);
-        let Some(serving) = serving else {
-            return server
-                .serve_stdio()
-                .await
-                .map_err(|e| ChatError::Mcp(e.to_string()));
+        let served = match serving {
+            None => server.serve_stdio().await,
+            Some(serving) => {
+                announce(&serving.url())?;
+                server.serve_http(serving, stop_signal()).await
+            }
         };
-        announce(&serving.url())?;
-        server
-            .serve_http(serving, stop_signal())
-            .await
-            .map_err(|e| ChatError::Mcp(e.to_string()))?;
         // The sessions are closed and their calls cancelled; a turn
         // already being recorded holds the conversation until it is.
-        if tokio::time::timeout(RECORD_GRACE, conv.lock())
-            .await
-            .is_err()
-        {
-            eprintln!("lionagi: a turn was still being recorded when the server stopped");
+        match tokio::time::timeout(RECORD_GRACE, conv.lock()).await {
+            Ok(conv) => conv.dumps_written().await,
+            Err(_) => {
+                eprintln!("lionagi: a turn was still being recorded when the server stopped");
+            }
         }
-        Ok(())
+        served.map_err(|e| ChatError::Mcp(e.to_string()))
     })
 }
 
