@@ -24,6 +24,12 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// is sent SIGTERM, and again before SIGKILL (the MCP shutdown sequence).
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
+/// Longest a served call waits for its client's person to answer a
+/// question put to them (MCP elicitation, [`crate::Confirmer`]): a person
+/// reads and decides in minutes, and a client that never answers must not
+/// hold the conversation. Past it the question counts as unanswered.
+pub const CONFIRM_DEADLINE: Duration = Duration::from_secs(600);
+
 /// Largest single JSON-RPC message read from a server (one stdio line, one
 /// HTTP body, one SSE event): larger is refused and ends the connection,
 /// so a hostile server cannot exhaust memory. The server half drops a

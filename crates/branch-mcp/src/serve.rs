@@ -20,6 +20,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::error::McpError;
 use crate::limits;
+use crate::serve_confirm::Confirmer;
 use crate::serve_progress::{ProgressReporter, progress_channel};
 
 /// The longest question accepted (it becomes one instruction).
@@ -32,12 +33,14 @@ pub trait Ask: Send + Sync + 'static {
     /// (`notifications/cancelled`) or goes away: the turn should then stop
     /// and leave nothing recorded, as no one will read its answer.
     /// `progress` carries what the turn is doing to a client that asked to
-    /// hear it.
+    /// hear it; `confirm` puts a question to the person behind the client,
+    /// when the client can show one (MCP elicitation).
     fn ask(
         &self,
         question: String,
         cancelled: Cancelled,
         progress: ProgressReporter,
+        confirm: Confirmer,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>>;
 }
 
@@ -209,7 +212,10 @@ impl<A: Ask> ServerHandler for BranchServer<A> {
         });
         let (progress, sending) =
             progress_channel(context.peer.clone(), context.meta.get_progress_token());
-        let answering = self.asker.ask(question.to_owned(), cancelled, progress);
+        let confirm = Confirmer::new(context.peer.clone());
+        let answering = self
+            .asker
+            .ask(question.to_owned(), cancelled, progress, confirm);
         // The sender goes with the answer: no notification follows the
         // result.
         let answer = self

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use branch_mcp::{
-    Ask, BranchServer, Cancelled, HttpAccess, HttpLimits, HttpServing, McpConfig, McpPolicy,
-    McpServers, Progress, ProgressReporter, Secret,
+    Ask, BranchServer, Cancelled, Confirmer, HttpAccess, HttpLimits, HttpServing, McpConfig,
+    McpPolicy, McpServers, Progress, ProgressReporter, Secret,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -34,6 +34,7 @@ impl Ask for Echo {
         question: String,
         cancelled: Cancelled,
         progress: ProgressReporter,
+        _confirm: Confirmer,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>> {
         Box::pin(async move {
             progress.report("thinking");

@@ -1185,8 +1185,19 @@ async fn served_over_http(
     db: &str,
     model: &MockServer,
 ) -> (tokio::process::Child, String) {
+    served_over_http_with(sb, db, model, &[]).await
+}
+
+/// [`served_over_http`] with `extra` flags.
+async fn served_over_http_with(
+    sb: &Sandbox,
+    db: &str,
+    model: &MockServer,
+    extra: &[String],
+) -> (tokio::process::Child, String) {
     let mut args = serve_args(db, &model.base_url());
     args.extend(["--http".to_owned(), "127.0.0.1:0".to_owned()]);
+    args.extend_from_slice(extra);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut child = sb
         .command(&args)
@@ -1481,5 +1492,172 @@ async fn mcp_serve_leaves_a_tool_call_for_a_person_to_approve() {
             "instruction",
             "assistant"
         ]]
+    );
+}
+
+/// `mcp serve --approve` with a client that shows forms (MCP elicitation):
+/// the person behind it is asked about each tool call in the served call
+/// itself. Dismissing the question leaves the turn paused, as without
+/// elicitation; the next call asks again before its own question, and a
+/// denial reaches the model; "always" is not asked again for that tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_asks_the_clients_person_to_approve_tool_calls() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-serve-elicit-{}", std::process::id());
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
+    let echo = |id: &str, said: &str| MockToolCall {
+        id: id.into(),
+        name: "echo".into(),
+        arguments: json!({ "text": said }),
+    };
+    let mut serve = serve_args(&db, &model.base_url());
+    serve.extend(["--approve".to_owned(), "--mcp".to_owned(), cfg.clone()]);
+    let ask = |question: &'static str, answers: &'static str| {
+        let serve = serve.clone();
+        let python = python.clone();
+        async move {
+            let mut args = vec![question, env!("CARGO_BIN_EXE_lionagi")];
+            args.extend(serve.iter().map(String::as_str));
+            let out = py_client(&python, &args, &[("MCP_ELICIT", answers)]).await;
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+            assert_eq!(got["is_error"], json!(false), "{got}");
+            got
+        }
+    };
+    let choices = json!(["run", "deny", "always"]);
+
+    // Dismissed: the turn waits, as it would for a client without forms.
+    model.push(MockReply::text_and_tool_calls(
+        "Let me echo it.",
+        vec![echo("c1", "hi")],
+    ));
+    let got = ask("Echo hi.", "cancel").await;
+    let question = got["elicited"][0][0].as_str().unwrap();
+    assert!(
+        question.starts_with("tool call: echo {\"text\":\"hi\"}"),
+        "{question}"
+    );
+    assert!(question.ends_with("Run this tool call?"), "{question}");
+    assert_eq!(got["elicited"][0][1], choices);
+    let reply = got["result"][0].as_str().unwrap();
+    assert!(
+        reply.starts_with("Let me echo it.\n\n[the conversation waits"),
+        "{reply}"
+    );
+    assert!(
+        reply.ends_with("(the person dismissed the question)]"),
+        "{reply}"
+    );
+
+    // Denied at the start of the next call: the model hears it, then the
+    // call's own question is answered.
+    model.script([
+        MockReply::text("It was denied."),
+        MockReply::text("Going on."),
+    ]);
+    let got = ask("Go on.", "deny").await;
+    assert_eq!(got["elicited"].as_array().unwrap().len(), 1, "{got}");
+    assert_eq!(got["result"], json!(["Going on."]));
+    let bodies = model.bodies();
+    let follow_up = bodies[bodies.len() - 2].to_string();
+    assert!(follow_up.contains("denied by approval"), "{follow_up}");
+
+    // "Always": asked once, the second call of the tool runs unasked.
+    model.script([
+        MockReply::text_and_tool_calls("Echoing.", vec![echo("c2", "one")]),
+        MockReply::tool_calls(vec![echo("c3", "two")]),
+        MockReply::text("Both echoed."),
+    ]);
+    let got = ask("Echo twice.", "always").await;
+    assert_eq!(got["elicited"].as_array().unwrap().len(), 1, "{got}");
+    assert_eq!(got["result"], json!(["Echoing.\n\nBoth echoed."]));
+    let last = model.bodies().last().unwrap().to_string();
+    assert!(last.contains("one") && last.contains("two"), "{last}");
+
+    let stored = kinds(&db).await;
+    assert_eq!(
+        stored,
+        [[
+            "instruction",
+            "assistant",
+            // Dismissed, then denied: the model was told.
+            "instruction",
+            "assistant",
+            "action_request",
+            "action_response",
+            "instruction",
+            "assistant",
+            "instruction",
+            "assistant",
+            // Approved for always: two calls, one question.
+            "instruction",
+            "assistant",
+            "action_request",
+            "action_response",
+            "instruction",
+            "assistant",
+            "action_request",
+            "action_response",
+            "instruction",
+            "assistant",
+        ]]
+    );
+    assert!(
+        running_with(&tag).is_empty(),
+        "the MCP server outlived the serve"
+    );
+}
+
+/// The same question over Streamable HTTP: the server's request to the
+/// client goes out on the call's own stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_over_http_asks_the_clients_person_to_approve() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-serve-http-elicit-{}", std::process::id());
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
+    let extra = ["--approve".to_owned(), "--mcp".to_owned(), cfg];
+    let (mut serving, url) = served_over_http_with(&sb, &db, &model, &extra).await;
+    model.script([
+        MockReply::text_and_tool_calls(
+            "Let me echo it.",
+            vec![MockToolCall {
+                id: "c1".into(),
+                name: "echo".into(),
+                arguments: json!({"text": "hi"}),
+            }],
+        ),
+        MockReply::text("It echoed hi."),
+    ]);
+    let out = py_client(
+        &python,
+        &["Echo hi.", "--url", &url],
+        &[("MCP_TOKEN", HTTP_TOKEN), ("MCP_ELICIT", "run")],
+    )
+    .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert_eq!(got["elicited"].as_array().unwrap().len(), 1, "{got}");
+    assert_eq!(got["result"], json!(["Let me echo it.\n\nIt echoed hi."]));
+    let pid = serving.id().unwrap().to_string();
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = tokio::time::timeout(Duration::from_secs(20), serving.wait())
+        .await
+        .expect("it stops on SIGTERM")
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_eq!(
+        kinds(&db).await,
+        vec![[&TWO_TURNS[..2], ONE_TOOL_TURN.as_slice()].concat()]
     );
 }

@@ -3,7 +3,10 @@ on the command line over stdio (or reaches the Streamable HTTP server at
 URL, with `Authorization: Bearer $MCP_TOKEN` when that is set), lists its
 tools, calls `ask` once asking for progress, and prints {"tools": [...],
 "is_error": ..., "result": [...], "progress": [[progress, message], ...]}
-as JSON.
+as JSON. With MCP_ELICIT set (comma-separated: a choice's value, or
+`decline` / `cancel`), the client declares it shows forms and answers the
+server's questions in that order; each question is reported under
+"elicited" as [message, [the choices' values]].
 Usage: py_client.py QUESTION COMMAND [ARGS...] | py_client.py QUESTION --url URL"""
 
 import asyncio
@@ -12,7 +15,7 @@ import json
 import os
 import sys
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
 
@@ -32,8 +35,22 @@ async def connected(target):
 
 async def main():
     question, target = sys.argv[1], sys.argv[2:]
+    answers = [a for a in os.environ.get("MCP_ELICIT", "").split(",") if a]
+    elicited = []
+
+    async def elicit(context, params):
+        schema = params.requestedSchema
+        field = schema["properties"]["decision"]
+        values = field.get("enum") or [c["const"] for c in field.get("oneOf", [])]
+        elicited.append([params.message, values])
+        answer = answers.pop(0) if answers else "cancel"
+        if answer in ("decline", "cancel"):
+            return types.ElicitResult(action=answer)
+        return types.ElicitResult(action="accept", content={"decision": answer})
+
+    callback = elicit if os.environ.get("MCP_ELICIT") is not None else None
     async with connected(target) as (read, write):
-        async with ClientSession(read, write) as session:
+        async with ClientSession(read, write, elicitation_callback=callback) as session:
             await session.initialize()
             tools = await session.list_tools()
             progress = []
@@ -49,6 +66,7 @@ async def main():
                 "is_error": result.isError,
                 "result": [c.text for c in result.content if c.type == "text"],
                 "progress": progress,
+                **({"elicited": elicited} if callback else {}),
             }))
 
 

@@ -51,7 +51,7 @@ fn parse_answer(text: &str) -> Option<Answer> {
 
 /// How a proposed call is shown: its name and its arguments as JSON (so
 /// control characters arrive escaped), cut at [`MAX_SHOWN_ARGUMENTS`].
-fn describe(call: &ProposedCall) -> String {
+pub(crate) fn describe(call: &ProposedCall) -> String {
     // JSON escapes C0 controls, not DEL or C1 ones.
     let json = serde_json::to_string(&call.arguments).unwrap_or_default();
     let args = one_line(&json);
@@ -71,6 +71,16 @@ fn describe(call: &ProposedCall) -> String {
 }
 
 impl Approvals {
+    /// Whether `tool` was answered "always".
+    pub(crate) fn is_always(&self, tool: &str) -> bool {
+        self.always.contains(tool)
+    }
+
+    /// `tool` runs without asking from now on.
+    pub(crate) fn approve_always(&mut self, tool: &str) {
+        self.always.insert(tool.to_owned());
+    }
+
     /// The policy the chat's branch runs with.
     pub(crate) fn policy(&self) -> ApprovalPolicy {
         self.always.iter().fold(

@@ -15,8 +15,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use branch_mcp::{
-    Ask, BranchServer, CallEvent, Cancelled, HttpAccess, HttpServing, McpError, McpServers,
-    ProgressReporter, Secret,
+    Ask, BranchServer, CallEvent, Cancelled, Confirmer, HttpAccess, HttpServing, McpError,
+    McpServers, ProgressReporter, Secret,
 };
 use branch_operations::BranchApproval;
 use tokio::sync::Mutex;
@@ -24,6 +24,7 @@ use tokio::sync::Mutex;
 use super::chat_args::{ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
 use super::conversation::Conversation;
+use super::mcp_approve::{self, Settled};
 use super::mcp_tools::{self, ToolHooks};
 use super::turn::{self, Display, Narrator};
 use super::{model_choice, tool_turn};
@@ -36,8 +37,10 @@ Serves the stored conversation over MCP as a tool `ask`: each call is one turn, 
 to the store, with the conversation's own model unless the model flags of `lionagi chat`
 choose another (--provider, --model, --base-url, --endpoint; --max-tokens, --temperature
 and --allow-local-network apply to either). --mcp FILE / --mcp-path / --mcp-local give the
-conversation its own tools; with --approve a turn that calls one is left for a person to
-approve (lionagi chat --resume NAME --approve), and calls are refused until then.
+conversation its own tools; with --approve a turn that calls one asks the client's person
+about each call (MCP elicitation: run, deny, or always for that tool) when the client can
+show forms, and is otherwise left for a person to approve (lionagi chat --resume NAME
+--approve), calls being refused until then.
 
 Over stdio unless:
   --http ADDR          serve Streamable HTTP on ADDR (127.0.0.1:8765; port 0 takes a free
@@ -126,6 +129,7 @@ impl Ask for Served {
         question: String,
         mut cancelled: Cancelled,
         progress: ProgressReporter,
+        confirm: Confirmer,
     ) -> Pin<Box<dyn Future<Output = Result<String, String>> + Send + '_>> {
         Box::pin(async move {
             let dropped = || Err("the call was cancelled; nothing of its turn was kept".into());
@@ -151,7 +155,7 @@ impl Ask for Served {
                 narrator,
                 ..Display::default()
             };
-            let answering = async {
+            let catching_up = async {
                 // Turns another writer stored since the last call come
                 // first; the reloaded branch gets the tools again.
                 let caught_up = conv.catch_up().await.map_err(|e| e.to_string())?;
@@ -160,11 +164,23 @@ impl Ask for Served {
                         .await
                         .map_err(|e| e.to_string())?;
                 }
-                // No turn while one awaits approval: a new question would
-                // follow calls that have no answer.
-                if let Some(waiting) = awaiting_approval(&mut conv)? {
-                    return Err(waiting);
-                }
+                Ok::<_, String>(())
+            };
+            tokio::select! {
+                biased;
+                () = &mut cancelled => return dropped(),
+                caught_up = catching_up => caught_up?,
+            }
+            // No turn while one awaits approval: a new question would
+            // follow calls that have no answer. A client that can be asked
+            // settles it first.
+            if confirm.can_ask() {
+                settle_all(&mut conv, &confirm, &self.info, &quiet, &mut cancelled).await?;
+            }
+            if let Some(waiting) = awaiting_approval(&mut conv)? {
+                return Err(waiting);
+            }
+            let answering = async {
                 match &self.servers {
                     Some(s) => {
                         s.refresh(conv.branch_mut())
@@ -184,19 +200,60 @@ impl Ask for Served {
             // so a turn once answered is recorded whole.
             let answer = tokio::select! {
                 biased;
-                () = cancelled => return dropped(),
+                () = &mut cancelled => return dropped(),
                 answer = answering => answer?,
             };
             quiet.narrate("recording the turn");
             conv.record_turn().await.map_err(|e| e.to_string())?;
-            if answer.paused {
-                // Recorded with its pause; a person decides the calls.
-                if let Some(waiting) = awaiting_approval(&mut conv)? {
-                    return Ok(format!("{}\n\n[{waiting}]", answer.text));
+            if !answer.paused {
+                return Ok(answer.text);
+            }
+            // Recorded with its pause; a person decides the calls: the
+            // client's, when it can be asked.
+            let mut text = answer.text;
+            if confirm.can_ask() {
+                match settle_all(&mut conv, &confirm, &self.info, &quiet, &mut cancelled).await {
+                    Ok(answers) => {
+                        for a in answers.iter().filter(|a| !a.is_empty()) {
+                            text.push_str("\n\n");
+                            text.push_str(a);
+                        }
+                    }
+                    Err(why) => text.push_str(&format!("\n\n[{why}]")),
+                }
+            } else if let Some(waiting) = awaiting_approval(&mut conv)? {
+                text.push_str(&format!("\n\n[{waiting}]"));
+            }
+            Ok(text)
+        })
+    }
+}
+
+/// Settles the paused turn by asking the client's person, and each later
+/// pause of the answers that follow; their texts. `Err` says why the turn
+/// still waits (and how else to settle it).
+async fn settle_all(
+    conv: &mut Conversation,
+    confirm: &Confirmer,
+    info: &ModelInfo,
+    display: &Display,
+    cancelled: &mut Cancelled,
+) -> Result<Vec<String>, String> {
+    let mut answers = Vec::new();
+    loop {
+        match mcp_approve::settle(conv, confirm, info, display, cancelled).await? {
+            Settled::NothingPaused => return Ok(answers),
+            Settled::Answered(answer) => {
+                answers.push(answer.text);
+                if !answer.paused {
+                    return Ok(answers);
                 }
             }
-            Ok(answer.text)
-        })
+            Settled::StillPaused(why) => {
+                let waiting = awaiting_approval(conv)?.unwrap_or_default();
+                return Err(format!("{waiting} ({why})"));
+            }
+        }
     }
 }
 

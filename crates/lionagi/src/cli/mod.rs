@@ -16,6 +16,7 @@ mod chat_args;
 mod chat_error;
 mod conversation;
 mod input;
+mod mcp_approve;
 pub mod mcp_serve;
 mod mcp_tools;
 mod model_choice;
