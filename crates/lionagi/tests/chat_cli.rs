@@ -587,6 +587,21 @@ async fn a_malformed_log_setting_in_a_dotenv_file_is_named() {
         "{err}"
     );
     assert_eq!(server.request_count(), 0);
+    // The environment's name in another case is the same setting, as in
+    // the reference, and wins over the dotenv file.
+    let out = sb
+        .command(&["--base-url", &url, "hi"])
+        .env("log_capacity", "-2")
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("field `LOG_CAPACITY` must not be negative, not `-2`"),
+        "{err}"
+    );
+    assert_eq!(server.request_count(), 0);
 }
 
 /// The log settings of the working directory's dotenv files apply: logs

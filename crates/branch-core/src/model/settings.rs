@@ -24,15 +24,23 @@ pub fn setting(name: &str) -> Option<String> {
 }
 
 /// The setting `name` as the reference's typed settings read it: the
-/// environment variable if set, even to nothing, else the last definition
-/// in the dotenv files of the working directory, even an empty one (the
-/// caller decides what an empty value means). An environment variable
-/// that is not UTF-8 is an error.
+/// environment variable if set, even to nothing (its name in any case when
+/// not in `name`'s), else the last definition in the dotenv files of the
+/// working directory, even an empty one (the caller decides what an empty
+/// value means). An environment variable that is not UTF-8 is an error.
 pub fn setting_as_given(name: &str) -> Result<Option<String>, String> {
+    let not_utf8 = || format!("{name} is not UTF-8");
     match std::env::var(name) {
         Ok(v) => return Ok(Some(v)),
-        Err(std::env::VarError::NotUnicode(_)) => return Err(format!("{name} is not UTF-8")),
+        Err(std::env::VarError::NotUnicode(_)) => return Err(not_utf8()),
         Err(std::env::VarError::NotPresent) => {}
+    }
+    let other_case = std::env::vars_os().find(|(key, _)| {
+        key.to_str()
+            .is_some_and(|key| key.eq_ignore_ascii_case(name))
+    });
+    if let Some((_, value)) = other_case {
+        return value.into_string().map(Some).map_err(|_| not_utf8());
     }
     let Ok(dir) = std::env::current_dir() else {
         return Ok(None);
