@@ -2,10 +2,10 @@
 tests/refdiff/scenarios/ in Python lionagi 0.36.0 against a scripted
 OpenAI-compatible server on 127.0.0.1 and writes one JSON result per scenario.
 
-Protocol with xtask (one process for all scenarios, so the import cost is
-paid once):
+Protocol with xtask (one process for its share of the scenarios, so the
+import cost is paid once per process; xtask starts four):
 
-    driver.py SCENARIO_DIR OUT_DIR
+    driver.py SCENARIO_DIR OUT_DIR [NAME...]
       -> runs every scenario, writes OUT_DIR/<name>.json, prints "READY"
       <- a line "CROSS OTHER_DIR": loads OTHER_DIR/<name>.json's to_dicts
          with Branch.from_dict, writes OUT_DIR/<name>.cross.json

@@ -3,14 +3,22 @@
 //! tests/refdiff/scenarios, or with `--random` N scenarios that
 //! tests/refdiff/randomized.py makes from the seed, in Python lionagi 0.36.0
 //! (a venv created on first use under the target dir) and in lionagi-rs
-//! (`crates/lionagi/examples/refdiff`), one process each, and prints the
-//! comparison; fails when a difference is neither fixed nor documented.
+//! (`crates/lionagi/examples/refdiff`), and prints the comparison; fails
+//! when a difference is neither fixed nor documented. The reference's
+//! scenarios are dealt out among [`REFERENCE_DRIVERS`] Python processes.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
 use crate::{build_example, cargo, run, target_dir};
+
+/// Reference drivers run side by side. The reference's scenarios mostly
+/// wait (its repair backoffs: one scenario sleeps 25 s), so they overlap
+/// well beyond the cores; each driver pays lionagi's import (a few seconds
+/// of CPU). Measured on 2 cores, the 295 scenarios' whole run: one driver
+/// 227 s, two 184 s (the reference's part 67 s), four 166 s (50 s).
+const REFERENCE_DRIVERS: usize = 4;
 
 /// The reference, pinned: the fixtures and docs/compat.md are about it.
 const REFERENCE: &str = "lionagi==0.36.0";
@@ -94,14 +102,17 @@ fn send(child: &mut Child, line: &str, who: &str) -> Result<(), String> {
     stdin.flush().map_err(|e| format!("{who}: {e}"))
 }
 
-/// A directory per side (the reference's, ours) holding the scripted
-/// agent (`fake_agent.sh`) as `claude`, where each driver writes a
+/// A directory per driver (each reference driver's, then ours) holding the
+/// scripted agent (`fake_agent.sh`) as `claude`, where the driver writes a
 /// scenario's agent runs and the agent records its calls.
-fn agent_dirs(work: &Path, suite: &Path) -> Result<(PathBuf, PathBuf), String> {
+fn agent_dirs(work: &Path, suite: &Path, references: usize) -> Result<Vec<PathBuf>, String> {
     let root = work.join("agent");
     let _ = std::fs::remove_dir_all(&root);
-    let dirs = (root.join("reference"), root.join("ours"));
-    for dir in [&dirs.0, &dirs.1] {
+    let mut dirs: Vec<PathBuf> = (0..references)
+        .map(|i| root.join(format!("reference_{i}")))
+        .collect();
+    dirs.push(root.join("ours"));
+    for dir in &dirs {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         let bin = dir.join("claude");
         std::fs::copy(suite.join("fake_agent.sh"), &bin)
@@ -114,6 +125,40 @@ fn agent_dirs(work: &Path, suite: &Path) -> Result<(PathBuf, PathBuf), String> {
         }
     }
     Ok(dirs)
+}
+
+/// The scenarios of `dir` (its `*.json` files), sorted; only those of
+/// `only` when it names any, each of which must be there.
+fn scenario_names(dir: &Path, only: &[String]) -> Result<Vec<String>, String> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path.extension().is_some_and(|e| e == "json") {
+            if let Some(stem) = path.file_stem().and_then(|s| s.to_str()) {
+                names.push(stem.to_owned());
+            }
+        }
+    }
+    names.sort();
+    if let Some(missing) = only.iter().find(|o| !names.contains(o)) {
+        return Err(format!("no scenario {missing} in {}", dir.display()));
+    }
+    if !only.is_empty() {
+        names.retain(|n| only.contains(n));
+    }
+    Ok(names)
+}
+
+/// `names` dealt out to `drivers` lists in turn, so that neighbours (often
+/// alike in cost) go to different drivers.
+fn deal(names: &[String], drivers: usize) -> Vec<Vec<String>> {
+    let drivers = drivers.max(1);
+    let mut hands = vec![Vec::new(); drivers];
+    for (i, name) in names.iter().enumerate() {
+        hands[i % drivers].push(name.clone());
+    }
+    hands.retain(|h| !h.is_empty());
+    hands
 }
 
 /// What to run: the committed scenarios, or random ones.
@@ -203,54 +248,82 @@ pub fn refdiff(args: &[String]) -> Result<(), String> {
         }
     };
 
-    // The reference's working directory is a scratch dir, so nothing it
-    // might write lands in the repository.
-    let scratch = work.join("scratch");
-    std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
-    let agents = agent_dirs(&work, &suite)?;
-    let (mut py, mut py_stdout) = spawn(
-        Command::new(&python)
-            .arg(suite.join("driver.py"))
-            .arg(&scenarios)
-            .arg(&py_out)
-            .args(names)
-            .current_dir(&scratch)
-            .env("LOG_AUTO_SAVE_ON_EXIT", "false")
-            .env("TIKTOKEN_CACHE_DIR", work.join("tiktoken"))
-            .env("REFDIFF_O200K", &o200k)
-            .env("REFDIFF_AGENT", &agents.0)
-            .env_remove("OPENAI_API_KEY")
-            .env_remove("LIONAGI_CHAT_PROVIDER")
-            .env_remove("LIONAGI_CHAT_MODEL"),
-        "the reference driver",
-    )?;
-    wait_for(&mut py_stdout, "READY", "the reference driver")?;
+    let all = scenario_names(&scenarios, names)?;
+    if all.is_empty() {
+        return Err(format!("no scenarios in {}", scenarios.display()));
+    }
+    let hands = deal(&all, REFERENCE_DRIVERS);
+    let agents = agent_dirs(&work, &suite, hands.len())?;
+    let started = std::time::Instant::now();
+    let mut references = Vec::new();
+    for (i, hand) in hands.iter().enumerate() {
+        // Each reference driver works in a scratch dir of its own, so
+        // nothing it might write lands in the repository or meets the
+        // other's; tiktoken's cache is written on first use, so each has
+        // its own.
+        let scratch = work.join("scratch").join(i.to_string());
+        std::fs::create_dir_all(&scratch).map_err(|e| e.to_string())?;
+        let who = format!("the reference driver {}", i + 1);
+        let (child, stdout) = spawn(
+            Command::new(&python)
+                .arg(suite.join("driver.py"))
+                .arg(&scenarios)
+                .arg(&py_out)
+                .args(hand)
+                .current_dir(&scratch)
+                .env("LOG_AUTO_SAVE_ON_EXIT", "false")
+                .env(
+                    "TIKTOKEN_CACHE_DIR",
+                    work.join("tiktoken").join(i.to_string()),
+                )
+                .env("REFDIFF_O200K", &o200k)
+                .env("REFDIFF_AGENT", &agents[i])
+                .env_remove("OPENAI_API_KEY")
+                .env_remove("LIONAGI_CHAT_PROVIDER")
+                .env_remove("LIONAGI_CHAT_MODEL"),
+            &who,
+        )?;
+        references.push((child, stdout, who));
+    }
+    for (_, stdout, who) in &mut references {
+        wait_for(stdout, "READY", who)?;
+    }
+    let reference_ran = started.elapsed();
 
+    let ours = agents.last().ok_or("no agent directory for our driver")?;
     let (mut rs, mut rs_stdout) = spawn(
         Command::new(&driver)
             .arg(&scenarios)
             .arg(suite.join("library.json"))
             .arg(&rs_out)
             .arg(&py_out)
-            .args(names)
+            .args(&all)
             .env("LOG_AUTO_SAVE_ON_EXIT", "false")
-            .env("REFDIFF_AGENT", &agents.1)
-            .env("LIONAGI_CLAUDE_BIN", agents.1.join("claude"))
+            .env("REFDIFF_AGENT", ours)
+            .env("LIONAGI_CLAUDE_BIN", ours.join("claude"))
             .env_remove("OPENAI_API_KEY"),
         "the lionagi-rs driver",
     )?;
     wait_for(&mut rs_stdout, "READY", "the lionagi-rs driver")?;
+    println!(
+        "refdiff: the reference ran {} scenarios in {:.1} s ({} drivers), ours in {:.1} s",
+        all.len(),
+        reference_ran.as_secs_f64(),
+        hands.len(),
+        (started.elapsed() - reference_ran).as_secs_f64()
+    );
 
-    send(
-        &mut py,
-        &format!("CROSS {}", rs_out.display()),
-        "the reference driver",
-    )?;
-    wait_for(&mut py_stdout, "CROSSED", "the reference driver")?;
-    drop(py.stdin.take());
-    let status = py.wait().map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!("the reference driver failed with {status}"));
+    let cross = format!("CROSS {}", rs_out.display());
+    for (child, _, who) in &mut references {
+        send(child, &cross, who)?;
+    }
+    for (mut child, mut stdout, who) in references {
+        wait_for(&mut stdout, "CROSSED", &who)?;
+        drop(child.stdin.take());
+        let status = child.wait().map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("{who} failed with {status}"));
+        }
     }
 
     send(&mut rs, "COMPARE", "the lionagi-rs driver")?;
@@ -276,6 +349,15 @@ mod tests {
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn scenarios_are_dealt_out_in_turn() {
+        let names: Vec<String> = (0..5).map(|i| i.to_string()).collect();
+        assert_eq!(deal(&names, 2), [args(&["0", "2", "4"]), args(&["1", "3"])]);
+        assert_eq!(deal(&names[..1], 4), [args(&["0"])]);
+        assert_eq!(deal(&names[..2], 0), [args(&["0", "1"])]);
+        assert!(deal(&[], 2).is_empty());
     }
 
     #[test]
