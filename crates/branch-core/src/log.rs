@@ -774,7 +774,8 @@ fn create_file(path: &Path) -> Result<std::fs::File> {
 
 /// A capacity dump handed to the blocking pool. Tokio drops a blocking
 /// task that has not started when its runtime shuts down; the dump is
-/// then written by its drop (on the thread shutting the runtime down), so
+/// then written by its drop (on whichever thread drops the task: a pool
+/// thread draining its queue, or the one shutting the runtime down), so
 /// the logs it took from the branch are not lost with it.
 struct QueuedDump {
     path: PathBuf,
