@@ -2,7 +2,7 @@
 # every scenario must come out the same as the reference or fall under a
 # documented departure (docs/compat.md); anything else fails CI. The venv
 # with the reference is created under the target dir on first use (PyPI);
-# the report's last line is the count of scenarios and of each outcome.
+# the report's lines say how long each side took and count the outcomes.
 # Then random conversations (tests/refdiff/randomized.py), seeded by the
 # commit under test: each commit is checked on conversations the ones
 # before it were not, and the same commit always on the same ones (the
@@ -14,7 +14,7 @@ if ! cargo xtask refdiff >"$refdiff_log" 2>&1; then
     echo "refdiff: a difference from the reference is neither fixed nor documented" >&2
     exit 1
 fi
-grep '^refdiff: ' "$refdiff_log" | tail -n 1
+grep '^refdiff: ' "$refdiff_log"
 
 # The first eight hex digits of the commit, as a number; a tree without
 # git history (an exported copy) uses a fixed seed.
