@@ -170,10 +170,14 @@ pub fn build_example(example: &str, quiet: bool) -> Result<PathBuf, String> {
 pub fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
-            xtask.parent().unwrap_or(xtask).join("target")
-        })
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// The workspace's root directory: xtask's parent, whatever directory
+/// `cargo xtask` was started from.
+pub fn workspace_root() -> PathBuf {
+    let xtask = Path::new(env!("CARGO_MANIFEST_DIR"));
+    xtask.parent().unwrap_or(xtask).to_path_buf()
 }
 
 fn bench(args: &[String]) -> Result<(), String> {

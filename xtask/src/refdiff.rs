@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 
-use crate::{build_example, cargo, run, target_dir};
+use crate::{build_example, cargo, run, target_dir, workspace_root};
 
 /// Reference drivers run side by side. The reference's scenarios mostly
 /// wait (its repair backoffs: one scenario sleeps 25 s), so they overlap
@@ -212,14 +212,9 @@ fn clock_seed() -> u64 {
 pub fn refdiff(args: &[String]) -> Result<(), String> {
     let Plan { random, names } = plan(args)?;
     let names = &names[..];
-    let root = std::env::current_dir().map_err(|e| e.to_string())?;
-    let suite = root.join("tests/refdiff");
-    let target = target_dir();
-    let target = if target.is_absolute() {
-        target
-    } else {
-        root.join(target)
-    };
+    let suite = workspace_root().join("tests/refdiff");
+    // A relative CARGO_TARGET_DIR is cargo's from the working directory.
+    let target = std::path::absolute(target_dir()).map_err(|e| e.to_string())?;
     let work = target.join("refdiff");
     std::fs::create_dir_all(&work).map_err(|e| format!("{}: {e}", work.display()))?;
     let python = venv(&work)?;
