@@ -384,13 +384,17 @@ pub fn store_roundtrip(data: &[u8]) {
                     since, stored_turn,
                     "load_since did not give the appended turn"
                 );
-                // The same turn recorded with the whole branch's metadata
-                // and logs (the skeleton's replaced in place, the logs the
-                // head lacks appended or replaced) loads as the whole; the
-                // head lacks the last log too, if there is one.
-                let head = without_last(&head_doc, "logs")
+                // The same turn recorded with the whole branch's head
+                // (every skeleton entry but the piles replaced in place)
+                // and logs (those the stored head lacks appended or
+                // replaced) loads as the whole; the stored head lacks the
+                // last log too, if there is one, and has another name and
+                // user.
+                let mut head = without_last(&head_doc, "logs")
                     .and_then(|d| Branch::from_dict(&d).ok())
                     .unwrap_or(head);
+                head.set_name(Some("a name the whole branch replaces".into()));
+                head.set_user(Some("a user the whole branch replaces".into()));
                 store
                     .save(&head)
                     .await

@@ -959,6 +959,78 @@ async fn a_turn_its_metadata_and_its_logs_are_stored_together<S: UnderTest>(stor
     assert!(store.consistency().await.is_empty());
 }
 
+/// A recorded turn stores the rest of the branch as it is now, as a whole
+/// save would: a new name (listed too), a user, another chat model, a
+/// parse model that became distinct and then the chat model again, and a
+/// curated view set and cleared between turns, which later unrecorded
+/// turns extend or not as the live branch does.
+async fn a_recorded_turn_stores_the_renamed_branch_its_models_and_view<S: UnderTest>(store: S) {
+    let mut live = common::conversation(1);
+    store.save(&live).await.unwrap();
+    let id = live.id();
+    let (_, mut version) = store.load_versioned(id).await.unwrap();
+    let answer = |live: &mut Branch, text: &str| {
+        let m = live.msgs_mut().add_message(Message::assistant(text));
+        vec![live.messages().get(&m).unwrap().clone()]
+    };
+    let model = |name: &str| {
+        let config = ModelConfig::builder()
+            .provider("openai")
+            .model(name)
+            .build()
+            .unwrap();
+        Branch::builder()
+            .chat_model(config)
+            .build()
+            .unwrap()
+            .chat_model()
+            .clone()
+    };
+    let stored_is_live = |loaded: &Branch, live: &Branch, what: &str| {
+        assert_eq!(
+            loaded.to_dict(&full()).unwrap(),
+            live.to_dict(&full()).unwrap(),
+            "{what}"
+        );
+    };
+
+    live.set_name(Some("renamed".into()));
+    live.set_user(Some("someone".into()));
+    live.set_chat_model(model("gpt-4.1-nano"));
+    let keep: Vec<Uuid> = live.messages().iter().map(|m| m.id()).collect();
+    live.msgs_mut().set_view(Some(Progression::from_ids(keep)));
+    let turn = answer(&mut live, "first");
+    version = store.record_turn_at(&live, version, &turn).await.unwrap();
+    stored_is_live(&store.load(id).await.unwrap(), &live, "renamed");
+    assert!(
+        live.to_dict(&full()).unwrap().get("parse_model").is_some(),
+        "the old chat model stays the parse model"
+    );
+    let listed = store.list().await.unwrap();
+    assert_eq!(listed[0].name.as_deref(), Some("renamed"));
+
+    // A turn appended without the branch extends the view it now has.
+    let turn = answer(&mut live, "unrecorded");
+    version = store.append_turn_at(id, version, &turn).await.unwrap();
+    stored_is_live(&store.load(id).await.unwrap(), &live, "view extended");
+
+    // The parse model the chat model again, the view and the name gone.
+    let chat = live.chat_model().clone();
+    live.set_parse_model(chat);
+    live.msgs_mut().set_view(None);
+    live.set_name(None);
+    live.set_user(None);
+    let turn = answer(&mut live, "second");
+    version = store.record_turn_at(&live, version, &turn).await.unwrap();
+    stored_is_live(&store.load(id).await.unwrap(), &live, "cleared");
+    assert!(live.to_dict(&full()).unwrap().get("parse_model").is_none());
+    assert_eq!(store.list().await.unwrap()[0].name, None);
+    let turn = answer(&mut live, "unrecorded again");
+    store.append_turn_at(id, version, &turn).await.unwrap();
+    stored_is_live(&store.load(id).await.unwrap(), &live, "no view to extend");
+    assert!(store.consistency().await.is_empty());
+}
+
 /// A cached copy catches up from its message count.
 async fn load_since_returns_only_newer_messages<S: UnderTest>(store: S) {
     let mut live = common::conversation(2);
@@ -1130,6 +1202,7 @@ contract!(
     versions_detect_concurrent_writers,
     save_at_writes_only_on_the_expected_version,
     a_turn_its_metadata_and_its_logs_are_stored_together,
+    a_recorded_turn_stores_the_renamed_branch_its_models_and_view,
     load_since_returns_only_newer_messages,
     racing_writers_lose_no_turn,
 );

@@ -100,6 +100,8 @@ struct BranchOut<'a> {
     opts: &'a ToDictOptions,
     chat: Value,
     parse: Option<Value>,
+    /// Leave out the piles and `system` ([`Branch::head_json`]).
+    head_only: bool,
 }
 
 /// Branch metadata with the typed entries folded back in.
@@ -150,12 +152,14 @@ impl Serialize for BranchOut<'_> {
             m.serialize_entry(key, &BranchMetadata(b))?;
         }
         let pile = b.msgs.messages();
-        if pile.is_empty() {
-            m.serialize_entry("messages", &EmptyPile)?;
-        } else {
-            m.serialize_entry("messages", &MessagePileOut { pile, meta: nested })?;
+        if !self.head_only {
+            if pile.is_empty() {
+                m.serialize_entry("messages", &EmptyPile)?;
+            } else {
+                m.serialize_entry("messages", &MessagePileOut { pile, meta: nested })?;
+            }
         }
-        if self.opts.include_logs && !b.logger.logs().is_empty() {
+        if !self.head_only && self.opts.include_logs && !b.logger.logs().is_empty() {
             m.serialize_entry(
                 "logs",
                 &PileOut {
@@ -164,7 +168,7 @@ impl Serialize for BranchOut<'_> {
                 },
             )?;
         }
-        if let Some(system) = b.msgs.system() {
+        if let Some(system) = b.msgs.system().filter(|_| !self.head_only) {
             m.serialize_entry(
                 "system",
                 &MessageOut {
@@ -264,22 +268,31 @@ impl Branch {
                 opts,
                 chat,
                 parse,
+                head_only: false,
             },
             "branch",
         )
     }
 
-    /// The `metadata` entry of [`Branch::to_dict`] (python or json mode)
-    /// alone, as JSON text: what a store that appends turns writes when a
-    /// turn changed the metadata (a CLI agent's session), without
-    /// serializing every message again.
-    pub fn metadata_json(&self) -> Result<String> {
-        crate::load::to_vec(&BranchMetadata(self), "metadata").and_then(|bytes| {
-            String::from_utf8(bytes).map_err(|e| BranchError::Serialize {
-                path: "metadata".into(),
-                reason: e.to_string(),
-            })
-        })
+    /// [`Branch::to_dict`] without `messages`, `logs` and `system`, as
+    /// JSON bytes: every other entry (metadata, user, name, models, log
+    /// configuration) as `to_dict` writes it, in its order. What a store
+    /// that appends turns writes beside a turn's messages, so a turn that
+    /// renamed the branch, changed its user or models or its metadata (a
+    /// CLI agent's session) is stored without serializing every message
+    /// again.
+    pub fn head_json(&self, opts: &ToDictOptions) -> Result<Vec<u8>> {
+        let (chat, parse) = self.model_dicts(opts);
+        crate::load::to_vec(
+            &BranchOut {
+                branch: self,
+                opts,
+                chat,
+                parse,
+                head_only: true,
+            },
+            "branch",
+        )
     }
 
     /// [`Branch::to_dict`] written straight to JSON bytes, without building
@@ -292,6 +305,7 @@ impl Branch {
                 opts,
                 chat,
                 parse,
+                head_only: false,
             },
             "branch",
         )

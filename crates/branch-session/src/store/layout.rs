@@ -159,6 +159,27 @@ fn raw_map(text: &str) -> Result<RawMap<'_>, String> {
     serde_json::from_str(text).map_err(|e| e.to_string())
 }
 
+/// The branch's `name` entry.
+fn name_of(top: &RawMap<'_>) -> Result<Option<String>, String> {
+    match top.get("name") {
+        Some(v) => {
+            serde_json::from_str::<Option<String>>(v.get()).map_err(|e| format!("`name`: {e}"))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Whether the branch has a curated view (`metadata.current_progression`).
+fn has_view(top: &RawMap<'_>) -> Result<bool, String> {
+    Ok(match top.get("metadata") {
+        Some(m) => raw_map(m.get())
+            .map_err(|e| format!("`metadata`: {e}"))?
+            .get("current_progression")
+            .is_some_and(|v| v.get() != "null"),
+        None => false,
+    })
+}
+
 /// Splits `to_dict` JSON text. `empty_pile` gives the pile's full JSON when
 /// `to_dict` wrote the bare empty form (which carries no pile id), so the
 /// pile keeps its identity once messages are appended.
@@ -173,19 +194,8 @@ pub(crate) fn split_json(
         .and_then(|v| serde_json::from_str::<Cow<'_, str>>(v.get()).ok())
         .and_then(|s| Uuid::parse_str(&s).ok())
         .ok_or("`id` is missing or not a UUID")?;
-    let name = match top.get("name") {
-        Some(v) => {
-            serde_json::from_str::<Option<String>>(v.get()).map_err(|e| format!("`name`: {e}"))?
-        }
-        None => None,
-    };
-    let has_view = match top.get("metadata") {
-        Some(m) => raw_map(m.get())
-            .map_err(|e| format!("`metadata`: {e}"))?
-            .get("current_progression")
-            .is_some_and(|v| v.get() != "null"),
-        None => false,
-    };
+    let name = name_of(&top)?;
+    let has_view = has_view(&top)?;
 
     let filled;
     let mut pile_text = top.get("messages").ok_or("`messages` is missing")?.get();
@@ -447,22 +457,44 @@ pub(crate) fn extend_view(skeleton: &str, added: &[String]) -> Result<String, St
     serde_json::to_string(&v).map_err(|e| e.to_string())
 }
 
-/// The skeleton with its `metadata` replaced by `metadata` (the branch's
-/// `Branch::metadata_json`, a JSON object), every other entry kept as
-/// stored, in its place.
-pub(crate) fn with_metadata(skeleton: &str, metadata: &str) -> Result<String, String> {
-    let metadata: &RawValue = serde_json::from_str(metadata).map_err(|e| e.to_string())?;
-    if !metadata.get().trim_start().starts_with('{') {
-        return Err("the branch's metadata is not a JSON object".into());
-    }
-    let mut map = raw_map(skeleton)?;
-    match map.get_mut("metadata") {
-        Some(slot) => *slot = metadata,
-        None => {
-            map.insert(Cow::Borrowed("metadata"), metadata);
+/// A stored skeleton brought up to a live branch's head, and the columns
+/// kept beside it.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Headed {
+    pub skeleton: String,
+    pub name: Option<String>,
+    pub has_view: bool,
+}
+
+/// The skeleton with every entry but its piles (`messages`, `logs`) taken
+/// from `head` (the branch's `Branch::head_json`), in the stored order;
+/// an entry the head no longer has is dropped (a parse model that became
+/// the chat model), and one the skeleton lacked goes at the end, where
+/// `to_dict` writes the models.
+pub(crate) fn with_head(skeleton: &str, head: &[u8]) -> Result<Headed, String> {
+    let head = std::str::from_utf8(head).map_err(|e| e.to_string())?;
+    let head = raw_map(head).map_err(|e| format!("the branch's head: {e}"))?;
+    let stored = raw_map(skeleton)?;
+    let mut out: RawMap<'_> = IndexMap::with_capacity(stored.len().max(head.len()));
+    for (k, v) in &stored {
+        let v = match k.as_ref() {
+            "messages" | "logs" => Some(*v),
+            _ => head.get(k).copied(),
+        };
+        if let Some(v) = v {
+            out.insert(k.clone(), v);
         }
     }
-    serde_json::to_string(&map).map_err(|e| e.to_string())
+    for (k, v) in &head {
+        if !out.contains_key(k) {
+            out.insert(k.clone(), v);
+        }
+    }
+    Ok(Headed {
+        skeleton: serde_json::to_string(&out).map_err(|e| e.to_string())?,
+        name: name_of(&head)?,
+        has_view: has_view(&head)?,
+    })
 }
 
 /// The id of the log pile the skeleton holds the header of, if any.
@@ -646,16 +678,36 @@ mod tests {
     }
 
     #[test]
-    fn metadata_is_replaced_in_place_and_the_rest_kept_byte_for_byte() {
-        let skeleton = r#"{"id":"b","metadata":{"a":1},"logs":{"x":[1.50,2]},"user":null}"#;
-        let out = with_metadata(skeleton, r#"{"a":2,"cli_session_id":"s"}"#).unwrap();
-        assert_eq!(
-            out,
-            r#"{"id":"b","metadata":{"a":2,"cli_session_id":"s"},"logs":{"x":[1.50,2]},"user":null}"#
+    fn the_head_replaces_every_entry_but_the_piles_in_place() {
+        let skeleton = concat!(
+            r#"{"id":"b","metadata":{"a":1},"user":null,"name":"old","#,
+            r#""messages":{"m":[1.50]},"logs":{"x":[1.50,2]},"chat_model":{"p":1},"#,
+            r#""parse_model":{"p":2}}"#
         );
-        assert!(with_metadata(skeleton, "[1]").is_err());
-        assert!(with_metadata(skeleton, "{").is_err());
-        assert!(with_metadata("not json", "{}").is_err());
+        // Renamed, a view set, a user, another chat model, the parse
+        // model now the chat model, and a key the skeleton lacked.
+        let head = concat!(
+            r#"{"id":"b","metadata":{"a":2,"current_progression":{"order":[]}},"#,
+            r#""user":"u","name":"new","log_config":{},"chat_model":{"p":3}}"#
+        );
+        let out = with_head(skeleton, head.as_bytes()).unwrap();
+        assert_eq!(
+            out.skeleton,
+            concat!(
+                r#"{"id":"b","metadata":{"a":2,"current_progression":{"order":[]}},"#,
+                r#""user":"u","name":"new","messages":{"m":[1.50]},"logs":{"x":[1.50,2]},"#,
+                r#""chat_model":{"p":3},"log_config":{}}"#
+            )
+        );
+        assert_eq!(out.name.as_deref(), Some("new"));
+        assert!(out.has_view);
+        let plain = with_head(skeleton, br#"{"id":"b","metadata":{},"name":null}"#).unwrap();
+        assert_eq!(plain.name, None);
+        assert!(!plain.has_view);
+        assert!(with_head(skeleton, b"[1]").is_err());
+        assert!(with_head(skeleton, b"{").is_err());
+        assert!(with_head(skeleton, br#"{"name":3}"#).is_err());
+        assert!(with_head("not json", b"{}").is_err());
     }
 
     #[test]

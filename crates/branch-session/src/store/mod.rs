@@ -103,14 +103,16 @@ pub trait BranchStore: Send + Sync {
 
     /// [`BranchStore::append_turn_at`] for a live branch: `messages` (the
     /// ones the store lacks, as for `append_turn`) are appended, and the
-    /// branch's metadata and logs are stored as they are now, in the same
+    /// rest of the branch (metadata and curated view, user, name, models,
+    /// log settings, logs) is stored as it is now, in the same
     /// transaction, without writing the earlier messages again. Logs past
     /// the stored ones are appended; when the logger holds another pile
     /// than the stored one, or fewer logs (it was cleared after a capacity
     /// dump, whose file keeps the old ones), the stored logs are replaced
-    /// by the branch's, as a whole save would. The rest of the skeleton
-    /// (name, models, settings) stays as the last whole save wrote it.
-    /// Returns the branch's new version.
+    /// by the branch's, as a whole save would. A changed system message is
+    /// refused among `messages` ([`StoreError::SystemInTurn`]): it moves to
+    /// the front, which only a whole save writes. Returns the branch's new
+    /// version.
     async fn record_turn_at(
         &self,
         branch: &Branch,

@@ -306,8 +306,8 @@ impl BranchStore for SqliteStore {
     ) -> Result<u64, StoreError> {
         let branch_id = branch.id();
         let rows = layout::turn_rows(branch_id, messages)?;
-        let metadata = branch
-            .metadata_json()
+        let head = branch
+            .head_json(&layout::save_options())
             .map_err(|source| StoreError::Branch {
                 id: branch_id,
                 source,
@@ -327,7 +327,7 @@ impl BranchStore for SqliteStore {
         self.pool
             .run(move |c, p| {
                 let at = Some(expected_version);
-                append_rows(c, p, branch_id, at, &rows, Some((&metadata, &logs)), now)
+                append_rows(c, p, branch_id, at, &rows, Some((&head, &logs)), now)
             })
             .await
     }
@@ -512,7 +512,7 @@ impl BranchStore for SqliteStore {
 
 /// One turn's rows, in one immediate transaction: in-place replacements
 /// and appends, the count, the view and the version; `with` the branch's
-/// metadata and its logs to write. With `expected`, a branch at another
+/// head (`Branch::head_json`) and its logs to write. With `expected`, a branch at another
 /// version is left alone ([`StoreError::Conflict`]).
 fn append_rows(
     c: &mut rusqlite::Connection,
@@ -520,7 +520,7 @@ fn append_rows(
     branch_id: Uuid,
     expected: Option<u64>,
     rows: &[(String, String)],
-    with: Option<(&str, &LogsWrite)>,
+    with: Option<(&[u8], &LogsWrite)>,
     now: f64,
 ) -> Result<u64, StoreError> {
     let err = |e| sql_err(p, format!("append a turn to branch {branch_id}"), e);
@@ -600,15 +600,12 @@ fn append_rows(
         what: format!("branch {branch_id}"),
         reason,
     };
-    let viewed = if has_view && !added.is_empty() {
-        Some(layout::extend_view(&skeleton, &added).map_err(corrupt)?)
-    } else {
-        None
-    };
-    let skeleton = match with {
-        Some((metadata, logs)) => {
-            let mut s = layout::with_metadata(viewed.as_deref().unwrap_or(&skeleton), metadata)
-                .map_err(corrupt)?;
+    let (skeleton, columns) = match with {
+        Some((head, logs)) => {
+            // The live metadata holds the view with this turn's messages
+            // already, so the stored one is replaced, not extended.
+            let headed = layout::with_head(&skeleton, head).map_err(corrupt)?;
+            let mut s = headed.skeleton;
             if let Some(header) = &logs.header {
                 s = layout::with_logs_header(&s, header).map_err(corrupt)?;
                 tx.execute("DELETE FROM logs WHERE branch_key = ?1", params![key])
@@ -625,16 +622,31 @@ fn append_rows(
                     .execute(params![key, row.id, seq, row.pos, row.hash, row.body])
                     .map_err(err)?;
             }
-            Some(s)
+            (Some(s), Some((headed.name, headed.has_view)))
         }
-        None => viewed,
+        None if has_view && !added.is_empty() => (
+            Some(layout::extend_view(&skeleton, &added).map_err(corrupt)?),
+            None,
+        ),
+        None => (None, None),
     };
+    let (name, view) = columns.unzip();
     let new_version: i64 = tx
         .query_row(
             "UPDATE branches SET message_count = ?2, updated_at = ?3,
-                 skeleton = COALESCE(?4, skeleton), version = version + 1
+                 skeleton = COALESCE(?4, skeleton), version = version + 1,
+                 name = CASE WHEN ?5 THEN ?6 ELSE name END,
+                 has_view = COALESCE(?7, has_view)
              WHERE key = ?1 RETURNING version",
-            params![key, next, now, skeleton],
+            params![
+                key,
+                next,
+                now,
+                skeleton,
+                view.is_some(),
+                name.flatten(),
+                view
+            ],
             |r| r.get(0),
         )
         .map_err(err)?;

@@ -371,12 +371,12 @@ impl PgStore {
             None
         };
         let corrupt = |reason| self.corrupt("branches", format!("branch {branch_id}"), reason);
-        // With the live branch: its metadata, and the logs the store lacks
+        // With the live branch: its head, and the logs the store lacks
         // (worked out under the row lock, so nothing changes meanwhile).
         let with = match (live, &skeleton) {
             (Some(branch), Some(text)) => {
-                let metadata = branch
-                    .metadata_json()
+                let head = branch
+                    .head_json(&layout::save_options())
                     .map_err(|source| StoreError::Branch {
                         id: branch_id,
                         source,
@@ -402,7 +402,7 @@ impl PgStore {
                     .collect::<Result<_, _>>()
                     .map_err(|r| self.corrupt("logs", format!("branch {branch_id}"), r))?;
                 let logs = layout::plan_logs(branch, pile.as_deref(), &ids)?;
-                Some((metadata, logs))
+                Some((head, logs))
             }
             _ => None,
         };
@@ -464,32 +464,36 @@ impl PgStore {
             .await
             .map_err(err)?;
         }
-        let skeleton = match skeleton {
-            Some(text) if (has_view && !added.is_empty()) || with.is_some() => {
-                let mut text = if has_view && !added.is_empty() {
-                    layout::extend_view(&text, &added).map_err(corrupt)?
-                } else {
-                    text
-                };
-                if let Some((metadata, logs)) = &with {
-                    text = layout::with_metadata(&text, metadata).map_err(corrupt)?;
-                    if let Some(header) = &logs.header {
-                        text = layout::with_logs_header(&text, header).map_err(corrupt)?;
-                        tx.execute(
-                            &tx.prepare_cached("DELETE FROM logs WHERE branch_id = $1")
-                                .await
-                                .map_err(err)?,
-                            &[&branch_id],
-                        )
-                        .await
-                        .map_err(err)?;
-                    }
-                    self.insert_logs(&tx, branch_id, &logs.rows).await?;
+        let (skeleton, columns) = match (skeleton, &with) {
+            (Some(text), Some((head, logs))) => {
+                // The live metadata holds the view with this turn's
+                // messages already, so the stored one is replaced, not
+                // extended.
+                let headed = layout::with_head(&text, head).map_err(corrupt)?;
+                let mut text = headed.skeleton;
+                if let Some(header) = &logs.header {
+                    text = layout::with_logs_header(&text, header).map_err(corrupt)?;
+                    tx.execute(
+                        &tx.prepare_cached("DELETE FROM logs WHERE branch_id = $1")
+                            .await
+                            .map_err(err)?,
+                        &[&branch_id],
+                    )
+                    .await
+                    .map_err(err)?;
                 }
-                Some(text)
+                self.insert_logs(&tx, branch_id, &logs.rows).await?;
+                (Some(text), Some((headed.name, headed.has_view)))
             }
-            _ => None,
+            (Some(text), None) if has_view && !added.is_empty() => (
+                Some(layout::extend_view(&text, &added).map_err(corrupt)?),
+                None,
+            ),
+            _ => (None, None),
         };
+        let (name, view) = columns.unzip();
+        let rename = view.is_some();
+        let name = name.flatten();
         // The branch row and the wake-up in one statement; the
         // notification is delivered at commit, never for a rolled-back
         // turn.
@@ -498,7 +502,9 @@ impl PgStore {
             &tx.prepare_cached(
                 "WITH updated AS (
                      UPDATE branches SET message_count = $2, updated_at = $3,
-                         skeleton = COALESCE($4, skeleton), version = $5
+                         skeleton = COALESCE($4, skeleton), version = $5,
+                         name = CASE WHEN $9 THEN $10 ELSE name END,
+                         has_view = COALESCE($11, has_view)
                      WHERE id = $1 RETURNING id)
                  SELECT pg_notify($6, $7) FROM updated WHERE $8",
             )
@@ -513,6 +519,9 @@ impl PgStore {
                 &self.shared.channel,
                 &branch_id.to_string(),
                 &notify,
+                &rename,
+                &name,
+                &view,
             ],
         )
         .await
