@@ -46,6 +46,13 @@ pub const OTLP_SHUTDOWN_DEADLINE: Duration = Duration::from_secs(5);
 /// names the directory.
 pub const LOG_DUMP_DEADLINE: Duration = Duration::from_secs(30);
 
+/// The longest `lionagi chat`, `lionagi mcp serve` and the store commands
+/// of `lionagi branch` wait at exit for work left on tokio's blocking pool
+/// (a store write whose turn was cancelled, a log dump past
+/// [`LOG_DUMP_DEADLINE`]): a disk that stopped answering must not hold the
+/// command forever. A write cut there is not committed.
+pub const EXIT_DEADLINE: Duration = Duration::from_secs(10);
+
 /// The largest collector reply read (feature `otel`): it is a small status
 /// message, and only its status code is used.
 pub const MAX_COLLECTOR_REPLY_BYTES: usize = 64 * 1024;

@@ -26,7 +26,7 @@ pub(crate) fn store_command(
             path: label.clone(),
             source,
         })?;
-    runtime.block_on(async {
+    let done = runtime.block_on(async {
         let store_err = |source| CliError::Store {
             path: label.clone(),
             source: Box::new(source),
@@ -138,7 +138,9 @@ pub(crate) fn store_command(
                 "unknown or incomplete store command".into(),
             )),
         }
-    })
+    });
+    super::runtime_exit::shut_down(runtime);
+    done
 }
 
 /// When a conversation last changed: its newest message's time, then its

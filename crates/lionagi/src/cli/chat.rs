@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 
 use super::approve;
+use super::runtime_exit;
 use super::chat_args::{CHAT_USAGE, ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
 use super::conversation::Conversation;
@@ -58,10 +59,12 @@ pub fn main(args: &[String]) -> i32 {
             return report(&e, parsed.json);
         }
     };
-    match session(&parsed, &runtime) {
+    let status = match session(&parsed, &runtime) {
         Ok(()) => 0,
         Err(e) => report(&e, parsed.json),
-    }
+    };
+    runtime_exit::shut_down(runtime);
+    status
 }
 
 /// Prints `e` (one line, or one JSON object) on stderr; its exit status.

@@ -27,7 +27,7 @@ use super::conversation::Conversation;
 use super::mcp_approve::{self, Settled};
 use super::mcp_tools::{self, ToolHooks};
 use super::turn::{self, Display, Narrator};
-use super::{model_choice, tool_turn};
+use super::{model_choice, runtime_exit, tool_turn};
 
 /// The help text of `lionagi mcp`.
 pub(crate) const MCP_USAGE: &str = "usage:
@@ -379,7 +379,7 @@ fn run(args: &[String]) -> Result<(), ChatError> {
     // The conversation's own model unless the flags choose one, as with
     // `lionagi chat --resume`.
     let (model, info) = model_choice::for_conversation(&parsed, &rt)?;
-    rt.block_on(async {
+    let served = rt.block_on(async {
         // Bound before the conversation is opened, so a refused address
         // or a taken port is told before any store or tool server is.
         let serving = match transport {
@@ -429,7 +429,9 @@ fn run(args: &[String]) -> Result<(), ChatError> {
             }
         }
         served.map_err(|e| ChatError::Mcp(e.to_string()))
-    })
+    });
+    runtime_exit::shut_down(rt);
+    served
 }
 
 /// The access rules of `--http`: the flags' hosts and origins, and the

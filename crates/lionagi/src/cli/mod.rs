@@ -21,6 +21,7 @@ pub mod mcp_serve;
 mod mcp_tools;
 mod model_choice;
 mod reasoning;
+mod runtime_exit;
 mod shown;
 mod spinner;
 mod store;
