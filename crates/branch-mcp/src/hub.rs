@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use branch_core::Branch;
 
 use crate::config::McpConfig;
+use crate::elicit::ElicitHook;
 use crate::error::McpError;
 use crate::limits;
 use crate::naming;
@@ -58,11 +59,24 @@ impl McpServers {
         progress: Option<ProgressHook>,
         call_hook: Option<CallHook>,
     ) -> Result<Self, McpError> {
+        Self::connect_asking(config, policy, progress, call_hook, None).await
+    }
+
+    /// As [`McpServers::connect_with`]; with `elicit`, every server may put
+    /// questions to the person during its calls
+    /// ([`McpServer::connect_asking`]).
+    pub async fn connect_asking(
+        config: &McpConfig,
+        policy: &McpPolicy,
+        progress: Option<ProgressHook>,
+        call_hook: Option<CallHook>,
+        elicit: Option<ElicitHook>,
+    ) -> Result<Self, McpError> {
         let results = futures_util::future::join_all(
             config
                 .servers
                 .iter()
-                .map(|s| McpServer::connect(s, policy, progress.clone())),
+                .map(|s| McpServer::connect_asking(s, policy, progress.clone(), elicit.clone())),
         )
         .await;
         let mut servers = Vec::new();

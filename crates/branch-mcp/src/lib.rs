@@ -33,6 +33,7 @@
 
 mod call;
 mod config;
+mod elicit;
 mod error;
 mod http;
 mod hub;
@@ -53,6 +54,10 @@ mod stdio;
 mod tool;
 
 pub use config::{McpConfig, ServerSpec, TransportSpec};
+pub use elicit::{
+    ElicitAnswer, ElicitHook, Elicitation, Field, FieldKind, Form, FormChoice,
+    MAX_FORM_ANSWER_BYTES, MAX_FORM_CHOICES, MAX_FORM_FIELDS, MAX_FORM_TEXT_BYTES, TextFormat,
+};
 pub use error::McpError;
 pub use http::{GuardedHttp, HttpFailure};
 pub use hub::{McpServers, McpToolInfo};

@@ -8,11 +8,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use branch_core::observer::ObserverSlot;
+use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams, Resource,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
+    ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
+    Implementation, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    Resource,
 };
-use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
@@ -21,6 +24,7 @@ use tokio::sync::Mutex;
 
 use crate::call;
 use crate::config::{ServerSpec, TransportSpec};
+use crate::elicit::{self, ElicitAnswer, ElicitHook, Elicitation, Form};
 use crate::error::McpError;
 use crate::http::{GuardedHttp, HttpFailure, init_reason, service_reason};
 use crate::legacy_sse::LegacySse;
@@ -36,15 +40,77 @@ struct Handler {
     server: String,
     tools_changed: Arc<AtomicBool>,
     progress: Option<ProgressHook>,
+    elicit: Option<ElicitHook>,
     routes: ProgressRoutes,
 }
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        if self.elicit.is_some() {
+            capabilities.elicitation =
+                Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
+        }
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("lionagi-rs", env!("CARGO_PKG_VERSION")),
         )
+    }
+
+    /// A form the server wants filled in during one of its calls: read,
+    /// put to the person through the hook (at most
+    /// [`limits::CONFIRM_DEADLINE`], or until the server cancels it), and
+    /// the answer checked against the form. A form we cannot read, or a
+    /// URL to open (not declared), is declined unasked.
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let decline = Ok(ElicitResult::new(ElicitationAction::Decline));
+        let Some(hook) = &self.elicit else {
+            return decline;
+        };
+        let ElicitRequestParams::FormElicitationParams {
+            message,
+            requested_schema,
+            ..
+        } = request
+        else {
+            return decline;
+        };
+        let form = serde_json::to_value(&requested_schema)
+            .map_err(|e| e.to_string())
+            .and_then(|schema| Form::from_schema(&schema));
+        let form = match form {
+            Ok(f) => f,
+            Err(reason) => {
+                tracing::warn!(server = %self.server, %reason, "MCP elicitation declined: its form cannot be read");
+                return decline;
+            }
+        };
+        let question = Elicitation {
+            server: self.server.clone(),
+            message: elicit::bounded(&message),
+            form: form.clone(),
+        };
+        let answer = tokio::select! {
+            a = hook(question) => a,
+            () = context.ct.cancelled() => ElicitAnswer::Cancel,
+            () = tokio::time::sleep(limits::CONFIRM_DEADLINE) => ElicitAnswer::Cancel,
+        };
+        Ok(match answer {
+            ElicitAnswer::Accept(content) => match form.check(&content) {
+                Ok(()) => ElicitResult::new(ElicitationAction::Accept)
+                    .with_content(Value::Object(content)),
+                Err(reason) => {
+                    tracing::warn!(server = %self.server, %reason, "MCP elicitation answer does not fit its form");
+                    ElicitResult::new(ElicitationAction::Cancel)
+                }
+            },
+            ElicitAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
+            ElicitAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
+        })
     }
 
     async fn on_progress(
@@ -109,12 +175,25 @@ impl McpServer {
         policy: &McpPolicy,
         progress: Option<ProgressHook>,
     ) -> Result<Self, McpError> {
+        Self::connect_asking(spec, policy, progress, None).await
+    }
+
+    /// As [`McpServer::connect`]; with `elicit`, the server may put
+    /// questions to the person during its calls (our client declares form
+    /// elicitation).
+    pub async fn connect_asking(
+        spec: &ServerSpec,
+        policy: &McpPolicy,
+        progress: Option<ProgressHook>,
+        elicit: Option<ElicitHook>,
+    ) -> Result<Self, McpError> {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let routes = ProgressRoutes::default();
         let handler = Handler {
             server: spec.name.clone(),
             tools_changed: Arc::clone(&tools_changed),
             progress,
+            elicit,
             routes: routes.clone(),
         };
         let failure = Failure::default();

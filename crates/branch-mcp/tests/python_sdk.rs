@@ -351,3 +351,84 @@ async fn the_older_sse_transport_is_the_fallback() {
     servers.shutdown().await;
     child.kill().await.unwrap();
 }
+
+/// A server's question during its call (MCP elicitation) reaches the hook
+/// as a form read from its schema, in its order; the hook's answer goes
+/// back when it fits the form, and one that does not is sent as a
+/// cancellation, never as data the form refuses. Without a hook our client
+/// declares no elicitation and a question is declined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() {
+    use branch_mcp::{ElicitAnswer, ElicitHook, Elicitation, FieldKind};
+    let Some(python) = support::python() else {
+        return;
+    };
+    let tag = support::tag("py-elicit");
+    let policy = McpPolicy::new().allow_command(&python);
+    let asked: Arc<Mutex<Vec<Elicitation>>> = Arc::default();
+    let answers: Arc<Mutex<Vec<ElicitAnswer>>> = Arc::new(Mutex::new(vec![
+        // Popped from the end: a fitting answer, then one with a guest
+        // count that is not a number.
+        ElicitAnswer::Accept(
+            json!({"name": "Ada", "guests": "many"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ),
+        ElicitAnswer::Accept(
+            json!({"name": "Ada", "guests": 3})
+                .as_object()
+                .unwrap()
+                .clone(),
+        ),
+    ]));
+    let (seen, queue) = (Arc::clone(&asked), Arc::clone(&answers));
+    let hook: ElicitHook = Arc::new(move |q| {
+        seen.lock().unwrap().push(q);
+        let a = queue.lock().unwrap().pop().unwrap();
+        Box::pin(async move { a })
+    });
+    let config = stdio_config(&python, &tag);
+    let servers = McpServers::connect_asking(&config, &policy, None, None, Some(hook))
+        .await
+        .unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let booked = call(&branch, "book", json!({})).await.unwrap();
+    assert_eq!(booked, json!({"result": "booked Ada for 3, terrace False"}));
+    let refused = call(&branch, "book", json!({})).await.unwrap();
+    assert_eq!(refused, json!({"result": "not booked: cancel"}));
+    {
+        let asked = asked.lock().unwrap();
+        assert_eq!(asked.len(), 2);
+        assert_eq!(asked[0].server, "py");
+        assert_eq!(asked[0].message, "Which table?");
+        let fields: Vec<(&str, bool)> = asked[0]
+            .form
+            .fields
+            .iter()
+            .map(|f| (f.name.as_str(), f.required))
+            .collect();
+        assert_eq!(
+            fields,
+            [("name", true), ("guests", true), ("terrace", false)]
+        );
+        assert_eq!(
+            asked[0].form.fields[1].kind,
+            FieldKind::Number {
+                integer: true,
+                min: Some(1.0),
+                max: Some(12.0)
+            }
+        );
+        assert_eq!(asked[0].form.fields[2].default, Some(json!(false)));
+    }
+    servers.shutdown().await;
+
+    let servers = McpServers::connect(&config, &policy).await.unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let declined = call(&branch, "book", json!({})).await.unwrap();
+    assert_eq!(declined, json!({"result": "not booked: decline"}));
+    servers.shutdown().await;
+}

@@ -1661,3 +1661,86 @@ async fn mcp_serve_over_http_asks_the_clients_person_to_approve() {
         vec![[&TWO_TURNS[..2], ONE_TOOL_TURN.as_slice()].concat()]
     );
 }
+
+/// A tool server that asks the person during its call (MCP elicitation):
+/// in a piped conversation, the question and each field are asked on
+/// stdin, an unclear answer is asked again, and the server's call goes on
+/// with the answer, which the model reads in the tool's result. A declined
+/// question reaches the server as declined. With `--json` the servers are
+/// not told that we can ask, and theirs decline at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_server_asks_the_person_during_its_call() {
+    let Some(python) = python_sdk() else { return };
+    let model = MockServer::start().await;
+    let book = |id: &str| {
+        MockReply::tool_calls(vec![MockToolCall {
+            id: id.into(),
+            name: "book".into(),
+            arguments: json!({}),
+        }])
+    };
+    model.script([
+        book("call_1"),
+        MockReply::text("Booked."),
+        book("call_2"),
+        MockReply::text("Not booked."),
+    ]);
+    let sb = Sandbox::new();
+    let tag = format!("mcp-chat-elicit-{}", std::process::id());
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
+    let url = model.base_url();
+    let args = ["chat", "--base-url", &url, "--model", "m", "--mcp", &cfg];
+    // Fields in the order of the form: name, guests, terrace; a name too
+    // short and a number that is not one are asked again.
+    let lines = "Book a table.\ny\nA\nAda\nmany\n3\ny\nBook another.\nn\n/exit\n";
+    let out = sb.run_with_stdin(&args, lines.as_bytes()).await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("[py] asks: Which table?"), "{stderr}");
+    assert!(stderr.contains("Who the table is for"), "{stderr}");
+    assert!(stderr.contains("a whole number, please"), "{stderr}");
+    assert!(
+        stderr.contains("that must be at least 2 characters"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("(a whole number from 1 to 12)"), "{stderr}");
+    let bodies = model.bodies();
+    assert_eq!(bodies.len(), 4, "{stderr}");
+    let result = |i: usize| {
+        bodies[i]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "tool")
+            .map(|m| m["content"].to_string())
+            .unwrap()
+    };
+    assert!(
+        result(1).contains("booked Ada for 3, terrace True"),
+        "{}",
+        result(1)
+    );
+    assert!(result(3).contains("not booked: decline"), "{}", result(3));
+
+    // Not asked with `--json`: the server hears a decline at once.
+    model.script([book("call_3"), MockReply::text("Not booked.")]);
+    let json_args = [
+        "chat",
+        "--base-url",
+        &url,
+        "--model",
+        "m",
+        "--mcp",
+        &cfg,
+        "--json",
+    ];
+    let out = sb
+        .run_with_stdin(&json_args, b"Book a table.\n/exit\n")
+        .await;
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let bodies = model.bodies();
+    let last = bodies.last().unwrap()["messages"].to_string();
+    assert!(last.contains("not booked: decline"), "{last}");
+    assert!(running_with(&tag).is_empty());
+}

@@ -5,7 +5,7 @@ import os
 import sys
 
 import anyio
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from mcp.server.fastmcp import Context, FastMCP, Image
 
@@ -84,6 +84,22 @@ async def grow(ctx: Context) -> str:
     mcp.add_tool(later, name="later")
     await ctx.session.send_tool_list_changed()
     return "grown"
+
+
+class Booking(BaseModel):
+    name: str = Field(description="Who the table is for", min_length=2)
+    guests: int = Field(ge=1, le=12)
+    terrace: bool = False
+
+
+@mcp.tool()
+async def book(ctx: Context) -> str:
+    """Asks the person for the booking's details (MCP elicitation)."""
+    result = await ctx.elicit("Which table?", Booking)
+    if result.action == "accept":
+        d = result.data
+        return f"booked {d.name} for {d.guests}, terrace {d.terrace}"
+    return f"not booked: {result.action}"
 
 
 @mcp.resource("memo://notes", mime_type="text/plain")

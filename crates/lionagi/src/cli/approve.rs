@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use super::chat_error::ChatError;
 use super::conversation::Conversation;
+use super::elicitation::Questions;
 use super::input::{Input, Line};
 use super::shown::one_line;
 
@@ -144,6 +145,7 @@ pub(crate) fn settle(
     rt: &Runtime,
     conv: &mut Conversation,
     input: Option<&mut Input>,
+    questions: Option<&Questions>,
 ) -> Result<(), ChatError> {
     let pending = conv
         .branch_mut()
@@ -159,7 +161,7 @@ pub(crate) fn settle(
             pending.waiting().count()
         )));
     };
-    let settled = ask_and_resume(rt, conv, &mut approvals, input, &pending);
+    let settled = ask_and_resume(rt, conv, &mut approvals, input, &pending, questions);
     conv.approvals = Some(approvals);
     settled
 }
@@ -170,6 +172,7 @@ fn ask_and_resume(
     approvals: &mut Approvals,
     input: &mut Input,
     pending: &PendingApproval,
+    questions: Option<&Questions>,
 ) -> Result<(), ChatError> {
     rt.block_on(conv.save_all())?;
     let terminal = input.is_terminal();
@@ -186,7 +189,9 @@ fn ask_and_resume(
     };
     let branch = conv.branch_mut();
     branch.set_approval_policy(Some(approvals.policy()));
-    rt.block_on(async {
+    // The approved calls may ask the person (MCP elicitation).
+    let asking = questions.map(|q| (q, &mut *input));
+    super::elicitation::drive(rt, asking, async {
         // The approved calls may take long: Ctrl-C drops them, and the
         // turn stays paused as stored (`resume` changes the branch only
         // once the batch is done).
@@ -391,7 +396,7 @@ mod tests {
         assert!(answer.paused);
         // Nobody answers: the pause stays, in the store.
         let mut gone = piped(&[]);
-        let e = settle(rt, &mut conv, Some(&mut gone)).unwrap_err();
+        let e = settle(rt, &mut conv, Some(&mut gone), None).unwrap_err();
         assert!(matches!(e, ChatError::Interrupted));
         drop(conv);
         let mut listing = Vec::new();
@@ -404,13 +409,13 @@ mod tests {
 
         // Without --approve the paused conversation is not continued.
         let mut conv = lo.open(&["--store", &db, "--resume", "ops"]);
-        let e = settle(rt, &mut conv, None).unwrap_err();
+        let e = settle(rt, &mut conv, None, None).unwrap_err();
         assert!(e.to_string().contains("--approve"), "{e}");
 
         // Another process: --resume ops --approve asks again.
         let mut conv = lo.open(&["--store", &db, "--resume", "ops", "--approve"]);
         let mut person = piped(&["n"]);
-        settle(rt, &mut conv, Some(&mut person)).unwrap();
+        settle(rt, &mut conv, Some(&mut person), None).unwrap();
         drop(conv);
         let mut listing = Vec::new();
         super::super::run(&words(&["branch", "pending", "--store", &db]), &mut listing).unwrap();
@@ -456,7 +461,7 @@ mod tests {
             .unwrap();
         assert!(answer.paused);
         let mut person = piped(&["y"]);
-        settle(rt, &mut conv, Some(&mut person)).unwrap();
+        settle(rt, &mut conv, Some(&mut person), None).unwrap();
         let answer = rt
             .block_on(tool_turn::follow_up(
                 conv.branch_mut(),

@@ -15,13 +15,14 @@ use serde_json::{Value, json};
 use tokio::runtime::Runtime;
 
 use super::approve;
-use super::runtime_exit;
 use super::chat_args::{CHAT_USAGE, ChatArgs, shell_word};
 use super::chat_error::{ChatError, ModelInfo};
 use super::conversation::Conversation;
+use super::elicitation::{self, Questions};
 use super::input::{Input, Line};
 use super::mcp_tools::{self, ToolHooks};
 use super::model_choice;
+use super::runtime_exit;
 use super::shown::{one_line, printable};
 use super::tool_turn;
 use super::turn::{self, Display};
@@ -82,13 +83,28 @@ fn session(args: &ChatArgs, rt: &Runtime) -> Result<(), ChatError> {
     let (model, info) = model_choice::for_conversation(args, rt)?;
     let mut conv = rt.block_on(Conversation::open(args, model))?;
     // `--json` keeps stdout to one line and stderr to errors.
-    let hooks = if args.json {
+    let mut hooks = if args.json {
         ToolHooks::default()
     } else {
         ToolHooks::on_stderr()
     };
+    // The servers may ask the person only where lines are read: in a
+    // conversation, or a question asked with `--approve`.
+    let reads_lines = args.question.is_none() || args.approve;
+    let questions = elicitation::may_ask(args.json, reads_lines).then(|| {
+        let (hook, questions) = elicitation::channel();
+        hooks.elicit = Some(hook);
+        questions
+    });
     let servers = rt.block_on(mcp_tools::connect(&args.mcp, conv.branch_mut(), hooks))?;
-    let result = converse_or_ask(args, rt, &mut conv, &info, servers.as_ref());
+    let result = converse_or_ask(
+        args,
+        rt,
+        &mut conv,
+        &info,
+        servers.as_ref(),
+        questions.as_ref(),
+    );
     rt.block_on(conv.dumps_written());
     if let Some(s) = &servers {
         // Every server ends with the session: children reaped, HTTP
@@ -104,6 +120,7 @@ fn converse_or_ask(
     conv: &mut Conversation,
     info: &ModelInfo,
     servers: Option<&McpServers>,
+    questions: Option<&Questions>,
 ) -> Result<(), ChatError> {
     let display = Display {
         stream: !args.json,
@@ -126,13 +143,14 @@ fn converse_or_ask(
             display: &display,
             args,
             servers,
+            questions,
         };
         let result = one_turn(rt, conv, question, &setup, answers.as_mut());
         resume_hint(conv, args);
         return result;
     }
     let mut input = open_input()?;
-    approve::settle(rt, conv, Some(&mut input))?;
+    approve::settle(rt, conv, Some(&mut input), questions)?;
     if input.is_terminal() {
         let resumed = if conv.is_stored() {
             format!(", resuming {} ({} messages)", conv.id(), conv.len())
@@ -149,6 +167,7 @@ fn converse_or_ask(
         display: &display,
         args,
         servers,
+        questions,
     };
     let result = converse(rt, conv, &mut input, &setup);
     input.save_history();
@@ -267,6 +286,8 @@ struct TurnSetup<'a> {
     args: &'a ChatArgs,
     /// The MCP servers whose tools the turns offer.
     servers: Option<&'a McpServers>,
+    /// Their questions to the person, asked on the turn's input.
+    questions: Option<&'a Questions>,
 }
 
 /// Asks `question`, then writes the turn to the store and (with
@@ -284,6 +305,7 @@ fn one_turn(
         display,
         args,
         servers,
+        questions,
     } = *setup;
     // Another writer's turns since the last one come first (a paused one
     // is settled below).
@@ -301,24 +323,28 @@ fn one_turn(
     // A turn left paused (in the store, or by Ctrl-C while its approved
     // calls ran) is settled before a new one: the branch takes no turn
     // while one awaits approval.
-    approve::settle(rt, conv, input.as_deref_mut())?;
+    approve::settle(rt, conv, input.as_deref_mut(), questions)?;
     let before = conv.len();
     let mut answer = match servers {
         Some(s) => {
             // A server may have announced new tools since the last turn.
             let branch = conv.branch_mut();
             interruptible(rt, async { s.refresh(branch).await.map_err(mcp_error) })?;
-            rt.block_on(tool_turn::ask(conv.branch_mut(), question, info, display))?
+            let asking = questions.zip(input.as_deref_mut());
+            let turn = tool_turn::ask(conv.branch_mut(), question, info, display);
+            elicitation::drive(rt, asking, turn)?
         }
         None => rt.block_on(turn::ask(conv.branch_mut(), question, info, display))?,
     };
     while answer.paused {
         // Written whole before the question, and again once settled.
-        approve::settle(rt, conv, input.as_deref_mut())?;
+        approve::settle(rt, conv, input.as_deref_mut(), questions)?;
         match servers {
             // The approved calls ran: the model answers with their results.
             Some(_) => {
-                answer = rt.block_on(tool_turn::follow_up(conv.branch_mut(), info, display))?;
+                let asking = questions.zip(input.as_deref_mut());
+                let turn = tool_turn::follow_up(conv.branch_mut(), info, display);
+                answer = elicitation::drive(rt, asking, turn)?;
             }
             None => break,
         }

@@ -108,6 +108,9 @@ impl CurrentCall {
             progress: Some(Arc::new(move |p: &branch_mcp::Progress| {
                 progress.narrate(&format!("tool server {}", mcp_tools::progress_line(p)));
             })),
+            // A served turn has no person of its own to ask; the client's
+            // is asked about approvals only (`--approve`).
+            elicit: None,
         }
     }
 }

@@ -70,6 +70,9 @@ pub(crate) struct ToolHooks {
     pub calls: Option<branch_mcp::CallHook>,
     /// Each progress notification of a call.
     pub progress: Option<branch_mcp::ProgressHook>,
+    /// Puts a server's question to the person (MCP elicitation); without
+    /// it, the servers are not told that we can ask.
+    pub elicit: Option<branch_mcp::ElicitHook>,
 }
 
 impl ToolHooks {
@@ -97,6 +100,7 @@ impl ToolHooks {
         Self {
             calls: Some(calls),
             progress: Some(progress),
+            elicit: None,
         }
     }
 }
@@ -124,9 +128,15 @@ pub(crate) async fn connect(
         return Ok(None);
     }
     let config = config(args)?;
-    let servers = McpServers::connect_with(&config, &policy(args), hooks.progress, hooks.calls)
-        .await
-        .map_err(|e| ChatError::Mcp(e.to_string()))?;
+    let servers = McpServers::connect_asking(
+        &config,
+        &policy(args),
+        hooks.progress,
+        hooks.calls,
+        hooks.elicit,
+    )
+    .await
+    .map_err(|e| ChatError::Mcp(e.to_string()))?;
     if let Err(e) = servers.register(branch).await {
         servers.shutdown().await;
         return Err(ChatError::Mcp(e.to_string()));

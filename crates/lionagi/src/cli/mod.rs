@@ -15,6 +15,7 @@ pub mod chat;
 mod chat_args;
 mod chat_error;
 mod conversation;
+mod elicitation;
 mod input;
 mod mcp_approve;
 pub mod mcp_serve;
