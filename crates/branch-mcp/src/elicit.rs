@@ -31,6 +31,9 @@ pub struct Elicitation {
     pub message: String,
     /// The fields, in the server's order.
     pub form: Form,
+    /// The form as the server wrote it (as `rmcp` read it), to pass the
+    /// question on as it came.
+    pub schema: Value,
 }
 
 /// The fields of a form.
@@ -132,16 +135,24 @@ pub enum ElicitAnswer {
 /// hook, our client declares that it shows forms.
 pub type ElicitHook = Arc<dyn Fn(Elicitation) -> BoxFuture<'static, ElicitAnswer> + Send + Sync>;
 
-/// `text` cut at [`MAX_FORM_TEXT_BYTES`] on a character boundary.
-pub(crate) fn bounded(text: &str) -> String {
-    if text.len() <= MAX_FORM_TEXT_BYTES {
-        return text.to_owned();
+/// What marks a text cut short.
+pub(crate) const CUT_MARK: &str = " …(cut)";
+
+/// `text` cut at `cap` bytes on a character boundary, and marked.
+pub(crate) fn cut(text: &str, cap: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= cap {
+        return std::borrow::Cow::Borrowed(text);
     }
-    let mut end = MAX_FORM_TEXT_BYTES;
+    let mut end = cap;
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}… (cut)", &text[..end])
+    std::borrow::Cow::Owned(format!("{}{CUT_MARK}", &text[..end]))
+}
+
+/// `text` cut at [`MAX_FORM_TEXT_BYTES`].
+pub(crate) fn bounded(text: &str) -> String {
+    cut(text, MAX_FORM_TEXT_BYTES).into_owned()
 }
 
 impl Form {
@@ -539,8 +550,9 @@ mod tests {
     #[test]
     fn long_texts_are_cut_on_a_character_boundary() {
         let long = "é".repeat(MAX_FORM_TEXT_BYTES);
-        let cut = bounded(&long);
-        assert!(cut.len() < MAX_FORM_TEXT_BYTES + 16);
-        assert!(cut.ends_with("(cut)"));
+        let shown = bounded(&long);
+        assert!(shown.len() <= MAX_FORM_TEXT_BYTES + CUT_MARK.len());
+        assert!(shown.ends_with(CUT_MARK));
+        assert_eq!(cut("short", 8), "short");
     }
 }

@@ -12,6 +12,7 @@ use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
 use serde_json::Value;
 
+use crate::elicit::{ElicitAnswer, Elicitation};
 use crate::limits::CONFIRM_DEADLINE;
 
 /// Longest question shown, in bytes (it may quote model output); a longer
@@ -109,6 +110,42 @@ impl Confirmer {
             _ => Err("the client's answer is an action this server does not know".into()),
         }
     }
+
+    /// Passes a question one of the conversation's own tool servers asked
+    /// during this call on to the person behind the call's client, its
+    /// form as the server wrote it and its message naming the server.
+    /// Waits at most [`CONFIRM_DEADLINE`]. A client that cannot be asked
+    /// declines; a failed or late request, or an answer that is not an
+    /// object, dismisses. The answer is the client's: the tool server's
+    /// session checks it against the form before sending it on.
+    pub async fn relay(&self, question: &Elicitation) -> ElicitAnswer {
+        let Some(peer) = self.0.as_ref().filter(|_| self.can_ask()) else {
+            return ElicitAnswer::Decline;
+        };
+        let Ok(schema) = serde_json::from_value::<ElicitationSchema>(question.schema.clone())
+        else {
+            return ElicitAnswer::Decline;
+        };
+        let message = format!("[{}] asks: {}", question.server, question.message);
+        let params = ElicitRequestParams::FormElicitationParams {
+            meta: None::<RequestMetaObject>,
+            message: bounded(&message).into_owned(),
+            requested_schema: schema,
+        };
+        let Ok(answer) = peer
+            .create_elicitation_with_timeout(params, Some(CONFIRM_DEADLINE))
+            .await
+        else {
+            return ElicitAnswer::Cancel;
+        };
+        match (answer.action, answer.content) {
+            (ElicitationAction::Accept, Some(Value::Object(content))) => {
+                ElicitAnswer::Accept(content)
+            }
+            (ElicitationAction::Decline, _) => ElicitAnswer::Decline,
+            _ => ElicitAnswer::Cancel,
+        }
+    }
 }
 
 /// The choice an accepted form carries: `{"decision": VALUE}` with one of
@@ -132,14 +169,7 @@ fn chosen(content: Option<&Value>, choices: &[Choice]) -> Result<Confirmation, S
 
 /// `message`, cut to [`MAX_CONFIRM_MESSAGE_BYTES`].
 fn bounded(message: &str) -> Cow<'_, str> {
-    if message.len() <= MAX_CONFIRM_MESSAGE_BYTES {
-        return Cow::Borrowed(message);
-    }
-    let mut end = MAX_CONFIRM_MESSAGE_BYTES;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{} …(cut)", &message[..end]))
+    crate::elicit::cut(message, MAX_CONFIRM_MESSAGE_BYTES)
 }
 
 #[cfg(test)]

@@ -79,11 +79,11 @@ impl ClientHandler for Handler {
         else {
             return decline;
         };
-        let form = serde_json::to_value(&requested_schema)
+        let read = serde_json::to_value(&requested_schema)
             .map_err(|e| e.to_string())
-            .and_then(|schema| Form::from_schema(&schema));
-        let form = match form {
-            Ok(f) => f,
+            .and_then(|schema| Form::from_schema(&schema).map(|form| (form, schema)));
+        let (form, schema) = match read {
+            Ok(read) => read,
             Err(reason) => {
                 tracing::warn!(server = %self.server, %reason, "MCP elicitation declined: its form cannot be read");
                 return decline;
@@ -93,6 +93,7 @@ impl ClientHandler for Handler {
             server: self.server.clone(),
             message: elicit::bounded(&message),
             form: form.clone(),
+            schema,
         };
         let answer = tokio::select! {
             a = hook(question) => a,

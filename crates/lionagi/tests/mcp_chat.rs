@@ -1744,3 +1744,81 @@ async fn a_tool_server_asks_the_person_during_its_call() {
     assert!(last.contains("not booked: decline"), "{last}");
     assert!(running_with(&tag).is_empty());
 }
+
+/// A served turn whose tool server asks a question (MCP elicitation):
+/// the question is passed on to the person behind the served call's
+/// client, its form as the server wrote it and its message naming the
+/// server, and the answer goes back to the tool server; a client that
+/// declines is heard as declining, and one without forms is not asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_serve_passes_a_tool_servers_question_to_the_clients_person() {
+    let Some(python) = python_sdk() else { return };
+    let tag = format!("mcp-serve-relay-{}", std::process::id());
+    let model = MockServer::start().await;
+    let sb = Sandbox::new();
+    let db = stored_agent(&sb, &model).await;
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
+    let mut serve = serve_args(&db, &model.base_url());
+    serve.extend(["--mcp".to_owned(), cfg]);
+    let book = || {
+        MockReply::tool_calls(vec![MockToolCall {
+            id: "b1".into(),
+            name: "book".into(),
+            arguments: json!({}),
+        }])
+    };
+    let ask = |env: Vec<(&'static str, &'static str)>| {
+        let serve = serve.clone();
+        let python = python.clone();
+        async move {
+            let mut args = vec!["Book a table.", env!("CARGO_BIN_EXE_lionagi")];
+            args.extend(serve.iter().map(String::as_str));
+            let out = py_client(&python, &args, &env).await;
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            let got: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+            assert_eq!(got["is_error"], json!(false), "{got}");
+            got
+        }
+    };
+    let tool_result = |model: &MockServer| {
+        let bodies = model.bodies();
+        let messages = bodies.last().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .clone();
+        messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "tool")
+            .map(|m| m["content"].to_string())
+            .unwrap()
+    };
+
+    model.script([book(), MockReply::text("Booked.")]);
+    let got = ask(vec![
+        ("MCP_ELICIT", ""),
+        ("MCP_FORM", r#"{"name": "Ada", "guests": 3}"#),
+    ])
+    .await;
+    assert_eq!(
+        got["elicited"],
+        json!([["[py] asks: Which table?", ["name", "guests", "terrace"]]])
+    );
+    let result = tool_result(&model);
+    assert!(
+        result.contains("booked Ada for 3, terrace False"),
+        "{result}"
+    );
+
+    model.script([book(), MockReply::text("Not booked.")]);
+    ask(vec![("MCP_ELICIT", ""), ("MCP_FORM", "decline")]).await;
+    let result = tool_result(&model);
+    assert!(result.contains("not booked: decline"), "{result}");
+
+    // A client without forms is not asked: the tool server hears a decline.
+    model.script([book(), MockReply::text("Not booked.")]);
+    let got = ask(vec![]).await;
+    assert!(got.get("elicited").is_none(), "{got}");
+    let result = tool_result(&model);
+    assert!(result.contains("not booked: decline"), "{result}");
+}

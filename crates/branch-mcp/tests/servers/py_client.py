@@ -6,7 +6,10 @@ tools, calls `ask` once asking for progress, and prints {"tools": [...],
 as JSON. With MCP_ELICIT set (comma-separated: a choice's value, or
 `decline` / `cancel`), the client declares it shows forms and answers the
 server's questions in that order; each question is reported under
-"elicited" as [message, [the choices' values]].
+"elicited" as [message, [the choices' values]]. A question with any
+other form (a tool server's, passed on) is answered with MCP_FORM: a JSON
+object to accept with, or `decline` / `cancel`; it is reported as
+[message, [the form's fields]].
 Usage: py_client.py QUESTION COMMAND [ARGS...] | py_client.py QUESTION --url URL"""
 
 import asyncio
@@ -40,6 +43,12 @@ async def main():
 
     async def elicit(context, params):
         schema = params.requestedSchema
+        if "decision" not in schema["properties"]:
+            elicited.append([params.message, list(schema["properties"])])
+            form = os.environ.get("MCP_FORM", "cancel")
+            if form in ("decline", "cancel"):
+                return types.ElicitResult(action=form)
+            return types.ElicitResult(action="accept", content=json.loads(form))
         field = schema["properties"]["decision"]
         values = field.get("enum") or [c["const"] for c in field.get("oneOf", [])]
         elicited.append([params.message, values])

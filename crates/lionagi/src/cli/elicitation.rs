@@ -304,6 +304,7 @@ mod tests {
             server: "shop".into(),
             message: "Book a table?".into(),
             form: Form::from_schema(&schema).unwrap(),
+            schema,
         }
     }
 

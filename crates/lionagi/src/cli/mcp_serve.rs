@@ -15,8 +15,8 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use branch_mcp::{
-    Ask, BranchServer, CallEvent, Cancelled, Confirmer, HttpAccess, HttpServing, McpError,
-    McpServers, ProgressReporter, Secret,
+    Ask, BranchServer, CallEvent, Cancelled, Confirmer, ElicitAnswer, Elicitation, HttpAccess,
+    HttpServing, McpError, McpServers, ProgressReporter, Secret,
 };
 use branch_operations::BranchApproval;
 use tokio::sync::Mutex;
@@ -67,26 +67,47 @@ struct Served {
     current: CurrentCall,
 }
 
-/// The narrator of the call being answered, when its client listens: the
-/// tool servers' hooks are set once, at connect, and tell whichever call
-/// is current (one at a time: the conversation is locked for a turn).
+/// The call being answered: its narrator, when its client listens, and
+/// the person behind its client. The tool servers' hooks are set once, at
+/// connect, and reach whichever call is current (one at a time: the
+/// conversation is locked for a turn).
 #[derive(Clone, Default)]
-struct CurrentCall(Arc<std::sync::Mutex<Option<Narrator>>>);
+struct CurrentCall(Arc<std::sync::Mutex<Call>>);
+
+#[derive(Default)]
+struct Call {
+    narrator: Option<Narrator>,
+    confirm: Option<Confirmer>,
+}
 
 impl CurrentCall {
     fn narrate(&self, step: &str) {
-        let narrator = self.0.lock().ok().and_then(|n| n.clone());
+        let narrator = self.0.lock().ok().and_then(|c| c.narrator.clone());
         if let Some(n) = narrator {
             n(step);
         }
     }
 
-    /// `narrator` is told the tools' steps until the guard is dropped.
-    fn telling(&self, narrator: Option<Narrator>) -> Telling<'_> {
-        if let Ok(mut n) = self.0.lock() {
-            *n = narrator;
+    /// `narrator` is told the tools' steps, and the tool servers' questions
+    /// go to `confirm`'s person, until the guard is dropped.
+    fn telling(&self, narrator: Option<Narrator>, confirm: Confirmer) -> Telling<'_> {
+        if let Ok(mut c) = self.0.lock() {
+            *c = Call {
+                narrator,
+                confirm: Some(confirm),
+            };
         }
         Telling(self)
+    }
+
+    /// A tool server's question, passed on to the current call's client
+    /// (declined when there is none, or it cannot show forms).
+    async fn relay(&self, question: Elicitation) -> ElicitAnswer {
+        let confirm = self.0.lock().ok().and_then(|c| c.confirm.clone());
+        match confirm {
+            Some(c) => c.relay(&question).await,
+            None => ElicitAnswer::Decline,
+        }
     }
 
     /// Hooks that tell the current call which tool runs; not its arguments
@@ -94,6 +115,7 @@ impl CurrentCall {
     fn hooks(&self) -> ToolHooks {
         let calls = self.clone();
         let progress = self.clone();
+        let asking = self.clone();
         ToolHooks {
             calls: Some(Arc::new(move |e: &CallEvent| {
                 calls.narrate(&match e {
@@ -108,9 +130,12 @@ impl CurrentCall {
             progress: Some(Arc::new(move |p: &branch_mcp::Progress| {
                 progress.narrate(&format!("tool server {}", mcp_tools::progress_line(p)));
             })),
-            // A served turn has no person of its own to ask; the client's
-            // is asked about approvals only (`--approve`).
-            elicit: None,
+            // A served turn has no person of its own: the client's is
+            // asked, when it can show forms.
+            elicit: Some(Arc::new(move |q: Elicitation| {
+                let current = asking.clone();
+                Box::pin(async move { current.relay(q).await })
+            })),
         }
     }
 }
@@ -120,8 +145,8 @@ struct Telling<'a>(&'a CurrentCall);
 
 impl Drop for Telling<'_> {
     fn drop(&mut self) {
-        if let Ok(mut n) = self.0.0.lock() {
-            *n = None;
+        if let Ok(mut c) = self.0.0.lock() {
+            *c = Call::default();
         }
     }
 }
@@ -153,7 +178,7 @@ impl Ask for Served {
                     }
                 }
             };
-            let _telling = self.current.telling(narrator.clone());
+            let _telling = self.current.telling(narrator.clone(), confirm.clone());
             let quiet = Display {
                 narrator,
                 ..Display::default()
