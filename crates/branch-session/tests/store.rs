@@ -1026,8 +1026,43 @@ async fn a_recorded_turn_stores_the_renamed_branch_its_models_and_view<S: UnderT
     assert!(live.to_dict(&full()).unwrap().get("parse_model").is_none());
     assert_eq!(store.list().await.unwrap()[0].name, None);
     let turn = answer(&mut live, "unrecorded again");
-    store.append_turn_at(id, version, &turn).await.unwrap();
+    version = store.append_turn_at(id, version, &turn).await.unwrap();
     stored_is_live(&store.load(id).await.unwrap(), &live, "no view to extend");
+
+    // A new system prompt goes to the front, then one edited in place: each
+    // recorded turn is stored whole, on its version, and the next one is
+    // appended again.
+    live.msgs_mut()
+        .set_system(Message::system(branch_core::message::SystemContent::new(
+            "You are verbose now.",
+        )));
+    let turn = answer(&mut live, "after the new prompt");
+    let stale = version;
+    version = store.record_turn_at(&live, version, &turn).await.unwrap();
+    assert_eq!(version, stale + 1);
+    stored_is_live(&store.load(id).await.unwrap(), &live, "new system");
+    let system = live.system().unwrap().id();
+    live.msgs_mut().get_mut(&system).unwrap().channel = Some("edited".into());
+    let turn = answer(&mut live, "after the edit");
+    version = store.record_turn_at(&live, version, &turn).await.unwrap();
+    stored_is_live(&store.load(id).await.unwrap(), &live, "edited system");
+    let turn = answer(&mut live, "plain again");
+    version = store.record_turn_at(&live, version, &turn).await.unwrap();
+    stored_is_live(&store.load(id).await.unwrap(), &live, "appended");
+    // On a stale version a changed head is a conflict too, and nothing
+    // is written.
+    live.msgs_mut()
+        .set_system(Message::system(branch_core::message::SystemContent::new(
+            "Stale.",
+        )));
+    let before = store.load(id).await.unwrap().to_dict(&full()).unwrap();
+    let err = store.record_turn_at(&live, stale, &[]).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict { .. }), "{err}");
+    assert_eq!(
+        store.load(id).await.unwrap().to_dict(&full()).unwrap(),
+        before
+    );
+    assert_eq!(store.list().await.unwrap()[0].version, version);
     assert!(store.consistency().await.is_empty());
 }
 

@@ -633,6 +633,31 @@ pub(crate) fn take_inline_logs(
     Ok(Some((skeleton, rows)))
 }
 
+/// Whether `stored` (the id and body digest of the stored pile's first
+/// message) is the branch's first message as it is now: a system message
+/// set, replaced, edited or removed since the last whole save is not.
+pub(crate) fn head_is(
+    branch: &Branch,
+    stored: Option<&(String, i64)>,
+) -> Result<bool, super::StoreError> {
+    let pile = branch.messages();
+    let first = pile.progression().iter().next().and_then(|id| pile.get(id));
+    let (Some(first), Some((id, hash))) = (first, stored) else {
+        return Ok(first.is_none() && stored.is_none());
+    };
+    if first.id().to_string() != *id {
+        return Ok(false);
+    }
+    let body = first
+        .to_value()
+        .map_err(|source| super::StoreError::Branch {
+            id: branch.id(),
+            source,
+        })?
+        .to_string();
+    Ok(body_hash(&body) == *hash)
+}
+
 /// A turn's messages as `(id, body)` rows; a System message is refused
 /// (a new system prompt moves to the front, which only `save` writes).
 pub(crate) fn turn_rows(
@@ -787,5 +812,74 @@ mod tests {
         );
         assert_eq!(rows.len(), 1);
         assert_eq!(take_inline_logs(&skeleton).unwrap(), None);
+    }
+
+    /// A saved branch's head row is the live branch's head as a recorded
+    /// turn reads it (same id, same body digest), for every branch the
+    /// reference's fixtures hold, so a turn after a save is appended, not
+    /// saved whole again; a new or edited system message is not.
+    #[test]
+    fn the_saved_head_is_the_live_head_until_the_system_changes() {
+        fn branches(v: &Value, out: &mut Vec<Branch>) {
+            match v {
+                Value::Object(m) => {
+                    if m.get("metadata").and_then(|x| x.get("lion_class"))
+                        == Some(&json!("lionagi.session.branch.Branch"))
+                    {
+                        out.extend(Branch::from_dict(v).ok());
+                    }
+                    m.values().for_each(|x| branches(x, out));
+                }
+                Value::Array(a) => a.iter().for_each(|x| branches(x, out)),
+                _ => {}
+            }
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/lionagi-0.36.0");
+        let mut found = Vec::new();
+        for case in std::fs::read_dir(&root).unwrap().flatten() {
+            for scenario in std::fs::read_dir(case.path())
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                for name in ["output.json", "input.json"] {
+                    if let Ok(text) = std::fs::read_to_string(scenario.path().join(name)) {
+                        branches(&serde_json::from_str(&text).unwrap(), &mut found);
+                    }
+                }
+            }
+        }
+        let mut with_messages = 0;
+        for mut b in found {
+            let saved = split(&b).unwrap();
+            let head = saved
+                .rows
+                .iter()
+                .find(|r| r.pos == 0)
+                .map(|r| (r.id.clone(), r.hash));
+            assert!(head_is(&b, head.as_ref()).unwrap(), "{}", b.id());
+            if let Some(head) = head {
+                with_messages += 1;
+                b.msgs_mut().set_system(branch_core::Message::system(
+                    branch_core::message::SystemContent::new("another prompt"),
+                ));
+                assert!(!head_is(&b, Some(&head)).unwrap());
+            }
+        }
+        assert!(
+            with_messages >= 10,
+            "only {with_messages} branches with messages"
+        );
+        let mut b = Branch::builder().system("a").build().unwrap();
+        let saved = split(&b).unwrap();
+        let head = (saved.rows[0].id.clone(), saved.rows[0].hash);
+        assert!(head_is(&b, Some(&head)).unwrap());
+        // The same system message edited in place.
+        let id = b.system().unwrap().id();
+        b.msgs_mut().get_mut(&id).unwrap().channel = Some("edited".into());
+        assert!(!head_is(&b, Some(&head)).unwrap());
+        assert!(!head_is(&b, None).unwrap());
+        assert!(head_is(&Branch::builder().build().unwrap(), None).unwrap());
     }
 }

@@ -109,10 +109,12 @@ pub trait BranchStore: Send + Sync {
     /// the stored ones are appended; when the logger holds another pile
     /// than the stored one, or fewer logs (it was cleared after a capacity
     /// dump, whose file keeps the old ones), the stored logs are replaced
-    /// by the branch's, as a whole save would. A changed system message is
-    /// refused among `messages` ([`StoreError::SystemInTurn`]): it moves to
-    /// the front, which only a whole save writes. Returns the branch's new
-    /// version.
+    /// by the branch's, as a whole save would. A system message set,
+    /// replaced, edited or removed since the last whole save moves the
+    /// front of the pile, which rows appended cannot: the turn is then
+    /// written as a whole save ([`BranchStore::save_at`], on the same
+    /// version). Otherwise a system message among `messages` is refused
+    /// ([`StoreError::SystemInTurn`]). Returns the branch's new version.
     async fn record_turn_at(
         &self,
         branch: &Branch,

@@ -305,6 +305,21 @@ impl BranchStore for SqliteStore {
         messages: &[Message],
     ) -> Result<u64, StoreError> {
         let branch_id = branch.id();
+        // One id more than the branch holds is enough to tell that the
+        // store's logs are not the start of the branch's.
+        let wanted = i64::try_from(branch.logs().len().saturating_add(1)).unwrap_or(i64::MAX);
+        // Which logs the store holds decides which are serialized; the
+        // write below checks the version again, so nothing can change
+        // between the two.
+        let stored = self
+            .pool
+            .run(move |c, p| stored_logs(c, p, branch_id, expected_version, wanted))
+            .await?;
+        // A new or edited system message moves the pile's head, which only
+        // a whole save writes (on the same version).
+        if !layout::head_is(branch, stored.head.as_ref())? {
+            return self.save_at(branch, expected_version).await;
+        }
         let rows = layout::turn_rows(branch_id, messages)?;
         let head = branch
             .head_json(&layout::save_options())
@@ -312,17 +327,7 @@ impl BranchStore for SqliteStore {
                 id: branch_id,
                 source,
             })?;
-        // One id more than the branch holds is enough to tell that the
-        // store's logs are not the start of the branch's.
-        let wanted = i64::try_from(branch.logs().len().saturating_add(1)).unwrap_or(i64::MAX);
-        // Which logs the store holds decides which are serialized; the
-        // write below checks the version again, so nothing can change
-        // between the two.
-        let (pile, stored) = self
-            .pool
-            .run(move |c, p| stored_logs(c, p, branch_id, expected_version, wanted))
-            .await?;
-        let logs = layout::plan_logs(branch, pile.as_deref(), &stored)?;
+        let logs = layout::plan_logs(branch, stored.pile.as_deref(), &stored.logs)?;
         let now = branch_core::element::now();
         self.pool
             .run(move |c, p| {
@@ -654,17 +659,17 @@ fn append_rows(
     version_of(p, branch_id, new_version)
 }
 
-/// What the store holds of a branch's logs: the id of the log pile whose
-/// header the skeleton keeps, and the log ids in `seq` order. A branch at
-/// another version than `expected` is a conflict here already. At most
-/// `limit` ids are read.
+/// What the store holds of a branch's logs (the id of the log pile whose
+/// header the skeleton keeps, and at most `limit` log ids in `seq` order)
+/// and its first message. A branch at another version than `expected` is
+/// a conflict here already.
 fn stored_logs(
     c: &mut rusqlite::Connection,
     p: &Path,
     branch_id: Uuid,
     expected: u64,
     limit: i64,
-) -> Result<(Option<String>, Vec<String>), StoreError> {
+) -> Result<StoredState, StoreError> {
     let err = |e| sql_err(p, format!("read the logs of branch {branch_id}"), e);
     let tx = c.transaction().map_err(err)?;
     let head: Option<(i64, Option<String>, i64, i64)> = tx
@@ -710,8 +715,30 @@ fn stored_logs(
         rows.collect::<rusqlite::Result<Vec<String>>>()
             .map_err(err)?
     };
+    let head: Option<(String, i64)> = tx
+        .query_row(
+            "SELECT substr(msg_id, 1, 64), hash FROM messages WHERE branch_key = ?1 AND pos = 0",
+            params![key],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()
+        .map_err(err)?;
     tx.finish().map_err(err)?;
-    Ok((pile, ids))
+    Ok(StoredState {
+        pile,
+        logs: ids,
+        head,
+    })
+}
+
+/// What a recorded turn reads of the stored branch first.
+struct StoredState {
+    /// The id of the log pile whose header the skeleton keeps.
+    pile: Option<String>,
+    /// The stored log ids, in `seq` order.
+    logs: Vec<String>,
+    /// The first message of the pile's order, by id and body digest.
+    head: Option<(String, i64)>,
 }
 
 /// Why a branch's rows did not read.

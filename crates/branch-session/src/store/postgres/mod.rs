@@ -881,6 +881,37 @@ pub(super) fn column<'a, T: FromSql<'a>>(
     })
 }
 
+impl PgStore {
+    /// The id and body digest of the stored pile's first message.
+    async fn stored_head(&self, branch_id: Uuid) -> Result<Option<(String, i64)>, StoreError> {
+        let label = self.shared.label.clone();
+        let err = |e: tokio_postgres::Error| {
+            pg_err(&label, format!("read the head of branch {branch_id}"), e)
+        };
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                &client
+                    .prepare_cached(
+                        "SELECT msg_id, hash FROM messages WHERE branch_id = $1 AND pos = 0",
+                    )
+                    .await
+                    .map_err(err)?,
+                &[&branch_id],
+            )
+            .await
+            .map_err(err)?;
+        let bad = |r| self.corrupt("messages", format!("branch {branch_id}"), r);
+        row.map(|r| {
+            let id: Uuid = column(&r, 0)?;
+            let hash: i64 = column(&r, 1)?;
+            Ok((id.to_string(), hash))
+        })
+        .transpose()
+        .map_err(bad)
+    }
+}
+
 #[async_trait]
 impl BranchStore for PgStore {
     async fn save(&self, branch: &Branch) -> Result<(), StoreError> {
@@ -917,6 +948,13 @@ impl BranchStore for PgStore {
         expected_version: u64,
         messages: &[Message],
     ) -> Result<u64, StoreError> {
+        // A new or edited system message moves the pile's head, which only
+        // a whole save writes (on the same version; a writer in between
+        // makes either write a conflict).
+        let head = self.stored_head(branch.id()).await?;
+        if !layout::head_is(branch, head.as_ref())? {
+            return self.save_at(branch, expected_version).await;
+        }
         self.append(branch.id(), Some(expected_version), messages, Some(branch))
             .await
     }
