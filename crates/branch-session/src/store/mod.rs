@@ -113,7 +113,7 @@ pub trait BranchStore: Send + Sync {
     /// replaced, edited or removed since the last whole save moves the
     /// front of the pile, which rows appended cannot: the turn is then
     /// written as a whole save ([`BranchStore::save_at`], on the same
-    /// version). Otherwise a system message among `messages` is refused
+    /// version). A system message among `messages` is refused either way
     /// ([`StoreError::SystemInTurn`]). Returns the branch's new version.
     async fn record_turn_at(
         &self,

@@ -305,6 +305,7 @@ impl BranchStore for SqliteStore {
         messages: &[Message],
     ) -> Result<u64, StoreError> {
         let branch_id = branch.id();
+        let rows = layout::turn_rows(branch_id, messages)?;
         // One id more than the branch holds is enough to tell that the
         // store's logs are not the start of the branch's.
         let wanted = i64::try_from(branch.logs().len().saturating_add(1)).unwrap_or(i64::MAX);
@@ -320,7 +321,6 @@ impl BranchStore for SqliteStore {
         if !layout::head_is(branch, stored.head.as_ref())? {
             return self.save_at(branch, expected_version).await;
         }
-        let rows = layout::turn_rows(branch_id, messages)?;
         let head = branch
             .head_json(&layout::save_options())
             .map_err(|source| StoreError::Branch {

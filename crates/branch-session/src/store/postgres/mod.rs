@@ -325,8 +325,8 @@ impl PgStore {
         let now = branch_core::element::now();
         let mut client = self.client().await?;
         let tx = client.transaction().await.map_err(err)?;
-        // Both sent at once (pipelined): the second runs after the first
-        // holds the row lock, so it sees every message committed before.
+        // Sent at once (pipelined): the others run after the first holds
+        // the row lock, so they see every message committed before.
         let lock = tx
             .prepare_cached(
                 "SELECT has_view, message_count, version FROM branches WHERE id = $1 FOR UPDATE",
@@ -337,9 +337,22 @@ impl PgStore {
             .prepare_cached("SELECT msg_id FROM messages WHERE branch_id = $1 AND msg_id = ANY($2)")
             .await
             .map_err(err)?;
-        let (head, stored) = futures_util::future::try_join(
+        // With the live branch, the pile's first row too: a changed system
+        // message makes the turn a whole save.
+        let first = tx
+            .prepare_cached("SELECT msg_id, hash FROM messages WHERE branch_id = $1 AND pos = 0")
+            .await
+            .map_err(err)?;
+        let first_row = async {
+            match live {
+                Some(_) => tx.query_opt(&first, &[&branch_id]).await,
+                None => Ok(None),
+            }
+        };
+        let (head, stored, first_row) = futures_util::future::try_join3(
             tx.query_opt(&lock, &[&branch_id]),
             tx.query(&known, &[&branch_id, &ids]),
+            first_row,
         )
         .await
         .map_err(err)?;
@@ -358,6 +371,23 @@ impl PgStore {
                     expected,
                     found,
                 });
+            }
+        }
+        if let Some(branch) = live {
+            let first_row = first_row
+                .map(|r| {
+                    let id: Uuid = column(&r, 0)?;
+                    let hash: i64 = column(&r, 1)?;
+                    Ok((id.to_string(), hash))
+                })
+                .transpose()
+                .map_err(|r| self.corrupt("messages", format!("branch {branch_id}"), r))?;
+            if !layout::head_is(branch, first_row.as_ref())? {
+                // The lock goes with the rolled-back transaction; the whole
+                // save checks the version again.
+                drop(tx);
+                drop(client);
+                return self.save_at(branch, found).await;
             }
         }
         let stored: HashSet<Uuid> = stored
@@ -881,37 +911,6 @@ pub(super) fn column<'a, T: FromSql<'a>>(
     })
 }
 
-impl PgStore {
-    /// The id and body digest of the stored pile's first message.
-    async fn stored_head(&self, branch_id: Uuid) -> Result<Option<(String, i64)>, StoreError> {
-        let label = self.shared.label.clone();
-        let err = |e: tokio_postgres::Error| {
-            pg_err(&label, format!("read the head of branch {branch_id}"), e)
-        };
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                &client
-                    .prepare_cached(
-                        "SELECT msg_id, hash FROM messages WHERE branch_id = $1 AND pos = 0",
-                    )
-                    .await
-                    .map_err(err)?,
-                &[&branch_id],
-            )
-            .await
-            .map_err(err)?;
-        let bad = |r| self.corrupt("messages", format!("branch {branch_id}"), r);
-        row.map(|r| {
-            let id: Uuid = column(&r, 0)?;
-            let hash: i64 = column(&r, 1)?;
-            Ok((id.to_string(), hash))
-        })
-        .transpose()
-        .map_err(bad)
-    }
-}
-
 #[async_trait]
 impl BranchStore for PgStore {
     async fn save(&self, branch: &Branch) -> Result<(), StoreError> {
@@ -949,12 +948,7 @@ impl BranchStore for PgStore {
         messages: &[Message],
     ) -> Result<u64, StoreError> {
         // A new or edited system message moves the pile's head, which only
-        // a whole save writes (on the same version; a writer in between
-        // makes either write a conflict).
-        let head = self.stored_head(branch.id()).await?;
-        if !layout::head_is(branch, head.as_ref())? {
-            return self.save_at(branch, expected_version).await;
-        }
+        // a whole save writes: `append` turns to one (on the same version).
         self.append(branch.id(), Some(expected_version), messages, Some(branch))
             .await
     }
