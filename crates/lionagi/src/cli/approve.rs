@@ -175,15 +175,7 @@ fn ask_and_resume(
     questions: Option<&Questions>,
 ) -> Result<(), ChatError> {
     rt.block_on(conv.save_all())?;
-    let terminal = input.is_terminal();
-    let answers = approvals.ask(pending, |prompt| {
-        if terminal {
-            input.next(rt, prompt)
-        } else {
-            eprint!("{prompt}");
-            input.next(rt, "")
-        }
-    })?;
+    let answers = approvals.ask(pending, |prompt| input.answer(rt, prompt))?;
     let Some(decisions) = answers else {
         return Err(ChatError::Interrupted);
     };

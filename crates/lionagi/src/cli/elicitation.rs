@@ -93,21 +93,11 @@ pub(crate) fn drive<T>(
             // cancelled) before the question came up: nobody to answer.
             Step::Ask(p) if p.reply.is_closed() => {}
             Step::Ask(p) => {
-                let answer = ask(&p.question, |prompt| read(rt, input, prompt));
+                let answer = ask(&p.question, |prompt| input.answer(rt, prompt));
                 // The server may have given up (its call ended).
                 let _ = p.reply.send(answer.unwrap_or(ElicitAnswer::Cancel));
             }
         }
-    }
-}
-
-/// One line from the input, the prompt shown as the approval's is.
-fn read(rt: &Runtime, input: &mut Input, prompt: &str) -> Result<Line, ChatError> {
-    if input.is_terminal() {
-        input.next(rt, prompt)
-    } else {
-        eprint!("{prompt}");
-        input.next(rt, "")
     }
 }
 

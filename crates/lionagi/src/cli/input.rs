@@ -101,13 +101,29 @@ impl Input {
         matches!(self, Self::Editor { .. })
     }
 
-    /// The next line. The editor blocks this thread (outside the runtime);
-    /// stdin is awaited on `rt` together with Ctrl-C.
+    /// The next line, kept in the editor's history. The editor blocks this
+    /// thread (outside the runtime); stdin is awaited on `rt` together
+    /// with Ctrl-C.
     pub(crate) fn next(&mut self, rt: &Runtime, prompt: &str) -> Result<Line, ChatError> {
+        self.read(rt, prompt, true)
+    }
+
+    /// The answer to a question (an approval, a server's form), read as
+    /// [`Input::next`] reads but not kept in the history file: it may be
+    /// personal, and it is no question to ask again. Piped, the prompt is
+    /// still written on stderr, so a script's log shows what was asked.
+    pub(crate) fn answer(&mut self, rt: &Runtime, prompt: &str) -> Result<Line, ChatError> {
+        if let Self::Piped(_) = self {
+            eprint!("{prompt}");
+        }
+        self.read(rt, prompt, false)
+    }
+
+    fn read(&mut self, rt: &Runtime, prompt: &str, remember: bool) -> Result<Line, ChatError> {
         match self {
             Self::Editor { editor, .. } => match editor.readline(prompt) {
                 Ok(line) => {
-                    if !line.trim().is_empty() {
+                    if remember && !line.trim().is_empty() {
                         let _ = editor.add_history_entry(line.as_str());
                     }
                     Ok(Line::Text(line))
