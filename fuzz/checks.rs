@@ -18,7 +18,10 @@ use branch_core::model::{ChatMessage, ChatModel, ChatRequest, ModelConfig, Reque
 use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_execution};
 use branch_core::{Branch, Message, Participant, Role, ToDictOptions};
 use branch_core::{DataLogger, DataLoggerConfig, KeptJson, Log, ParsedJson};
-use branch_mcp::{map_result, sanitize_name};
+use branch_mcp::{
+    FieldKind, Form, MAX_FORM_CHOICES, MAX_FORM_FIELDS, MAX_FORM_TEXT_BYTES, map_result,
+    sanitize_name,
+};
 use branch_messages::{
     CompileOptions, RenderCache, ToolMode, compile_request, compile_request_cached,
 };
@@ -320,6 +323,63 @@ pub fn mcp_tool(data: &[u8]) {
                 "a failure of {} bytes under a cap of {cap}: {text:?}",
                 text.len()
             ),
+        }
+    }
+}
+
+/// A hostile MCP server's question to our person (an elicitation's
+/// `requestedSchema`, read by `rmcp` as our client reads it, or an object
+/// holding it as `schema` beside an `answer`): a form that is read stays
+/// within the caps (fields, choices, texts), each default it offers fits
+/// its field, an answer of the defaults fits the form exactly when every
+/// required field has one, and an answer the form takes holds only its
+/// fields, each of its kind.
+pub fn mcp_elicitation(data: &[u8]) {
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    let schema = value.get("schema").unwrap_or(&value);
+    let Ok(schema) = serde_json::from_value::<rmcp::model::ElicitationSchema>(schema.clone())
+    else {
+        return;
+    };
+    let Ok(schema) = serde_json::to_value(&schema) else {
+        return;
+    };
+    let Ok(form) = Form::from_schema(&schema) else {
+        return;
+    };
+    // A cut text ends with its mark.
+    let text_cap = MAX_FORM_TEXT_BYTES + "… (cut)".len();
+    assert!(form.fields.len() <= MAX_FORM_FIELDS);
+    let mut defaults = serde_json::Map::new();
+    for f in &form.fields {
+        assert!(
+            f.title.len() <= text_cap,
+            "a title of {} bytes",
+            f.title.len()
+        );
+        assert!(f.description.as_ref().is_none_or(|d| d.len() <= text_cap));
+        if let FieldKind::Choice(options) | FieldKind::Choices { options, .. } = &f.kind {
+            assert!((1..=MAX_FORM_CHOICES).contains(&options.len()));
+            assert!(options.iter().all(|c| c.title.len() <= text_cap));
+        }
+        if let Some(d) = &f.default {
+            assert!(f.check(d).is_ok(), "a default the field refuses: {d}");
+            defaults.insert(f.name.clone(), d.clone());
+        }
+    }
+    let complete = form
+        .fields
+        .iter()
+        .all(|f| !f.required || f.default.is_some());
+    assert_eq!(form.check(&defaults).is_ok(), complete, "{defaults:?}");
+    if let Some(Value::Object(answer)) = value.get("answer") {
+        if form.check(answer).is_ok() {
+            for (k, v) in answer {
+                let field = form.fields.iter().find(|f| &f.name == k);
+                assert!(field.is_some_and(|f| f.check(v).is_ok()), "{k}: {v}");
+            }
         }
     }
 }

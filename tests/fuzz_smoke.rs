@@ -148,6 +148,11 @@ fn mcp_tool() {
 }
 
 #[test]
+fn mcp_elicitation() {
+    smoke("mcp_elicitation", checks::mcp_elicitation);
+}
+
+#[test]
 fn json_repair() {
     smoke("json_repair", checks::json_repair);
 }
