@@ -119,29 +119,31 @@ pub(crate) fn ask(
             Line::Eof | Line::Interrupted => None,
         })
     };
-    if !q.form.fields.is_empty() {
-        loop {
-            let Some(text) = next("answer it? [y]es / [n]o: ")? else {
-                return Ok(ElicitAnswer::Cancel);
-            };
-            match text.trim().to_ascii_lowercase().as_str() {
-                "y" | "yes" => break,
-                "n" | "no" => return Ok(ElicitAnswer::Decline),
-                _ => eprintln!("answer y or n"),
-            }
-        }
+    // With nothing to fill in, the question is whether to go on.
+    let prompt = if q.form.fields.is_empty() {
+        "go on? [y]es / [n]o: "
     } else {
-        // Nothing to fill in: the question is whether to go on.
-        loop {
-            let Some(text) = next("go on? [y]es / [n]o: ")? else {
-                return Ok(ElicitAnswer::Cancel);
-            };
-            match text.trim().to_ascii_lowercase().as_str() {
-                "y" | "yes" => return Ok(ElicitAnswer::Accept(Map::new())),
-                "n" | "no" => return Ok(ElicitAnswer::Decline),
-                _ => eprintln!("answer y or n"),
+        "answer it? [y]es / [n]o: "
+    };
+    let mut willing = None;
+    for _ in 0..MAX_UNCLEAR_ANSWERS {
+        let Some(text) = next(prompt)? else {
+            return Ok(ElicitAnswer::Cancel);
+        };
+        match text.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => willing = Some(true),
+            "n" | "no" => willing = Some(false),
+            _ => {
+                eprintln!("answer y or n");
+                continue;
             }
         }
+        break;
+    }
+    match willing {
+        Some(true) => {}
+        Some(false) => return Ok(ElicitAnswer::Decline),
+        None => return Ok(ElicitAnswer::Cancel),
     }
     let mut filled = Map::new();
     for field in &q.form.fields {
@@ -355,6 +357,10 @@ mod tests {
         // Three unclear answers to one field.
         assert_eq!(
             ask(&q, script(&["y", "", "A", "B", "Ada"])).unwrap(),
+            ElicitAnswer::Cancel
+        );
+        assert_eq!(
+            ask(&q, script(&["sure", "ok", "fine", "y"])).unwrap(),
             ElicitAnswer::Cancel
         );
         let empty = question(json!({"properties": {}}));
