@@ -282,22 +282,16 @@ impl Branch {
     /// CLI agent's session) is stored without serializing every message
     /// again.
     pub fn head_json(&self, opts: &ToDictOptions) -> Result<Vec<u8>> {
-        let (chat, parse) = self.model_dicts(opts);
-        crate::load::to_vec(
-            &BranchOut {
-                branch: self,
-                opts,
-                chat,
-                parse,
-                head_only: true,
-            },
-            "branch",
-        )
+        self.write_json(opts, true)
     }
 
     /// [`Branch::to_dict`] written straight to JSON bytes, without building
     /// the intermediate value.
     pub fn to_json_vec(&self, opts: &ToDictOptions) -> Result<Vec<u8>> {
+        self.write_json(opts, false)
+    }
+
+    fn write_json(&self, opts: &ToDictOptions, head_only: bool) -> Result<Vec<u8>> {
         let (chat, parse) = self.model_dicts(opts);
         crate::load::to_vec(
             &BranchOut {
@@ -305,7 +299,7 @@ impl Branch {
                 opts,
                 chat,
                 parse,
-                head_only: false,
+                head_only,
             },
             "branch",
         )

@@ -633,6 +633,17 @@ pub(crate) fn take_inline_logs(
     Ok(Some((skeleton, rows)))
 }
 
+/// The branch's skeleton entries but the piles as a recorded turn writes
+/// them (`Branch::head_json` with the save's options).
+pub(crate) fn head_of(branch: &Branch) -> Result<Vec<u8>, super::StoreError> {
+    branch
+        .head_json(&save_options())
+        .map_err(|source| super::StoreError::Branch {
+            id: branch.id(),
+            source,
+        })
+}
+
 /// Whether `stored` (the id and body digest of the stored pile's first
 /// message) is the branch's first message as it is now: a system message
 /// set, replaced, edited or removed since the last whole save is not.

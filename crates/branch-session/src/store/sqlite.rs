@@ -321,12 +321,7 @@ impl BranchStore for SqliteStore {
         if !layout::head_is(branch, stored.head.as_ref())? {
             return self.save_at(branch, expected_version).await;
         }
-        let head = branch
-            .head_json(&layout::save_options())
-            .map_err(|source| StoreError::Branch {
-                id: branch_id,
-                source,
-            })?;
+        let head = layout::head_of(branch)?;
         let logs = layout::plan_logs(branch, stored.pile.as_deref(), &stored.logs)?;
         let now = branch_core::element::now();
         self.pool

@@ -405,12 +405,7 @@ impl PgStore {
         // (worked out under the row lock, so nothing changes meanwhile).
         let with = match (live, &skeleton) {
             (Some(branch), Some(text)) => {
-                let head = branch
-                    .head_json(&layout::save_options())
-                    .map_err(|source| StoreError::Branch {
-                        id: branch_id,
-                        source,
-                    })?;
+                let head = layout::head_of(branch)?;
                 let pile = layout::stored_logs_pile(text).map_err(corrupt)?;
                 // One id more than the branch holds is enough to tell that
                 // the store's logs are not the start of the branch's.
