@@ -95,12 +95,22 @@ impl ClientHandler for Handler {
             form: form.clone(),
             schema,
         };
-        let answer = tokio::select! {
-            a = hook(question) => a,
-            () = context.ct.cancelled() => ElicitAnswer::Cancel,
-            () = tokio::time::sleep(limits::CONFIRM_DEADLINE) => ElicitAnswer::Cancel,
+        // What was asked and how it ended, never what was answered.
+        let span = tracing::info_span!(
+            "mcp.elicitation",
+            server = %self.server,
+            fields = form.fields.len(),
+            action = tracing::field::Empty,
+        );
+        let asking = async {
+            tokio::select! {
+                a = hook(question) => a,
+                () = context.ct.cancelled() => ElicitAnswer::Cancel,
+                () = tokio::time::sleep(limits::CONFIRM_DEADLINE) => ElicitAnswer::Cancel,
+            }
         };
-        Ok(match answer {
+        let answer = tracing::Instrument::instrument(asking, span.clone()).await;
+        let result = match answer {
             ElicitAnswer::Accept(content) => match form.check(&content) {
                 Ok(()) => ElicitResult::new(ElicitationAction::Accept)
                     .with_content(Value::Object(content)),
@@ -111,7 +121,14 @@ impl ClientHandler for Handler {
             },
             ElicitAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
             ElicitAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
-        })
+        };
+        let action = match result.action {
+            ElicitationAction::Accept => "accept",
+            ElicitationAction::Decline => "decline",
+            _ => "cancel",
+        };
+        span.record("action", action);
+        Ok(result)
     }
 
     async fn on_progress(

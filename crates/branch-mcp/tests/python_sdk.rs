@@ -432,3 +432,50 @@ async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() 
     assert_eq!(declined, json!({"result": "not booked: decline"}));
     servers.shutdown().await;
 }
+
+/// A server's question has a span naming the server, the form's size and
+/// how it ended, and never what the person answered.
+#[tokio::test]
+async fn a_question_has_a_span_with_its_outcome_and_never_the_answer() {
+    use branch_mcp::{ElicitAnswer, ElicitHook};
+    let Some(python) = support::python() else {
+        return;
+    };
+    // One thread: the client's handler runs where the span is heard.
+    let spans = support::spans::Spans::named("mcp.elicitation");
+    let _guard = spans.listen();
+    let tag = support::tag("py-elicit-span");
+    let policy = McpPolicy::new().allow_command(&python);
+    let hook: ElicitHook = Arc::new(|_| {
+        let answer = json!({"name": "Secret Ada", "guests": 3});
+        Box::pin(async move { ElicitAnswer::Accept(answer.as_object().unwrap().clone()) })
+    });
+    let servers = McpServers::connect_asking(
+        &stdio_config(&python, &tag),
+        &policy,
+        None,
+        None,
+        Some(hook),
+    )
+    .await
+    .unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let booked = call(&branch, "book", json!({})).await.unwrap();
+    assert_eq!(
+        booked,
+        json!({"result": "booked Secret Ada for 3, terrace False"})
+    );
+    servers.shutdown().await;
+    let heard = spans.heard();
+    let field = |name: &str| {
+        heard
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(field("server").as_deref(), Some("py"), "{heard:?}");
+    assert_eq!(field("fields").as_deref(), Some("3"), "{heard:?}");
+    assert_eq!(field("action").as_deref(), Some("\"accept\""), "{heard:?}");
+    assert!(!format!("{heard:?}").contains("Secret"), "{heard:?}");
+}

@@ -3,6 +3,8 @@
 //! session cap, slow clients, connection cap, shutdown).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -554,47 +556,12 @@ async fn a_head_over_the_cap_is_refused_431() {
     running.stop().await;
 }
 
+#[tokio::test]
 /// Each request's span: its method and the status answered, never a
 /// header (the token) or the path.
-#[derive(Clone, Default)]
-struct Spans(Arc<Mutex<Vec<(String, String)>>>);
-
-struct Fields<'a>(&'a mut Vec<(String, String)>);
-
-impl tracing::field::Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
-        self.0.push((field.name().to_owned(), format!("{value:?}")));
-    }
-}
-
-impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Spans {
-    fn on_new_span(
-        &self,
-        attrs: &tracing::span::Attributes<'_>,
-        _id: &tracing::span::Id,
-        _ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        if attrs.metadata().name() == "mcp.serve.http" {
-            attrs.record(&mut Fields(&mut self.0.lock().unwrap()));
-        }
-    }
-
-    fn on_record(
-        &self,
-        _id: &tracing::span::Id,
-        values: &tracing::span::Record<'_>,
-        _ctx: tracing_subscriber::layer::Context<'_, S>,
-    ) {
-        values.record(&mut Fields(&mut self.0.lock().unwrap()));
-    }
-}
-
-#[tokio::test]
 async fn each_request_has_a_span_with_its_status_and_no_secret() {
-    use tracing_subscriber::layer::SubscriberExt;
-    let spans = Spans::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(spans.clone()));
+    let spans = support::spans::Spans::named("mcp.serve.http");
+    let _guard = spans.listen();
     let running = start(with_token(), Duration::ZERO).await;
     let init = serde_json::to_vec(&initialize()).unwrap();
     let refused = post(
@@ -607,7 +574,7 @@ async fn each_request_has_a_span_with_its_status_and_no_secret() {
     let ok = post(&running.url, &[("authorization", &bearer())], init).await;
     assert_eq!(ok.status(), 200);
     running.stop().await;
-    let got = spans.0.lock().unwrap().clone();
+    let got = spans.heard();
     let statuses: Vec<&str> = got
         .iter()
         .filter(|(k, _)| k == "status")

@@ -5,6 +5,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+pub mod spans;
+
 /// Whether a missing server fails the test instead of skipping it.
 pub fn required() -> bool {
     std::env::var_os("CI").is_some() || std::env::var("LIONAGI_MCP_REQUIRED").as_deref() == Ok("1")
