@@ -127,3 +127,84 @@ async fn everything_over_streamable_http() {
     servers.shutdown().await;
     child.kill().await.unwrap();
 }
+
+/// The reference server's own question (`trigger-elicitation-request`,
+/// offered only to a client that declares elicitation): its form of every
+/// kind the specification allows (text with and without formats, a yes/no,
+/// bounded numbers, single and multiple choices, titled, untitled and
+/// legacy) is read whole, its defaults kept, and an answer of the required
+/// name and the defaults reaches the server as accepted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn everything_asks_its_own_form_and_hears_the_answer() {
+    use branch_mcp::{ElicitAnswer, ElicitHook, Elicitation, FieldKind, TextFormat};
+    use std::sync::{Arc, Mutex};
+    let Some((node, script)) = support::everything() else {
+        return;
+    };
+    let tag = support::tag("everything-elicit");
+    let config = McpConfig::from_value(&json!({"mcpServers": {"everything": {
+        "command": node.display().to_string(),
+        "args": [script.display().to_string(), "stdio", tag],
+    }}}))
+    .unwrap();
+    let asked: Arc<Mutex<Vec<Elicitation>>> = Arc::default();
+    let seen = Arc::clone(&asked);
+    let hook: ElicitHook = Arc::new(move |q: Elicitation| {
+        let mut answer: serde_json::Map<String, Value> = q
+            .form
+            .fields
+            .iter()
+            .filter_map(|f| Some((f.name.clone(), f.default.clone()?)))
+            .collect();
+        answer.insert("name".into(), json!("Ada Lovelace"));
+        seen.lock().unwrap().push(q);
+        Box::pin(async move { ElicitAnswer::Accept(answer) })
+    });
+    let policy = McpPolicy::new().allow_command(&node);
+    let servers = McpServers::connect_asking(&config, &policy, None, None, Some(hook))
+        .await
+        .unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let tool = branch
+        .acts()
+        .get("trigger-elicitation-request")
+        .expect("offered to a client that declares elicitation")
+        .tool()
+        .clone();
+    let said = tool.call(json!({})).await.unwrap().to_string();
+    assert!(said.contains("Name: Ada Lovelace"), "{said}");
+    assert!(said.contains("Favorite Integer: 42"), "{said}");
+    assert!(said.contains("\\\"action\\\": \\\"accept\\\""), "{said}");
+    let asked = asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    let form = &asked[0].form;
+    let field = |n: &str| form.fields.iter().find(|f| f.name == n).unwrap();
+    assert!(field("name").required);
+    assert_eq!(form.fields.len(), 13, "{:?}", form.fields);
+    assert!(matches!(
+        field("email").kind,
+        FieldKind::Text {
+            format: Some(TextFormat::Email),
+            ..
+        }
+    ));
+    assert_eq!(
+        field("integer").kind,
+        FieldKind::Number {
+            integer: true,
+            min: Some(1.0),
+            max: Some(100.0)
+        }
+    );
+    assert!(matches!(&field("titledMultipleSelectEnum").kind,
+        FieldKind::Choices { options, min: Some(1), max: Some(3) } if options[1].title == "Salmon"));
+    assert!(matches!(&field("legacyTitledEnum").kind,
+        FieldKind::Choice(options) if options[0].title == "Cats"));
+    assert_eq!(
+        field("untitledMultipleSelectEnum").default,
+        Some(json!(["Guitar"]))
+    );
+    servers.shutdown().await;
+    support::assert_gone(&tag).await;
+}
