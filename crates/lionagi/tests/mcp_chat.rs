@@ -121,7 +121,22 @@ impl Sandbox {
     /// Runs `lionagi ARGS` with `input` on its stdin (then closed), for at
     /// most 60 s.
     async fn run_with_stdin(&self, args: &[&str], input: &[u8]) -> Output {
-        let mut child = self.command(args).stdin(Stdio::piped()).spawn().unwrap();
+        self.run_with_stdin_env(args, input, &[]).await
+    }
+
+    /// [`Sandbox::run_with_stdin`] with `env` added.
+    async fn run_with_stdin_env(
+        &self,
+        args: &[&str],
+        input: &[u8],
+        env: &[(&str, &str)],
+    ) -> Output {
+        let mut child = self
+            .command(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         stdin.write_all(input).await.unwrap();
         drop(stdin);
@@ -1722,6 +1737,25 @@ async fn a_tool_server_asks_the_person_during_its_call() {
         result(1)
     );
     assert!(result(3).contains("not booked: decline"), "{}", result(3));
+
+    // An answer over the line cap dismisses the question (the server hears
+    // a cancellation), and the conversation then ends with that error
+    // instead of taking it for the end of its input.
+    model.script([book("call_4"), MockReply::text("Not booked.")]);
+    let long = format!("Book a table.\ny\n{}\nBook another.\n", "x".repeat(2000));
+    let out = sb
+        .run_with_stdin_env(
+            &args,
+            long.as_bytes(),
+            &[("LIONAGI_MAX_LINE_BYTES", "1000")],
+        )
+        .await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("longer than 1000 bytes"), "{stderr}");
+    let bodies = model.bodies();
+    let last = bodies.last().unwrap()["messages"].to_string();
+    assert!(last.contains("not booked: cancel"), "{last}");
 
     // Not asked with `--json`: the server hears a decline at once.
     model.script([book("call_3"), MockReply::text("Not booked.")]);

@@ -76,20 +76,31 @@ impl Input {
     }
 
     /// The lines of stdin, each at most `max_line_bytes` long (a longer
-    /// line is an error that ends the conversation).
+    /// line is an error that ends the conversation). A failed read fails
+    /// again at the next one, so a failure met while a server's question
+    /// was being answered (which only dismisses the question) still ends
+    /// the conversation with its error at the next prompt.
     pub(crate) fn piped(max_line_bytes: usize) -> Self {
         let (tx, rx) = mpsc::channel(1);
         std::thread::spawn(move || {
             let mut stdin = std::io::stdin().lock();
             loop {
-                let line = match read_line(&mut stdin, max_line_bytes) {
-                    Ok(Some(l)) => Ok(l),
+                match read_line(&mut stdin, max_line_bytes) {
+                    Ok(Some(l)) => {
+                        if tx.blocking_send(Ok(l)).is_err() {
+                            return;
+                        }
+                    }
                     Ok(None) => return,
-                    Err(e) => Err(e),
-                };
-                let failed = line.is_err();
-                if tx.blocking_send(line).is_err() || failed {
-                    return;
+                    Err(e) => {
+                        let again = std::io::Error::new(e.kind(), e.to_string());
+                        // The second send waits until the first is read,
+                        // and fails once the input is dropped.
+                        if tx.blocking_send(Err(e)).is_ok() {
+                            let _ = tx.blocking_send(Err(again));
+                        }
+                        return;
+                    }
                 }
             }
         });
