@@ -31,6 +31,7 @@
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+mod answer_clock;
 mod call;
 mod config;
 mod elicit;

@@ -30,6 +30,12 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// hold the conversation. Past it the question counts as unanswered.
 pub const CONFIRM_DEADLINE: Duration = Duration::from_secs(600);
 
+/// Most a tool call's deadline is extended by the time its server's
+/// questions wait on the person (see `answer_clock.rs`): three questions
+/// left open to their [`CONFIRM_DEADLINE`]. A server that asks again and
+/// again cannot hold a call past its deadline plus this.
+pub const MAX_ANSWER_PAUSE: Duration = Duration::from_secs(1800);
+
 /// Largest single JSON-RPC message read from a server (one stdio line, one
 /// HTTP body, one SSE event): larger is refused and ends the connection,
 /// so a hostile server cannot exhaust memory. The server half drops a

@@ -22,6 +22,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
+use crate::answer_clock::AnswerClock;
 use crate::call;
 use crate::config::{ServerSpec, TransportSpec};
 use crate::elicit::{self, ElicitAnswer, ElicitHook, Elicitation, Form};
@@ -42,6 +43,7 @@ struct Handler {
     progress: Option<ProgressHook>,
     elicit: Option<ElicitHook>,
     routes: ProgressRoutes,
+    questions: AnswerClock,
 }
 
 impl ClientHandler for Handler {
@@ -103,6 +105,8 @@ impl ClientHandler for Handler {
             action = tracing::field::Empty,
         );
         let asking = async {
+            // The server's calls stand still while the person reads.
+            let _open = self.questions.open();
             tokio::select! {
                 a = hook(question) => a,
                 () = context.ct.cancelled() => ElicitAnswer::Cancel,
@@ -173,6 +177,7 @@ pub struct McpServer {
     tool_cap: usize,
     tools_changed: Arc<AtomicBool>,
     routes: ProgressRoutes,
+    questions: AnswerClock,
     transport: &'static str,
 }
 
@@ -207,12 +212,14 @@ impl McpServer {
     ) -> Result<Self, McpError> {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let routes = ProgressRoutes::default();
+        let questions = AnswerClock::default();
         let handler = Handler {
             server: spec.name.clone(),
             tools_changed: Arc::clone(&tools_changed),
             progress,
             elicit,
             routes: routes.clone(),
+            questions: questions.clone(),
         };
         let failure = Failure::default();
         let secrets: Vec<Secret> = spec.transport.secrets().into_iter().cloned().collect();
@@ -327,6 +334,7 @@ impl McpServer {
             tool_cap: policy.tool_cap(),
             tools_changed,
             routes,
+            questions,
             transport,
         })
     }
@@ -505,7 +513,8 @@ impl McpServer {
     }
 
     /// Calls a tool by its name on the server, within the per-call
-    /// deadline; the request carries a progress token, whose progress goes
+    /// deadline (which stands still while a question of the server waits
+    /// on the person, up to [`limits::MAX_ANSWER_PAUSE`]); the request carries a progress token, whose progress goes
     /// to the calling branch. Dropping the future (or the deadline passing)
     /// sends `notifications/cancelled`.
     pub async fn call_tool(
@@ -527,10 +536,10 @@ impl McpServer {
         params.arguments = arguments;
         let what = format!("tools/call `{name}`");
         let call = call::call_tool(&self.peer, &self.routes, params);
-        match tokio::time::timeout(self.call_timeout, call).await {
-            Ok(Ok(r)) => Ok(r),
-            Ok(Err(e)) => Err(self.service_error(&what, e).await),
-            Err(_) => Err(self.timeout(&what, self.call_timeout)),
+        match self.questions.within(self.call_timeout, call).await {
+            Some(Ok(r)) => Ok(r),
+            Some(Err(e)) => Err(self.service_error(&what, e).await),
+            None => Err(self.timeout(&what, self.call_timeout)),
         }
     }
 

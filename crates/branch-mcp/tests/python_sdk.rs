@@ -433,6 +433,50 @@ async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() 
     servers.shutdown().await;
 }
 
+/// The person's time is not the server's: a call whose server waits on a
+/// question longer than the call's deadline still ends with its result.
+#[tokio::test]
+async fn a_calls_deadline_stands_still_while_the_person_answers() {
+    use branch_mcp::{ElicitAnswer, ElicitHook};
+    let Some(python) = support::python() else {
+        return;
+    };
+    let tag = support::tag("py-elicit-slow");
+    let policy = McpPolicy::new()
+        .allow_command(&python)
+        .call_timeout(Duration::from_secs(2));
+    let hook: ElicitHook = Arc::new(|_| {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let answer = json!({"name": "Ada", "guests": 2});
+            ElicitAnswer::Accept(answer.as_object().unwrap().clone())
+        })
+    });
+    let servers = McpServers::connect_asking(
+        &stdio_config(&python, &tag),
+        &policy,
+        None,
+        None,
+        Some(hook),
+    )
+    .await
+    .unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let booked = call(&branch, "book", json!({})).await.unwrap();
+    assert_eq!(booked, json!({"result": "booked Ada for 2, terrace False"}));
+    // The server's own time still counts: a call that hangs times out.
+    let marker = std::env::temp_dir().join(format!("{tag}.cancelled"));
+    let args = json!({"seconds": 30, "marker": marker.display().to_string()});
+    let slow = call(&branch, "slow", args).await;
+    assert!(
+        matches!(&slow, Err(e) if e.to_string().contains("did not finish within")),
+        "{slow:?}"
+    );
+    servers.shutdown().await;
+    let _ = std::fs::remove_file(&marker);
+}
+
 /// A server's question has a span naming the server, the form's size and
 /// how it ended, and never what the person answered.
 #[tokio::test]
