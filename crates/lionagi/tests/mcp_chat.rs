@@ -1756,6 +1756,29 @@ async fn a_tool_server_asks_the_person_during_its_call() {
     let bodies = model.bodies();
     let last = bodies.last().unwrap()["messages"].to_string();
     assert!(last.contains("not booked: cancel"), "{last}");
+    // The same in a one-shot question with `--approve`, which reads no
+    // later prompt: the turn ends, its reply is printed, and the command
+    // fails with the error.
+    model.script([book("call_5"), MockReply::text("Not booked, one shot.")]);
+    let mut once = args.to_vec();
+    once.extend(["--approve", "Book a table."]);
+    let out = sb
+        .run_with_stdin_env(
+            &once,
+            format!("y\ny\n{}\n", "x".repeat(2000)).as_bytes(),
+            &[("LIONAGI_MAX_LINE_BYTES", "1000")],
+        )
+        .await;
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("longer than 1000 bytes"), "{stderr}");
+    assert!(
+        text(&out.stdout).contains("Not booked, one shot."),
+        "{stderr}"
+    );
+    let bodies = model.bodies();
+    let last = bodies.last().unwrap()["messages"].to_string();
+    assert!(last.contains("not booked: cancel"), "{last}");
 
     // Not asked with `--json`: the server hears a decline at once.
     model.script([book("call_3"), MockReply::text("Not booked.")]);

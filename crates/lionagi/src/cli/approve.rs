@@ -353,11 +353,7 @@ mod tests {
     }
 
     fn piped(lines: &[&str]) -> Input {
-        let (tx, rx) = tokio::sync::mpsc::channel(lines.len().max(1));
-        for l in lines {
-            tx.try_send(Ok((*l).to_owned())).unwrap();
-        }
-        Input::Piped(rx)
+        Input::scripted(lines.iter().map(|l| Ok((*l).to_owned())).collect())
     }
 
     /// The whole `--approve` path with a real store and a loopback model:

@@ -147,7 +147,11 @@ fn converse_or_ask(
         };
         let result = one_turn(rt, conv, question, &setup, answers.as_mut());
         resume_hint(conv, args);
-        return result;
+        // A read that failed while a server's question was answered only
+        // dismissed the question: the turn went on and is recorded, and
+        // the command still fails with the error.
+        let failed = answers.as_ref().and_then(Input::failure);
+        return result.and_then(|()| failed.map_or(Ok(()), Err));
     }
     let mut input = open_input()?;
     approve::settle(rt, conv, Some(&mut input), questions)?;

@@ -93,9 +93,10 @@ pub(crate) fn drive<T>(
             // cancelled) before the question came up: nobody to answer.
             Step::Ask(p) if p.reply.is_closed() => {}
             Step::Ask(p) => {
-                // An input that failed dismisses the question; piped, it
-                // fails again at its next read (the conversation's next
-                // prompt, after this turn is recorded), which reports it.
+                // An input that failed dismisses the question; the input
+                // keeps the failure, which ends the conversation at its
+                // next prompt, or a one-shot command once its turn is
+                // recorded (`Input::failure`).
                 let answer = ask(&p.question, |prompt| input.answer(rt, prompt));
                 // The server may have given up (its call ended).
                 let _ = p.reply.send(answer.unwrap_or(ElicitAnswer::Cancel));

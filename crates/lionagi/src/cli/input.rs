@@ -25,8 +25,16 @@ pub(crate) enum Line {
     Eof,
 }
 
-/// A source of lines.
-pub(crate) enum Input {
+/// A source of lines. A read that failed fails again at every later one:
+/// a failure met while a server's question was answered only dismisses the
+/// question, and must still end the conversation (at its next prompt) or
+/// the one-shot command (once its turn is recorded) with the error.
+pub(crate) struct Input {
+    source: Source,
+    failed: Option<ReadFailure>,
+}
+
+enum Source {
     /// A terminal: rustyline, history in a file.
     Editor {
         /// The editor.
@@ -38,6 +46,22 @@ pub(crate) enum Input {
     /// read on a thread of its own so that Ctrl-C can still be noticed
     /// while waiting. The thread reads one line ahead at most.
     Piped(mpsc::Receiver<std::io::Result<String>>),
+}
+
+/// A failed read, kept to be reported again.
+struct ReadFailure {
+    what: String,
+    kind: std::io::ErrorKind,
+    message: String,
+}
+
+impl ReadFailure {
+    fn error(&self) -> ChatError {
+        ChatError::Io {
+            what: self.what.clone(),
+            source: std::io::Error::new(self.kind, self.message.clone()),
+        }
+    }
 }
 
 /// The history file: `$LIONAGI_HOME/chat_history`, else
@@ -69,17 +93,21 @@ impl Input {
             // No file yet is the usual first run.
             let _ = editor.load_history(path);
         }
-        Ok(Self::Editor {
+        Ok(Self::of(Source::Editor {
             editor: Box::new(editor),
             history,
-        })
+        }))
+    }
+
+    fn of(source: Source) -> Self {
+        Self {
+            source,
+            failed: None,
+        }
     }
 
     /// The lines of stdin, each at most `max_line_bytes` long (a longer
-    /// line is an error that ends the conversation). A failed read fails
-    /// again at the next one, so a failure met while a server's question
-    /// was being answered (which only dismisses the question) still ends
-    /// the conversation with its error at the next prompt.
+    /// line is an error that ends the conversation).
     pub(crate) fn piped(max_line_bytes: usize) -> Self {
         let (tx, rx) = mpsc::channel(1);
         std::thread::spawn(move || {
@@ -93,23 +121,33 @@ impl Input {
                     }
                     Ok(None) => return,
                     Err(e) => {
-                        let again = std::io::Error::new(e.kind(), e.to_string());
-                        // The second send waits until the first is read,
-                        // and fails once the input is dropped.
-                        if tx.blocking_send(Err(e)).is_ok() {
-                            let _ = tx.blocking_send(Err(again));
-                        }
+                        let _ = tx.blocking_send(Err(e));
                         return;
                     }
                 }
             }
         });
-        Self::Piped(rx)
+        Self::of(Source::Piped(rx))
+    }
+
+    /// Lines given beforehand, as if piped (tests).
+    #[cfg(test)]
+    pub(crate) fn scripted(lines: Vec<std::io::Result<String>>) -> Self {
+        let (tx, rx) = mpsc::channel(lines.len().max(1));
+        for l in lines {
+            let _ = tx.try_send(l);
+        }
+        Self::of(Source::Piped(rx))
+    }
+
+    /// The error of a read that failed, if one did.
+    pub(crate) fn failure(&self) -> Option<ChatError> {
+        self.failed.as_ref().map(ReadFailure::error)
     }
 
     /// Whether lines come from a person at a terminal.
     pub(crate) fn is_terminal(&self) -> bool {
-        matches!(self, Self::Editor { .. })
+        matches!(self.source, Source::Editor { .. })
     }
 
     /// The next line, kept in the editor's history. The editor blocks this
@@ -124,15 +162,35 @@ impl Input {
     /// personal, and it is no question to ask again. Piped, the prompt is
     /// still written on stderr, so a script's log shows what was asked.
     pub(crate) fn answer(&mut self, rt: &Runtime, prompt: &str) -> Result<Line, ChatError> {
-        if let Self::Piped(_) = self {
+        if let Source::Piped(_) = self.source {
             eprint!("{prompt}");
         }
         self.read(rt, prompt, false)
     }
 
     fn read(&mut self, rt: &Runtime, prompt: &str, remember: bool) -> Result<Line, ChatError> {
-        match self {
-            Self::Editor { editor, .. } => match editor.readline(prompt) {
+        if let Some(f) = &self.failed {
+            return Err(f.error());
+        }
+        let read = self.read_source(rt, prompt, remember);
+        if let Err(ChatError::Io { what, source }) = &read {
+            self.failed = Some(ReadFailure {
+                what: what.clone(),
+                kind: source.kind(),
+                message: source.to_string(),
+            });
+        }
+        read
+    }
+
+    fn read_source(
+        &mut self,
+        rt: &Runtime,
+        prompt: &str,
+        remember: bool,
+    ) -> Result<Line, ChatError> {
+        match &mut self.source {
+            Source::Editor { editor, .. } => match editor.readline(prompt) {
                 Ok(line) => {
                     if remember && !line.trim().is_empty() {
                         let _ = editor.add_history_entry(line.as_str());
@@ -143,7 +201,7 @@ impl Input {
                 Err(ReadlineError::Eof) => Ok(Line::Eof),
                 Err(e) => Err(editor_error(&e)),
             },
-            Self::Piped(rx) => rt.block_on(async {
+            Source::Piped(rx) => rt.block_on(async {
                 tokio::select! {
                     biased;
                     _ = tokio::signal::ctrl_c() => Ok(Line::Interrupted),
@@ -160,10 +218,10 @@ impl Input {
     /// Writes the editor's history to its file (best effort: a read-only
     /// home must not spoil the conversation).
     pub(crate) fn save_history(&mut self) {
-        if let Self::Editor {
+        if let Source::Editor {
             editor,
             history: Some(path),
-        } = self
+        } = &mut self.source
         {
             if let Some(dir) = path.parent() {
                 let _ = std::fs::create_dir_all(dir);
@@ -177,5 +235,31 @@ fn editor_error(e: &dyn std::fmt::Display) -> ChatError {
     ChatError::Io {
         what: "terminal".into(),
         source: std::io::Error::other(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_read_fails_every_later_one() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mut input = Input::scripted(vec![
+            Ok("first".into()),
+            Err(std::io::Error::other("line too long")),
+            Ok("never read".into()),
+        ]);
+        assert!(input.failure().is_none());
+        assert_eq!(input.answer(&rt, "? ").unwrap(), Line::Text("first".into()));
+        for _ in 0..2 {
+            let e = input.next(&rt, "> ").unwrap_err();
+            assert!(e.to_string().contains("line too long"), "{e}");
+        }
+        let kept = input.failure().unwrap();
+        assert!(kept.to_string().contains("line too long"), "{kept}");
     }
 }
