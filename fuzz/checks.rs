@@ -19,8 +19,8 @@ use branch_core::model::{ChatResponse, ChunkKind, StreamAccumulator, api_call_ex
 use branch_core::{Branch, Message, Participant, Role, ToDictOptions};
 use branch_core::{DataLogger, DataLoggerConfig, KeptJson, Log, ParsedJson};
 use branch_mcp::{
-    FieldKind, Form, MAX_FORM_CHOICES, MAX_FORM_FIELDS, MAX_FORM_TEXT_BYTES, map_result,
-    sanitize_name,
+    Address, AddressWarning, FieldKind, Form, MAX_ELICITATION_ID_BYTES, MAX_FORM_CHOICES,
+    MAX_FORM_FIELDS, MAX_FORM_TEXT_BYTES, MAX_URL_BYTES, map_result, sanitize_name,
 };
 use branch_messages::{
     CompileOptions, RenderCache, ToolMode, compile_request, compile_request_cached,
@@ -338,6 +338,11 @@ pub fn mcp_elicitation(data: &[u8]) {
     let Ok(value) = serde_json::from_slice::<Value>(data) else {
         return;
     };
+    if let Some(Value::String(url)) = value.get("url") {
+        let id = value.get("id").and_then(Value::as_str).unwrap_or("");
+        mcp_address(url, id);
+        return;
+    }
     let schema = value.get("schema").unwrap_or(&value);
     let Ok(schema) = serde_json::from_value::<rmcp::model::ElicitationSchema>(schema.clone())
     else {
@@ -382,6 +387,35 @@ pub fn mcp_elicitation(data: &[u8]) {
             }
         }
     }
+}
+
+/// An address a server asks the person to open (URL mode), read by
+/// `Address::parse`: one it takes is shown as plain ASCII without controls
+/// or spaces, on https or http (http named as unencrypted), with its host
+/// inside it and no user name; a longer one than the cap is declined.
+fn mcp_address(url: &str, id: &str) {
+    let Ok(a) = Address::parse(url, id) else {
+        return;
+    };
+    assert!(url.len() <= MAX_URL_BYTES);
+    assert!(
+        a.url.bytes().all(|b| b.is_ascii_graphic()),
+        "shown with a control, a space or a non-ASCII byte: {:?}",
+        a.url
+    );
+    let http = a.url.starts_with("http://");
+    assert!(http || a.url.starts_with("https://"), "{}", a.url);
+    assert_eq!(http, a.warnings.contains(&AddressWarning::Unencrypted));
+    assert!(!a.host.is_empty());
+    let authority = a.url.split('/').nth(2).unwrap_or("");
+    assert!(!authority.contains('@'), "a user name in {}", a.url);
+    assert!(
+        authority.starts_with(&a.host),
+        "{} not the host of {}",
+        a.host,
+        a.url
+    );
+    assert!(a.id.len() <= MAX_ELICITATION_ID_BYTES + "… (cut)".len());
 }
 
 /// Room a tool's failure text may take below a smaller result cap: the

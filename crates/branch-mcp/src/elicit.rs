@@ -1,15 +1,17 @@
 //! Questions a connected server puts to our person during a call (MCP
-//! elicitation, form mode): the server's form read into a bounded [`Form`]
-//! of the field kinds the specification allows, handed to the caller's
-//! [`ElicitHook`], and the answer checked against the form before it goes
-//! back. The server is hostile like any input: its texts are cut, its
-//! fields and choices counted, and a form we cannot read is declined
-//! without asking anyone.
+//! elicitation): the server's form read into a bounded [`Form`] of the
+//! field kinds the specification allows (or, in URL mode, its address
+//! checked, `elicit_url.rs`), handed to the caller's [`ElicitHook`], and
+//! the answer checked against the form before it goes back. The server is
+//! hostile like any input: its texts are cut, its fields and choices
+//! counted, and a form we cannot read is declined without asking anyone.
 
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use serde_json::{Map, Value};
+
+use crate::elicit_url::Address;
 
 /// Most fields a form may have; a larger one is declined unasked.
 pub const MAX_FORM_FIELDS: usize = 32;
@@ -22,18 +24,45 @@ pub const MAX_FORM_TEXT_BYTES: usize = 8 * 1024;
 /// less.
 pub const MAX_FORM_ANSWER_BYTES: usize = 64 * 1024;
 
-/// A server's question: its message and the form to fill in.
+/// A server's question: its message, and a form to fill in or an address
+/// to open.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Elicitation {
     /// The server's name.
     pub server: String,
     /// What the server asks (cut at [`MAX_FORM_TEXT_BYTES`]).
     pub message: String,
-    /// The fields, in the server's order.
-    pub form: Form,
-    /// The form as the server wrote it (as `rmcp` read it), to pass the
-    /// question on as it came.
-    pub schema: Value,
+    /// What answering means.
+    pub asks: Asks,
+}
+
+impl Elicitation {
+    /// The form to fill in, when the question is one.
+    pub fn form(&self) -> Option<&Form> {
+        match &self.asks {
+            Asks::Form { form, .. } => Some(form),
+            Asks::Url(_) => None,
+        }
+    }
+}
+
+/// What a question asks of the person.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Asks {
+    /// Fill in a form (form mode).
+    Form {
+        /// The fields, in the server's order.
+        form: Form,
+        /// The form as the server wrote it (as `rmcp` read it), to pass
+        /// the question on as it came.
+        schema: Value,
+    },
+    /// Open an address, where what is asked is answered out of the
+    /// client's sight (URL mode; only with
+    /// [`crate::McpPolicy::allow_url_elicitation`]). Accepting means the
+    /// person agreed to go there, and carries no content.
+    Url(Address),
 }
 
 /// The fields of a form.
@@ -121,7 +150,8 @@ pub struct FormChoice {
 /// What the person did with the question.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ElicitAnswer {
-    /// Filled in the form: each answered field by name.
+    /// Filled in the form: each answered field by name (for an address:
+    /// agreed to open it, with nothing filled in).
     Accept(Map<String, Value>),
     /// Declined to answer; the server's call goes on without it.
     Decline,
@@ -132,7 +162,8 @@ pub enum ElicitAnswer {
 /// Puts a server's question to the person; called during a call of that
 /// server, which waits for the answer (at most
 /// [`crate::limits::CONFIRM_DEADLINE`], then it is cancelled). With a
-/// hook, our client declares that it shows forms.
+/// hook, our client declares that it shows forms, and addresses to open
+/// when the policy allows them ([`crate::McpPolicy::allow_url_elicitation`]).
 pub type ElicitHook = Arc<dyn Fn(Elicitation) -> BoxFuture<'static, ElicitAnswer> + Send + Sync>;
 
 /// What marks a text cut short.

@@ -32,9 +32,11 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod answer_clock;
+mod asking;
 mod call;
 mod config;
 mod elicit;
+mod elicit_url;
 mod error;
 mod http;
 mod hub;
@@ -56,8 +58,12 @@ mod tool;
 
 pub use config::{McpConfig, ServerSpec, TransportSpec};
 pub use elicit::{
-    ElicitAnswer, ElicitHook, Elicitation, Field, FieldKind, Form, FormChoice,
+    Asks, ElicitAnswer, ElicitHook, Elicitation, Field, FieldKind, Form, FormChoice,
     MAX_FORM_ANSWER_BYTES, MAX_FORM_CHOICES, MAX_FORM_FIELDS, MAX_FORM_TEXT_BYTES, TextFormat,
+};
+pub use elicit_url::{
+    Address, AddressWarning, MAX_ELICITATION_ID_BYTES, MAX_URL_BYTES, MAX_URLS_PER_ERROR,
+    URL_ELICITATION_REQUIRED,
 };
 pub use error::McpError;
 pub use http::{GuardedHttp, HttpFailure};

@@ -29,6 +29,7 @@ pub struct McpPolicy {
     init_timeout: Duration,
     max_result_bytes: usize,
     max_tools_per_server: usize,
+    url_elicitation: bool,
 }
 
 impl Default for McpPolicy {
@@ -41,6 +42,7 @@ impl Default for McpPolicy {
             init_timeout: limits::INIT_TIMEOUT,
             max_result_bytes: limits::MAX_RESULT_BYTES,
             max_tools_per_server: limits::MAX_TOOLS_PER_SERVER,
+            url_elicitation: false,
         }
     }
 }
@@ -101,6 +103,21 @@ impl McpPolicy {
     pub fn max_tools_per_server(mut self, n: usize) -> Self {
         self.max_tools_per_server = n.min(limits::MAX_TOOLS_TOTAL);
         self
+    }
+
+    /// Lets servers ask the person to open addresses (MCP elicitation, URL
+    /// mode: a sign-in, a payment), when they are connected with an
+    /// [`crate::ElicitHook`]: our client then declares it, and the hook
+    /// gets such questions as [`crate::Asks::Url`]. Off by default: a
+    /// program whose person cannot open an address must not invite them.
+    pub fn allow_url_elicitation(mut self, on: bool) -> Self {
+        self.url_elicitation = on;
+        self
+    }
+
+    /// Whether servers may ask the person to open addresses.
+    pub fn url_elicitation_allowed(&self) -> bool {
+        self.url_elicitation
     }
 
     /// Whether local addresses are allowed.

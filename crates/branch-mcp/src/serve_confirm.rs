@@ -12,7 +12,7 @@ use rmcp::service::ElicitationMode;
 use rmcp::{Peer, RoleServer};
 use serde_json::Value;
 
-use crate::elicit::{ElicitAnswer, Elicitation};
+use crate::elicit::{Asks, ElicitAnswer, Elicitation};
 use crate::limits::CONFIRM_DEADLINE;
 
 /// Longest question shown, in bytes (it may quote model output); a longer
@@ -113,24 +113,39 @@ impl Confirmer {
 
     /// Passes a question one of the conversation's own tool servers asked
     /// during this call on to the person behind the call's client, its
-    /// form as the server wrote it and its message naming the server.
-    /// Waits at most [`CONFIRM_DEADLINE`]. A client that cannot be asked
-    /// declines; a failed or late request, or an answer that is not an
-    /// object, dismisses. The answer is the client's: the tool server's
+    /// form (or address to open) as the server gave it and its message
+    /// naming the server. Waits at most [`CONFIRM_DEADLINE`]. A client
+    /// that cannot be asked (no forms, or no addresses for an address)
+    /// declines; a failed or late request, or a form's answer that is not
+    /// an object, dismisses. The answer is the client's: the tool server's
     /// session checks it against the form before sending it on.
     pub async fn relay(&self, question: &Elicitation) -> ElicitAnswer {
-        let Some(peer) = self.0.as_ref().filter(|_| self.can_ask()) else {
+        let Some(peer) = self.0.as_ref() else {
             return ElicitAnswer::Decline;
         };
-        let Ok(schema) = serde_json::from_value::<ElicitationSchema>(question.schema.clone())
-        else {
-            return ElicitAnswer::Decline;
-        };
-        let message = format!("[{}] asks: {}", question.server, question.message);
-        let params = ElicitRequestParams::FormElicitationParams {
-            meta: None::<RequestMetaObject>,
-            message: bounded(&message).into_owned(),
-            requested_schema: schema,
+        let modes = peer.supported_elicitation_modes();
+        let message =
+            bounded(&format!("[{}] asks: {}", question.server, question.message)).into_owned();
+        let params = match &question.asks {
+            Asks::Form { schema, .. } if modes.contains(&ElicitationMode::Form) => {
+                let Ok(schema) = serde_json::from_value::<ElicitationSchema>(schema.clone()) else {
+                    return ElicitAnswer::Decline;
+                };
+                ElicitRequestParams::FormElicitationParams {
+                    meta: None::<RequestMetaObject>,
+                    message,
+                    requested_schema: schema,
+                }
+            }
+            Asks::Url(address) if modes.contains(&ElicitationMode::Url) => {
+                ElicitRequestParams::UrlElicitationParams {
+                    meta: None::<RequestMetaObject>,
+                    message,
+                    url: address.url.clone(),
+                    elicitation_id: address.id.clone(),
+                }
+            }
+            _ => return ElicitAnswer::Decline,
         };
         let Ok(answer) = peer
             .create_elicitation_with_timeout(params, Some(CONFIRM_DEADLINE))
@@ -138,11 +153,14 @@ impl Confirmer {
         else {
             return ElicitAnswer::Cancel;
         };
-        match (answer.action, answer.content) {
-            (ElicitationAction::Accept, Some(Value::Object(content))) => {
+        match (answer.action, answer.content, &question.asks) {
+            (ElicitationAction::Accept, Some(Value::Object(content)), _) => {
                 ElicitAnswer::Accept(content)
             }
-            (ElicitationAction::Decline, _) => ElicitAnswer::Decline,
+            (ElicitationAction::Accept, None, Asks::Url(_)) => {
+                ElicitAnswer::Accept(serde_json::Map::new())
+            }
+            (ElicitationAction::Decline, _, _) => ElicitAnswer::Decline,
             _ => ElicitAnswer::Cancel,
         }
     }

@@ -10,10 +10,9 @@ use std::time::Duration;
 use branch_core::observer::ObserverSlot;
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ElicitRequestParams,
-    ElicitResult, ElicitationAction, ElicitationCapability, FormElicitationCapability,
-    Implementation, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
-    Resource,
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, CustomNotification,
+    ElicitRequestParams, ElicitResult, Implementation, PaginatedRequestParams,
+    ProgressNotificationParam, ReadResourceRequestParams, Resource,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, RunningService, ServiceError};
 use rmcp::transport::StreamableHttpClientTransport;
@@ -22,10 +21,12 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::sync::Mutex;
 
-use crate::answer_clock::AnswerClock;
+use crate::asking::Asker;
 use crate::call;
 use crate::config::{ServerSpec, TransportSpec};
-use crate::elicit::{self, ElicitAnswer, ElicitHook, Elicitation, Form};
+use crate::elicit::cut;
+use crate::elicit::{Asks, ElicitAnswer, ElicitHook};
+use crate::elicit_url::{MAX_ELICITATION_ID_BYTES, URL_ELICITATION_REQUIRED};
 use crate::error::McpError;
 use crate::http::{GuardedHttp, HttpFailure, init_reason, service_reason};
 use crate::legacy_sse::LegacySse;
@@ -41,98 +42,28 @@ struct Handler {
     server: String,
     tools_changed: Arc<AtomicBool>,
     progress: Option<ProgressHook>,
-    elicit: Option<ElicitHook>,
     routes: ProgressRoutes,
-    questions: AnswerClock,
+    asker: Asker,
 }
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
-        if self.elicit.is_some() {
-            capabilities.elicitation =
-                Some(ElicitationCapability::new().with_form(FormElicitationCapability::new()));
-        }
+        capabilities.elicitation = self.asker.capability();
         ClientConfig::new(
             capabilities,
             Implementation::new("lionagi-rs", env!("CARGO_PKG_VERSION")),
         )
     }
 
-    /// A form the server wants filled in during one of its calls: read,
-    /// put to the person through the hook (at most
-    /// [`limits::CONFIRM_DEADLINE`], or until the server cancels it), and
-    /// the answer checked against the form. A form we cannot read, or a
-    /// URL to open (not declared), is declined unasked.
+    /// A question the server puts to the person during one of its calls
+    /// (`asking.rs`).
     async fn create_elicitation(
         &self,
         request: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let decline = Ok(ElicitResult::new(ElicitationAction::Decline));
-        let Some(hook) = &self.elicit else {
-            return decline;
-        };
-        let ElicitRequestParams::FormElicitationParams {
-            message,
-            requested_schema,
-            ..
-        } = request
-        else {
-            return decline;
-        };
-        let read = serde_json::to_value(&requested_schema)
-            .map_err(|e| e.to_string())
-            .and_then(|schema| Form::from_schema(&schema).map(|form| (form, schema)));
-        let (form, schema) = match read {
-            Ok(read) => read,
-            Err(reason) => {
-                tracing::warn!(server = %self.server, %reason, "MCP elicitation declined: its form cannot be read");
-                return decline;
-            }
-        };
-        let question = Elicitation {
-            server: self.server.clone(),
-            message: elicit::bounded(&message),
-            form: form.clone(),
-            schema,
-        };
-        // What was asked and how it ended, never what was answered.
-        let span = tracing::info_span!(
-            "mcp.elicitation",
-            server = %self.server,
-            fields = form.fields.len(),
-            action = tracing::field::Empty,
-        );
-        let asking = async {
-            // The server's calls stand still while the person reads.
-            let _open = self.questions.open();
-            tokio::select! {
-                a = hook(question) => a,
-                () = context.ct.cancelled() => ElicitAnswer::Cancel,
-                () = tokio::time::sleep(limits::CONFIRM_DEADLINE) => ElicitAnswer::Cancel,
-            }
-        };
-        let answer = tracing::Instrument::instrument(asking, span.clone()).await;
-        let result = match answer {
-            ElicitAnswer::Accept(content) => match form.check(&content) {
-                Ok(()) => ElicitResult::new(ElicitationAction::Accept)
-                    .with_content(Value::Object(content)),
-                Err(reason) => {
-                    tracing::warn!(server = %self.server, %reason, "MCP elicitation answer does not fit its form");
-                    ElicitResult::new(ElicitationAction::Cancel)
-                }
-            },
-            ElicitAnswer::Decline => ElicitResult::new(ElicitationAction::Decline),
-            ElicitAnswer::Cancel => ElicitResult::new(ElicitationAction::Cancel),
-        };
-        let action = match result.action {
-            ElicitationAction::Accept => "accept",
-            ElicitationAction::Decline => "decline",
-            _ => "cancel",
-        };
-        span.record("action", action);
-        Ok(result)
+        Ok(self.asker.answer(request, context.ct.cancelled()).await)
     }
 
     async fn on_progress(
@@ -158,6 +89,26 @@ impl ClientHandler for Handler {
         }
     }
 
+    /// `notifications/elicitation/complete`: the person finished what an
+    /// address was opened for. Told in the log; the call that needed it is
+    /// made again by whoever was told to (the model, from the call's error).
+    async fn on_custom_notification(
+        &self,
+        notification: CustomNotification,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if notification.method != "notifications/elicitation/complete" {
+            return;
+        }
+        let id = notification
+            .params
+            .as_ref()
+            .and_then(|p| p.get("elicitationId"))
+            .and_then(Value::as_str)
+            .map(|id| cut(id, MAX_ELICITATION_ID_BYTES).into_owned());
+        tracing::info!(server = %self.server, elicitation_id = ?id, "MCP server says the step at an address is done");
+    }
+
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
         tracing::info!(server = %self.server, "MCP tool list changed");
         self.tools_changed.store(true, Ordering::SeqCst);
@@ -177,7 +128,7 @@ pub struct McpServer {
     tool_cap: usize,
     tools_changed: Arc<AtomicBool>,
     routes: ProgressRoutes,
-    questions: AnswerClock,
+    asker: Asker,
     transport: &'static str,
 }
 
@@ -212,14 +163,13 @@ impl McpServer {
     ) -> Result<Self, McpError> {
         let tools_changed = Arc::new(AtomicBool::new(false));
         let routes = ProgressRoutes::default();
-        let questions = AnswerClock::default();
+        let asker = Asker::new(&spec.name, elicit, policy.url_elicitation_allowed());
         let handler = Handler {
             server: spec.name.clone(),
             tools_changed: Arc::clone(&tools_changed),
             progress,
-            elicit,
             routes: routes.clone(),
-            questions: questions.clone(),
+            asker: asker.clone(),
         };
         let failure = Failure::default();
         let secrets: Vec<Secret> = spec.transport.secrets().into_iter().cloned().collect();
@@ -334,7 +284,7 @@ impl McpServer {
             tool_cap: policy.tool_cap(),
             tools_changed,
             routes,
-            questions,
+            asker,
             transport,
         })
     }
@@ -536,8 +486,11 @@ impl McpServer {
         params.arguments = arguments;
         let what = format!("tools/call `{name}`");
         let call = call::call_tool(&self.peer, &self.routes, params);
-        match self.questions.within(self.call_timeout, call).await {
+        match self.asker.clock().within(self.call_timeout, call).await {
             Some(Ok(r)) => Ok(r),
+            Some(Err(ServiceError::McpError(e))) if e.code.0 == URL_ELICITATION_REQUIRED => {
+                Err(self.needs_an_address(&what, &e).await)
+            }
             Some(Err(e)) => Err(self.service_error(&what, e).await),
             None => Err(self.timeout(&what, self.call_timeout)),
         }
@@ -561,6 +514,43 @@ impl McpServer {
             .await
             .as_ref()
             .and_then(ServerProcess::id)
+    }
+
+    /// A call the server refused until the person opens an address
+    /// (`URLElicitationRequired`): the addresses are shown to the person
+    /// (when this program offers them), and the error tells the model
+    /// what they said and that the call may be made again once they are
+    /// done there.
+    async fn needs_an_address(&self, what: &str, e: &ErrorData) -> McpError {
+        let answered = self.asker.open_required(e.data.as_ref()).await;
+        let mut message = format!(
+            "the server needs the person to open an address first ({})",
+            scrub(&e.message, &self.secrets)
+        );
+        if answered.is_empty() {
+            message.push_str("; none was shown: this program does not offer addresses to open");
+        }
+        for (question, answer) in &answered {
+            let Asks::Url(address) = &question.asks else {
+                continue;
+            };
+            let said = match answer {
+                ElicitAnswer::Accept(_) => {
+                    "agreed to open it; call the tool again once they are done there"
+                }
+                ElicitAnswer::Decline => "declined to open it",
+                ElicitAnswer::Cancel => "did not answer",
+            };
+            message.push_str(&format!(
+                "; {} (at {}): the person {said}",
+                question.message, address.host
+            ));
+        }
+        McpError::Remote {
+            server: self.name.clone(),
+            method: what.to_owned(),
+            message: crate::tool::capped(message, limits::MAX_REMOTE_ERROR_BYTES),
+        }
     }
 
     fn timeout(&self, what: &str, limit: Duration) -> McpError {

@@ -151,7 +151,8 @@ async fn everything_asks_its_own_form_and_hears_the_answer() {
     let seen = Arc::clone(&asked);
     let hook: ElicitHook = Arc::new(move |q: Elicitation| {
         let mut answer: serde_json::Map<String, Value> = q
-            .form
+            .form()
+            .expect("a form")
             .fields
             .iter()
             .filter_map(|f| Some((f.name.clone(), f.default.clone()?)))
@@ -178,7 +179,7 @@ async fn everything_asks_its_own_form_and_hears_the_answer() {
     assert!(said.contains("\\\"action\\\": \\\"accept\\\""), "{said}");
     let asked = asked.lock().unwrap().clone();
     assert_eq!(asked.len(), 1);
-    let form = &asked[0].form;
+    let form = asked[0].form().expect("a form");
     let field = |n: &str| form.fields.iter().find(|f| f.name == n).unwrap();
     assert!(field("name").required);
     assert_eq!(form.fields.len(), 13, "{:?}", form.fields);

@@ -359,7 +359,7 @@ async fn the_older_sse_transport_is_the_fallback() {
 /// declares no elicitation and a question is declined.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() {
-    use branch_mcp::{ElicitAnswer, ElicitHook, Elicitation, FieldKind};
+    use branch_mcp::{Asks, ElicitAnswer, ElicitHook, Elicitation, FieldKind};
     let Some(python) = support::python() else {
         return;
     };
@@ -403,8 +403,10 @@ async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() 
         assert_eq!(asked.len(), 2);
         assert_eq!(asked[0].server, "py");
         assert_eq!(asked[0].message, "Which table?");
-        let fields: Vec<(&str, bool)> = asked[0]
-            .form
+        let Asks::Form { form, .. } = &asked[0].asks else {
+            panic!("{:?}", asked[0]);
+        };
+        let fields: Vec<(&str, bool)> = form
             .fields
             .iter()
             .map(|f| (f.name.as_str(), f.required))
@@ -414,14 +416,14 @@ async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() 
             [("name", true), ("guests", true), ("terrace", false)]
         );
         assert_eq!(
-            asked[0].form.fields[1].kind,
+            form.fields[1].kind,
             FieldKind::Number {
                 integer: true,
                 min: Some(1.0),
                 max: Some(12.0)
             }
         );
-        assert_eq!(asked[0].form.fields[2].default, Some(json!(false)));
+        assert_eq!(form.fields[2].default, Some(json!(false)));
     }
     servers.shutdown().await;
 
@@ -430,6 +432,93 @@ async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() 
     servers.register(&mut branch).await.unwrap();
     let declined = call(&branch, "book", json!({})).await.unwrap();
     assert_eq!(declined, json!({"result": "not booked: decline"}));
+    servers.shutdown().await;
+}
+
+/// A server may send the person to an address (URL mode) only when the
+/// policy offers addresses: the address reaches the hook checked, the
+/// person's consent goes back with no content, an address that could
+/// mislead is declined unasked, and a call refused until an address is
+/// opened (`URLElicitationRequired`, -32042) shows it to the person and
+/// tells the model what they said.
+#[tokio::test]
+async fn a_server_asks_the_person_to_open_an_address() {
+    use branch_mcp::{Asks, ElicitAnswer, ElicitHook, Elicitation};
+    let Some(python) = support::python() else {
+        return;
+    };
+    let tag = support::tag("py-elicit-url");
+    let asked: Arc<Mutex<Vec<Elicitation>>> = Arc::default();
+    let seen = Arc::clone(&asked);
+    let hook: ElicitHook = Arc::new(move |q| {
+        seen.lock().unwrap().push(q);
+        Box::pin(async { ElicitAnswer::Accept(serde_json::Map::new()) })
+    });
+    let config = stdio_config(&python, &tag);
+    let policy = McpPolicy::new().allow_command(&python);
+    let offered = policy.clone().allow_url_elicitation(true);
+    let servers = McpServers::connect_asking(&config, &offered, None, None, Some(hook.clone()))
+        .await
+        .unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let url = "https://auth.example.com/sign-in?state=s1";
+    let signed = call(&branch, "sign_in", json!({"url": url})).await.unwrap();
+    assert_eq!(signed, json!({"result": "sign-in: accept"}));
+    for bad in ["javascript:alert(1)", "https://shop.example@evil.example/"] {
+        let refused = call(&branch, "sign_in", json!({"url": bad})).await.unwrap();
+        assert_eq!(refused, json!({"result": "sign-in: decline"}), "{bad}");
+    }
+    let paid = call(&branch, "pay", json!({}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        paid.contains("needs the person to open an address first")
+            && paid
+                .contains("Pay for the table (at pay.example.com): the person agreed to open it"),
+        "{paid}"
+    );
+    {
+        let asked = asked.lock().unwrap();
+        assert_eq!(asked.len(), 2, "{asked:?}");
+        let hosts: Vec<(&str, &str, &str)> = asked
+            .iter()
+            .map(|q| match &q.asks {
+                Asks::Url(a) => (q.message.as_str(), a.url.as_str(), a.id.as_str()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            hosts,
+            [
+                ("Sign in to the shop", url, "sign-in-1"),
+                (
+                    "Pay for the table",
+                    "https://pay.example.com/t/7?session=abc",
+                    "pay-7"
+                )
+            ]
+        );
+    }
+    servers.shutdown().await;
+
+    // Not offered: the same server hears a decline, and the person is
+    // asked nothing.
+    asked.lock().unwrap().clear();
+    let servers = McpServers::connect_asking(&config, &policy, None, None, Some(hook))
+        .await
+        .unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let signed = call(&branch, "sign_in", json!({"url": url})).await.unwrap();
+    assert_eq!(signed, json!({"result": "sign-in: decline"}));
+    let paid = call(&branch, "pay", json!({}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(paid.contains("none was shown"), "{paid}");
+    assert!(asked.lock().unwrap().is_empty());
     servers.shutdown().await;
 }
 

@@ -1802,6 +1802,80 @@ async fn a_tool_server_asks_the_person_during_its_call() {
     assert!(running_with(&tag).is_empty());
 }
 
+/// A tool server sends the person to an address (MCP elicitation, URL
+/// mode): the address is shown whole with its host apart and a warning
+/// where one is due, and opened only by the person; a call refused until
+/// an address is opened shows it the same way and tells the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_server_sends_the_person_to_an_address() {
+    let Some(python) = python_sdk() else { return };
+    let model = MockServer::start().await;
+    let call = |id: &str, name: &str, arguments: Value| {
+        MockReply::tool_calls(vec![MockToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+        }])
+    };
+    model.script([
+        call(
+            "c1",
+            "sign_in",
+            json!({"url": "http://xn--shp-qla.example/in"}),
+        ),
+        MockReply::text("Signed in."),
+        call("c2", "pay", json!({})),
+        MockReply::text("Pay first."),
+    ]);
+    let sb = Sandbox::new();
+    let tag = format!("mcp-chat-url-{}", std::process::id());
+    let cfg = sb.py_server(&python, &["stdio", &tag]);
+    let url = model.base_url();
+    let args = ["chat", "--base-url", &url, "--model", "m", "--mcp", &cfg];
+    let lines = "Sign in.\nmaybe\ny\nPay.\nn\n/exit\n";
+    let out = sb.run_with_stdin(&args, lines.as_bytes()).await;
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("[py] asks you to open an address: Sign in to the shop"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("host: xn--shp-qla.example"), "{stderr}");
+    assert!(
+        stderr.contains("address: http://xn--shp-qla.example/in"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("warning: not encrypted"), "{stderr}");
+    assert!(
+        stderr.contains("warning: its name is written in punycode"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("address: https://pay.example.com/t/7?session=abc"),
+        "{stderr}"
+    );
+    let bodies = model.bodies();
+    assert_eq!(bodies.len(), 4, "{stderr}");
+    let tool_text = |i: usize| {
+        bodies[i]["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "tool")
+            .map(|m| m["content"].to_string())
+            .unwrap()
+    };
+    assert!(tool_text(1).contains("sign-in: accept"), "{}", tool_text(1));
+    let refused = tool_text(3);
+    assert!(
+        refused.contains("needs the person to open an address first")
+            && refused.contains("the person declined to open it"),
+        "{refused}"
+    );
+    assert!(running_with(&tag).is_empty());
+}
+
 /// A served turn whose tool server asks a question (MCP elicitation):
 /// the question is passed on to the person behind the served call's
 /// client, its form as the server wrote it and its message naming the
@@ -1878,4 +1952,24 @@ async fn mcp_serve_passes_a_tool_servers_question_to_the_clients_person() {
     assert!(got.get("elicited").is_none(), "{got}");
     let result = tool_result(&model);
     assert!(result.contains("not booked: decline"), "{result}");
+
+    // An address to open goes on to a client that opens addresses, checked
+    // and written back as parsed, with the server's id.
+    let sign_in = MockReply::tool_calls(vec![MockToolCall {
+        id: "s1".into(),
+        name: "sign_in".into(),
+        arguments: json!({"url": "https://Auth.Example.com/in?s=1"}),
+    }]);
+    model.script([sign_in, MockReply::text("Signed in.")]);
+    let got = ask(vec![("MCP_ELICIT", ""), ("MCP_URL", "accept")]).await;
+    assert_eq!(
+        got["elicited"],
+        json!([[
+            "[py] asks: Sign in to the shop",
+            "https://auth.example.com/in?s=1",
+            "sign-in-1"
+        ]])
+    );
+    let result = tool_result(&model);
+    assert!(result.contains("sign-in: accept"), "{result}");
 }

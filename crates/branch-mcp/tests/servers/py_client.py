@@ -9,7 +9,9 @@ server's questions in that order; each question is reported under
 "elicited" as [message, [the choices' values]]. A question with any
 other form (a tool server's, passed on) is answered with MCP_FORM: a JSON
 object to accept with, or `decline` / `cancel`; it is reported as
-[message, [the form's fields]].
+[message, [the form's fields]]. An address to open is answered with
+MCP_URL (`accept`, `decline` or `cancel`; `decline` when unset) and
+reported as [message, url, elicitationId].
 Usage: py_client.py QUESTION COMMAND [ARGS...] | py_client.py QUESTION --url URL"""
 
 import asyncio
@@ -42,6 +44,9 @@ async def main():
     elicited = []
 
     async def elicit(context, params):
+        if getattr(params, "mode", "form") == "url":
+            elicited.append([params.message, params.url, params.elicitationId])
+            return types.ElicitResult(action=os.environ.get("MCP_URL", "decline"))
         schema = params.requestedSchema
         if "decision" not in schema["properties"]:
             elicited.append([params.message, list(schema["properties"])])

@@ -8,6 +8,8 @@ import anyio
 from pydantic import BaseModel, Field
 
 from mcp.server.fastmcp import Context, FastMCP, Image
+from mcp.shared.exceptions import UrlElicitationRequiredError
+from mcp.types import ElicitRequestURLParams
 
 transport = sys.argv[1] if len(sys.argv) > 1 else "stdio"
 port = int(sys.argv[2]) if transport != "stdio" else 0
@@ -100,6 +102,30 @@ async def book(ctx: Context) -> str:
         d = result.data
         return f"booked {d.name} for {d.guests}, terrace {d.terrace}"
     return f"not booked: {result.action}"
+
+
+@mcp.tool()
+async def sign_in(url: str, ctx: Context) -> str:
+    """Asks the person to open `url` (MCP elicitation, URL mode), then
+    tells the client that step is done."""
+    result = await ctx.elicit_url("Sign in to the shop", url, "sign-in-1")
+    if result.action == "accept":
+        await ctx.session.send_elicit_complete("sign-in-1")
+    return f"sign-in: {result.action}"
+
+
+@mcp.tool()
+def pay() -> str:
+    """Refuses until the person has opened the payment page (-32042)."""
+    raise UrlElicitationRequiredError(
+        [
+            ElicitRequestURLParams(
+                message="Pay for the table",
+                url="https://pay.example.com/t/7?session=abc",
+                elicitationId="pay-7",
+            )
+        ]
+    )
 
 
 @mcp.resource("memo://notes", mime_type="text/plain")

@@ -1,6 +1,7 @@
 //! Questions an MCP server asks the person during one of its calls (MCP
 //! elicitation): a message and a form, asked field by field on the
-//! conversation's input while the turn waits.
+//! conversation's input while the turn waits, or an address to open, shown
+//! whole before the person agrees.
 //!
 //! The server's call runs inside the turn, on the runtime. Its question
 //! comes here through a channel; [`drive`] runs the turn and, when a
@@ -12,7 +13,7 @@
 use std::cell::RefCell;
 use std::sync::Arc;
 
-use branch_mcp::{ElicitAnswer, ElicitHook, Elicitation, Field, FieldKind};
+use branch_mcp::{Address, Asks, ElicitAnswer, ElicitHook, Elicitation, Field, FieldKind};
 use serde_json::{Map, Number, Value};
 use tokio::runtime::Runtime;
 use tokio::sync::{mpsc, oneshot};
@@ -112,45 +113,36 @@ pub(crate) fn ask(
     q: &Elicitation,
     mut answer: impl FnMut(&str) -> Result<Line, ChatError>,
 ) -> Result<ElicitAnswer, ChatError> {
-    super::spinner::eprint_line(&format!(
-        "[{}] asks: {}",
-        one_line(&q.server),
-        printable(&q.message)
-    ));
     let mut next = |prompt: &str| -> Result<Option<String>, ChatError> {
         Ok(match answer(prompt)? {
             Line::Text(t) => Some(t),
             Line::Eof | Line::Interrupted => None,
         })
     };
+    let fields = match &q.asks {
+        Asks::Form { form, .. } => &form.fields,
+        Asks::Url(address) => return open(q, address, &mut next),
+        // A kind of question this command does not show.
+        _ => return Ok(ElicitAnswer::Decline),
+    };
+    super::spinner::eprint_line(&format!(
+        "[{}] asks: {}",
+        one_line(&q.server),
+        printable(&q.message)
+    ));
     // With nothing to fill in, the question is whether to go on.
-    let prompt = if q.form.fields.is_empty() {
+    let prompt = if fields.is_empty() {
         "go on? [y]es / [n]o: "
     } else {
         "answer it? [y]es / [n]o: "
     };
-    let mut willing = None;
-    for _ in 0..MAX_UNCLEAR_ANSWERS {
-        let Some(text) = next(prompt)? else {
-            return Ok(ElicitAnswer::Cancel);
-        };
-        match text.trim().to_ascii_lowercase().as_str() {
-            "y" | "yes" => willing = Some(true),
-            "n" | "no" => willing = Some(false),
-            _ => {
-                eprintln!("answer y or n");
-                continue;
-            }
-        }
-        break;
-    }
-    match willing {
+    match yes_or_no(&mut next, prompt)? {
         Some(true) => {}
         Some(false) => return Ok(ElicitAnswer::Decline),
         None => return Ok(ElicitAnswer::Cancel),
     }
     let mut filled = Map::new();
-    for field in &q.form.fields {
+    for field in fields {
         describe(field);
         let prompt = format!("{}: ", one_line(&field.title));
         let mut value = None;
@@ -175,6 +167,54 @@ pub(crate) fn ask(
         }
     }
     Ok(ElicitAnswer::Accept(filled))
+}
+
+/// An address the server asks the person to open: shown whole, its host
+/// apart and what deserves a second look named, before they agree. Nothing
+/// is opened here: the person opens it themselves.
+fn open(
+    q: &Elicitation,
+    address: &Address,
+    next: &mut impl FnMut(&str) -> Result<Option<String>, ChatError>,
+) -> Result<ElicitAnswer, ChatError> {
+    super::spinner::eprint_line(&format!(
+        "[{}] asks you to open an address: {}",
+        one_line(&q.server),
+        printable(&q.message)
+    ));
+    // Parsed and written back, the address is ASCII without controls.
+    eprintln!("  host: {}", address.host);
+    eprintln!("  address: {}", address.url);
+    for w in &address.warnings {
+        eprintln!("  warning: {}", w.describe());
+    }
+    Ok(match yes_or_no(next, "will you open it? [y]es / [n]o: ")? {
+        Some(true) => {
+            eprintln!("  open it in your browser and finish there");
+            ElicitAnswer::Accept(Map::new())
+        }
+        Some(false) => ElicitAnswer::Decline,
+        None => ElicitAnswer::Cancel,
+    })
+}
+
+/// Yes or no, asked again on an unclear answer ([`MAX_UNCLEAR_ANSWERS`]
+/// times); `None` when the person left or never said.
+fn yes_or_no(
+    next: &mut impl FnMut(&str) -> Result<Option<String>, ChatError>,
+    prompt: &str,
+) -> Result<Option<bool>, ChatError> {
+    for _ in 0..MAX_UNCLEAR_ANSWERS {
+        let Some(text) = next(prompt)? else {
+            return Ok(None);
+        };
+        match text.trim().to_ascii_lowercase().as_str() {
+            "y" | "yes" => return Ok(Some(true)),
+            "n" | "no" => return Ok(Some(false)),
+            _ => eprintln!("answer y or n"),
+        }
+    }
+    Ok(None)
 }
 
 /// The field's description and what its answer may be, on stderr.
@@ -299,8 +339,10 @@ mod tests {
         Elicitation {
             server: "shop".into(),
             message: "Book a table?".into(),
-            form: Form::from_schema(&schema).unwrap(),
-            schema,
+            asks: Asks::Form {
+                form: Form::from_schema(&schema).unwrap(),
+                schema,
+            },
         }
     }
 
@@ -368,6 +410,21 @@ mod tests {
             ElicitAnswer::Cancel
         );
         let empty = question(json!({"properties": {}}));
+        // An address: whether the person will open it.
+        let address = Elicitation {
+            server: "shop".into(),
+            message: "Pay for the table".into(),
+            asks: Asks::Url(Address::parse("https://pay.example/t/1", "p1").unwrap()),
+        };
+        assert_eq!(
+            ask(&address, script(&["what", "y"])).unwrap(),
+            ElicitAnswer::Accept(Map::new())
+        );
+        assert_eq!(
+            ask(&address, script(&["no"])).unwrap(),
+            ElicitAnswer::Decline
+        );
+        assert_eq!(ask(&address, script(&[])).unwrap(), ElicitAnswer::Cancel);
         assert_eq!(
             ask(&empty, script(&["yes"])).unwrap(),
             ElicitAnswer::Accept(Map::new())

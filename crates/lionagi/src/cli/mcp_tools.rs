@@ -30,9 +30,12 @@ pub(crate) struct McpArgs {
 /// their commands are trusted (it is their configuration), the rest stays
 /// closed unless a flag opens it.
 fn policy(args: &McpArgs) -> McpPolicy {
+    // Addresses to open are offered only where questions are asked at
+    // all: a person at the conversation, or `mcp serve`'s client.
     let mut p = McpPolicy::new()
         .allow_configured_commands()
-        .allow_local_network(args.local);
+        .allow_local_network(args.local)
+        .allow_url_elicitation(true);
     if args.search_path {
         if let Some(path) = std::env::var_os("PATH") {
             p = p.search_path(path);
