@@ -11,9 +11,15 @@
 //! server's request to ours), so every call of the server waits with it.
 //! What a call is credited is bounded by [`MAX_ANSWER_PAUSE`]: a server
 //! that asks question after question cannot hold a call without end.
+//!
+//! The clock also knows whether a request of ours to the server is in
+//! flight: a question belongs inside one (the specification nests them in
+//! the request that needs the answer), and one sent while none is, between
+//! turns, is declined without bothering the person.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -42,13 +48,33 @@ impl Asking {
     }
 }
 
-/// One server's questions, seen by its client handler and by its calls.
+/// One server's questions, seen by its client handler and by its calls,
+/// and how many of our requests to it are in flight.
 #[derive(Debug, Clone)]
-pub(crate) struct AnswerClock(Arc<watch::Sender<Asking>>);
+pub(crate) struct AnswerClock(Arc<watch::Sender<Asking>>, Arc<AtomicUsize>);
 
 impl Default for AnswerClock {
     fn default() -> Self {
-        Self(Arc::new(watch::Sender::new(Asking::default())))
+        Self(
+            Arc::new(watch::Sender::new(Asking::default())),
+            Arc::new(AtomicUsize::new(0)),
+        )
+    }
+}
+
+/// A request of ours in flight; counted until dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn start(count: &Arc<AtomicUsize>) -> Self {
+        count.fetch_add(1, Ordering::SeqCst);
+        Self(Arc::clone(count))
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -86,11 +112,18 @@ impl AnswerClock {
         OpenQuestion(self.clone())
     }
 
+    /// Whether a request of ours to the server is in flight (one run by
+    /// [`AnswerClock::within`]).
+    pub(crate) fn busy(&self) -> bool {
+        self.1.load(Ordering::SeqCst) > 0
+    }
+
     /// Runs `call` for at most `limit` of the server's time: the time a
     /// question of the server is open (at most [`MAX_ANSWER_PAUSE`] in
     /// all) is not counted. `None` when the deadline passed; `call` is then
-    /// dropped.
+    /// dropped. Meanwhile the server is [`AnswerClock::busy`].
     pub(crate) async fn within<F: Future>(&self, limit: Duration, call: F) -> Option<F::Output> {
+        let _in_flight = InFlight::start(&self.1);
         let mut seen = self.0.subscribe();
         let start = Instant::now();
         let at_start = seen.borrow_and_update().paused(start);
@@ -212,6 +245,22 @@ mod tests {
         );
         assert_eq!(started.elapsed(), LIMIT + Duration::from_secs(45));
         closer.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_server_is_busy_while_a_request_of_ours_is_in_flight() {
+        let clock = AnswerClock::default();
+        assert!(!clock.busy());
+        let watched = clock.clone();
+        let during = clock.within(LIMIT, async move { watched.busy() }).await;
+        assert_eq!(during, Some(true));
+        assert!(!clock.busy());
+        // A call dropped at its deadline is no longer in flight either.
+        assert_eq!(
+            clock.within(LIMIT, std::future::pending::<()>()).await,
+            None
+        );
+        assert!(!clock.busy());
     }
 
     #[tokio::test(start_paused = true)]

@@ -56,7 +56,8 @@ impl Asker {
     }
 
     /// The answer to the server's `elicitation/create`: a question we
-    /// cannot read, or of a mode not declared, is declined unasked.
+    /// cannot read, of a mode not declared, or sent while no request of
+    /// ours to the server is in flight, is declined unasked.
     pub(crate) async fn answer(
         &self,
         request: ElicitRequestParams,
@@ -66,6 +67,10 @@ impl Asker {
         let Some(hook) = &self.hook else {
             return decline;
         };
+        if !self.questions.busy() {
+            tracing::warn!(server = %self.server, "MCP elicitation declined unasked: no request of ours is in flight");
+            return decline;
+        }
         let question = match self.read(request) {
             Ok(q) => q,
             Err(reason) => {

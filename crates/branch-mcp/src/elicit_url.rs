@@ -25,8 +25,10 @@ pub const MAX_URL_BYTES: usize = 4096;
 /// bookkeeping and only appear in logs.
 pub const MAX_ELICITATION_ID_BYTES: usize = 256;
 
-/// Most addresses one `URLElicitationRequired` error may ask the person to
-/// open; the rest are not shown.
+/// Entries of one `URLElicitationRequired` error looked at (and so most
+/// addresses the person is asked to open); the rest are not read: a
+/// server asks for a sign-in or two, and a list of thousands must not
+/// become thousands of questions or log lines.
 pub const MAX_URLS_PER_ERROR: usize = 4;
 
 /// The JSON-RPC error code of a request that needs the person to open an
@@ -115,8 +117,8 @@ impl Address {
 }
 
 /// The addresses of a `URLElicitationRequired` error's `data`
-/// (`{"elicitations": [{"mode": "url", "message", "url", "elicitationId"}]}`),
-/// at most [`MAX_URLS_PER_ERROR`]; those that do not read are left out.
+/// (`{"elicitations": [{"mode": "url", "message", "url", "elicitationId"}]}`):
+/// the first [`MAX_URLS_PER_ERROR`] listed, those that do not read left out.
 pub(crate) fn required(server: &str, data: Option<&Value>) -> Vec<Elicitation> {
     let listed = data
         .and_then(|d| d.get("elicitations"))
@@ -124,6 +126,7 @@ pub(crate) fn required(server: &str, data: Option<&Value>) -> Vec<Elicitation> {
     listed
         .into_iter()
         .flatten()
+        .take(MAX_URLS_PER_ERROR)
         .filter(|e| e.get("mode").and_then(Value::as_str) == Some("url"))
         .filter_map(|e| {
             let url = e.get("url")?.as_str()?;
@@ -141,7 +144,6 @@ pub(crate) fn required(server: &str, data: Option<&Value>) -> Vec<Elicitation> {
                 }
             }
         })
-        .take(MAX_URLS_PER_ERROR)
         .collect()
 }
 
@@ -202,15 +204,19 @@ mod tests {
             entry("https://a.example/"),
             json!({"mode": "form", "message": "x"}),
             entry("javascript:alert(1)"),
-            json!("not an object"),
+            entry("https://c.example/"),
         ];
         list.extend((0..10).map(|i| entry(&format!("https://b{i}.example/"))));
+        // The first four listed are looked at; two of them are addresses.
         let read = required("s", Some(&json!({"elicitations": list})));
-        assert_eq!(read.len(), MAX_URLS_PER_ERROR);
-        let Asks::Url(first) = &read[0].asks else {
-            panic!("{read:?}")
-        };
-        assert_eq!(first.host, "a.example");
+        let hosts: Vec<&str> = read
+            .iter()
+            .map(|q| match &q.asks {
+                Asks::Url(a) => a.host.as_str(),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(hosts, ["a.example", "c.example"]);
         assert_eq!(read[0].message, "Sign in");
         assert!(required("s", None).is_empty());
         assert!(required("s", Some(&json!({"elicitations": 3}))).is_empty());

@@ -450,10 +450,16 @@ impl McpServer {
         let read = self
             .peer
             .read_resource(ReadResourceRequestParams::new(uri.to_owned()));
-        let result = match tokio::time::timeout(limits::REQUEST_TIMEOUT, read).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(e)) => return Err(self.service_error("resources/read", e).await),
-            Err(_) => return Err(self.timeout("resources/read", limits::REQUEST_TIMEOUT)),
+        // A read may ask the person too (a server's question nested in it).
+        let result = match self
+            .asker
+            .clock()
+            .within(limits::REQUEST_TIMEOUT, read)
+            .await
+        {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => return Err(self.service_error("resources/read", e).await),
+            None => return Err(self.timeout("resources/read", limits::REQUEST_TIMEOUT)),
         };
         Ok(result
             .contents

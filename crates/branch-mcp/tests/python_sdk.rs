@@ -355,8 +355,9 @@ async fn the_older_sse_transport_is_the_fallback() {
 /// A server's question during its call (MCP elicitation) reaches the hook
 /// as a form read from its schema, in its order; the hook's answer goes
 /// back when it fits the form, and one that does not is sent as a
-/// cancellation, never as data the form refuses. Without a hook our client
-/// declares no elicitation and a question is declined.
+/// cancellation, never as data the form refuses. A question sent while no
+/// request of ours is in flight is declined unasked. Without a hook our
+/// client declares no elicitation and a question is declined.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() {
     use branch_mcp::{Asks, ElicitAnswer, ElicitHook, Elicitation, FieldKind};
@@ -425,6 +426,24 @@ async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() 
         );
         assert_eq!(form.fields[2].default, Some(json!(false)));
     }
+
+    // A question sent while no request of ours is in flight (here 0.3 s
+    // after the call that started it ended) is declined without asking
+    // anyone.
+    let asked_before = asked.lock().unwrap().len();
+    let later = call(&branch, "ask_later", json!({})).await.unwrap();
+    assert_eq!(later, json!({"result": "asked later"}));
+    let start = std::time::Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let heard = call(&branch, "asked_later", json!({})).await.unwrap();
+        if heard != json!({"result": "not yet"}) {
+            assert_eq!(heard, json!({"result": "decline"}));
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(20), "never asked");
+    }
+    assert_eq!(asked.lock().unwrap().len(), asked_before);
     servers.shutdown().await;
 
     let servers = McpServers::connect(&config, &policy).await.unwrap();
@@ -609,6 +628,7 @@ async fn a_question_has_a_span_with_its_outcome_and_never_the_answer() {
     };
     assert_eq!(field("server").as_deref(), Some("py"), "{heard:?}");
     assert_eq!(field("fields").as_deref(), Some("3"), "{heard:?}");
+    assert_eq!(field("mode").as_deref(), Some("\"form\""), "{heard:?}");
     assert_eq!(field("action").as_deref(), Some("\"accept\""), "{heard:?}");
     assert!(!format!("{heard:?}").contains("Secret"), "{heard:?}");
 }

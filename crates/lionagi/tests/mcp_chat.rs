@@ -164,6 +164,18 @@ fn text(b: &[u8]) -> String {
 }
 
 /// Live processes whose command line contains `needle`.
+/// The content of the last tool message a request `body` carries.
+fn last_tool_result(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .find(|m| m["role"] == "tool")
+        .map(|m| m["content"].to_string())
+        .unwrap()
+}
+
 fn running_with(needle: &str) -> Vec<String> {
     std::fs::read_dir("/proc")
         .unwrap()
@@ -1721,16 +1733,7 @@ async fn a_tool_server_asks_the_person_during_its_call() {
     assert!(stderr.contains("(a whole number from 1 to 12)"), "{stderr}");
     let bodies = model.bodies();
     assert_eq!(bodies.len(), 4, "{stderr}");
-    let result = |i: usize| {
-        bodies[i]["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .rev()
-            .find(|m| m["role"] == "tool")
-            .map(|m| m["content"].to_string())
-            .unwrap()
-    };
+    let result = |i: usize| last_tool_result(&bodies[i]);
     assert!(
         result(1).contains("booked Ada for 3, terrace True"),
         "{}",
@@ -1856,16 +1859,7 @@ async fn a_tool_server_sends_the_person_to_an_address() {
     );
     let bodies = model.bodies();
     assert_eq!(bodies.len(), 4, "{stderr}");
-    let tool_text = |i: usize| {
-        bodies[i]["messages"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .rev()
-            .find(|m| m["role"] == "tool")
-            .map(|m| m["content"].to_string())
-            .unwrap()
-    };
+    let tool_text = |i: usize| last_tool_result(&bodies[i]);
     assert!(tool_text(1).contains("sign-in: accept"), "{}", tool_text(1));
     let refused = tool_text(3);
     assert!(
@@ -1911,19 +1905,7 @@ async fn mcp_serve_passes_a_tool_servers_question_to_the_clients_person() {
             got
         }
     };
-    let tool_result = |model: &MockServer| {
-        let bodies = model.bodies();
-        let messages = bodies.last().unwrap()["messages"]
-            .as_array()
-            .unwrap()
-            .clone();
-        messages
-            .iter()
-            .rev()
-            .find(|m| m["role"] == "tool")
-            .map(|m| m["content"].to_string())
-            .unwrap()
-    };
+    let tool_result = |model: &MockServer| last_tool_result(model.bodies().last().unwrap());
 
     model.script([book(), MockReply::text("Booked.")]);
     let got = ask(vec![

@@ -1,6 +1,7 @@
 """A small MCP server written with the Python `mcp` SDK (FastMCP), for
 branch-mcp's tests. Usage: py_server.py stdio | http PORT | sse PORT."""
 
+import asyncio
 import os
 import sys
 
@@ -14,6 +15,8 @@ from mcp.types import ElicitRequestURLParams
 transport = sys.argv[1] if len(sys.argv) > 1 else "stdio"
 port = int(sys.argv[2]) if transport != "stdio" else 0
 mcp = FastMCP("py-test", host="127.0.0.1", port=port)
+# Background tasks the tools start, kept so they are not collected early.
+pending = []
 
 
 class Sum(BaseModel):
@@ -102,6 +105,30 @@ async def book(ctx: Context) -> str:
         d = result.data
         return f"booked {d.name} for {d.guests}, terrace {d.terrace}"
     return f"not booked: {result.action}"
+
+
+asked_later_action = []
+
+
+@mcp.tool()
+async def ask_later(ctx: Context) -> str:
+    """Returns at once, then puts a question to the person outside any
+    request of the client's; `asked_later` tells how it was answered."""
+    session = ctx.session
+
+    async def later():
+        await anyio.sleep(0.3)
+        result = await session.elicit_form("Still there?", {"type": "object", "properties": {}})
+        asked_later_action.append(result.action)
+
+    pending.append(asyncio.get_running_loop().create_task(later()))
+    return "asked later"
+
+
+@mcp.tool()
+def asked_later() -> str:
+    """How the question of `ask_later` was answered, once it was."""
+    return asked_later_action[-1] if asked_later_action else "not yet"
 
 
 @mcp.tool()

@@ -42,8 +42,9 @@ pub(crate) struct Questions {
 }
 
 /// The hook the servers are connected with, and where its questions
-/// arrive. A question nobody answers (the conversation is not running a
-/// turn) waits until the server's deadline.
+/// arrive. Only a question asked while one of our requests to its server
+/// is in flight gets here (`branch-mcp` declines the others), so one is
+/// always asked by the turn's [`drive`].
 pub(crate) fn channel() -> (ElicitHook, Questions) {
     let (tx, rx) = mpsc::channel::<Pending>(WAITING_QUESTIONS);
     let hook: ElicitHook = Arc::new(move |question| {
