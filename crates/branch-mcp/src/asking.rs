@@ -89,6 +89,11 @@ impl Asker {
         result
     }
 
+    /// Whether the person may be asked to open addresses.
+    pub(crate) fn offers_addresses(&self) -> bool {
+        self.urls && self.hook.is_some()
+    }
+
     /// Shows the person the addresses of a `URLElicitationRequired`
     /// error's `data`, one by one; each with what they said. Empty when
     /// addresses are not offered to this program's person.
@@ -96,7 +101,7 @@ impl Asker {
         &self,
         data: Option<&Value>,
     ) -> Vec<(Elicitation, ElicitAnswer)> {
-        let Some(hook) = self.hook.as_ref().filter(|_| self.urls) else {
+        let Some(hook) = self.hook.as_ref().filter(|_| self.offers_addresses()) else {
             return Vec::new();
         };
         let mut answered = Vec::new();
@@ -104,12 +109,7 @@ impl Asker {
             let (answer, span) = self
                 .put(hook, question.clone(), std::future::pending())
                 .await;
-            let action = match &answer {
-                ElicitAnswer::Accept(_) => "accept",
-                ElicitAnswer::Decline => "decline",
-                ElicitAnswer::Cancel => "cancel",
-            };
-            span.record("action", action);
+            span.record("action", answer.action());
             answered.push((question, answer));
         }
         answered

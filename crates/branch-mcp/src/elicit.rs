@@ -159,6 +159,17 @@ pub enum ElicitAnswer {
     Cancel,
 }
 
+impl ElicitAnswer {
+    /// The protocol's word for it (`accept`, `decline`, `cancel`).
+    pub(crate) fn action(&self) -> &'static str {
+        match self {
+            Self::Accept(_) => "accept",
+            Self::Decline => "decline",
+            Self::Cancel => "cancel",
+        }
+    }
+}
+
 /// Puts a server's question to the person; called during a call of that
 /// server, which waits for the answer (at most
 /// [`crate::limits::CONFIRM_DEADLINE`], then it is cancelled). With a

@@ -529,12 +529,18 @@ impl McpServer {
     /// done there.
     async fn needs_an_address(&self, what: &str, e: &ErrorData) -> McpError {
         let answered = self.asker.open_required(e.data.as_ref()).await;
+        // The server's words first, short, so that what the person said
+        // always fits under the cap.
         let mut message = format!(
             "the server needs the person to open an address first ({})",
-            scrub(&e.message, &self.secrets)
+            cut(&scrub(&e.message, &self.secrets), 512)
         );
         if answered.is_empty() {
-            message.push_str("; none was shown: this program does not offer addresses to open");
+            message.push_str(if self.asker.offers_addresses() {
+                "; none was shown: no address it gave could be offered safely"
+            } else {
+                "; none was shown: this program does not offer addresses to open"
+            });
         }
         for (question, answer) in &answered {
             let Asks::Url(address) = &question.asks else {

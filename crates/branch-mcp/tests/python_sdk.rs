@@ -498,6 +498,15 @@ async fn a_server_asks_the_person_to_open_an_address() {
                 .contains("Pay for the table (at pay.example.com): the person agreed to open it"),
         "{paid}"
     );
+    // An address that could mislead is not shown, and the model is told.
+    let unsafe_pay = call(&branch, "pay", json!({"url": "javascript:alert(1)"}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        unsafe_pay.contains("no address it gave could be offered safely"),
+        "{unsafe_pay}"
+    );
     {
         let asked = asked.lock().unwrap();
         assert_eq!(asked.len(), 2, "{asked:?}");

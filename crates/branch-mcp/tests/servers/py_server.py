@@ -142,16 +142,11 @@ async def sign_in(url: str, ctx: Context) -> str:
 
 
 @mcp.tool()
-def pay() -> str:
-    """Refuses until the person has opened the payment page (-32042)."""
+def pay(url: str = "https://pay.example.com/t/7?session=abc") -> str:
+    """Refuses until the person has opened the payment page at `url`
+    (-32042)."""
     raise UrlElicitationRequiredError(
-        [
-            ElicitRequestURLParams(
-                message="Pay for the table",
-                url="https://pay.example.com/t/7?session=abc",
-                elicitationId="pay-7",
-            )
-        ]
+        [ElicitRequestURLParams(message="Pay for the table", url=url, elicitationId="pay-7")]
     )
 
 
