@@ -90,6 +90,57 @@ async fn connected(mode: &str, tag: &str) -> (McpServers, Branch) {
     (servers, branch)
 }
 
+/// A server that abuses questions to open addresses: a too long address
+/// and one carrying a user name are declined unasked, a completion notice
+/// with a huge id is taken in stride, and a refusal (-32042) listing
+/// 10,000 addresses asks the person about the first few only.
+#[tokio::test]
+async fn a_servers_addresses_are_checked_and_bounded() {
+    use branch_mcp::{Asks, ElicitAnswer, ElicitHook, Elicitation, MAX_URLS_PER_ERROR};
+    use std::sync::{Arc, Mutex};
+    let tag = support::tag("asker");
+    let asked: Arc<Mutex<Vec<Elicitation>>> = Arc::default();
+    let seen = Arc::clone(&asked);
+    let hook: ElicitHook = Arc::new(move |q| {
+        seen.lock().unwrap().push(q);
+        Box::pin(async { ElicitAnswer::Accept(serde_json::Map::new()) })
+    });
+    let offered = policy().allow_url_elicitation(true);
+    let servers = McpServers::connect_asking(&raw("asker", &tag), &offered, None, None, Some(hook))
+        .await
+        .unwrap();
+    let mut branch = Branch::builder().build().unwrap();
+    servers.register(&mut branch).await.unwrap();
+    let err = branch
+        .acts()
+        .get("boom")
+        .unwrap()
+        .tool()
+        .call(json!({}))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("seen: decline,decline,accept"), "{err}");
+    assert!(
+        err.contains("m0 (at e0.example): the person agreed"),
+        "{err}"
+    );
+    let hosts: Vec<String> = asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|q| match &q.asks {
+            Asks::Url(a) => a.host.clone(),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let mut expected = vec!["ok.example".to_owned()];
+    expected.extend((0..MAX_URLS_PER_ERROR).map(|i| format!("e{i}.example")));
+    assert_eq!(hosts, expected);
+    servers.shutdown().await;
+    support::assert_gone(&tag).await;
+}
+
 #[tokio::test]
 async fn a_huge_result_is_refused() {
     let tag = support::tag("huge");

@@ -11,6 +11,10 @@ Usage: raw_server.py MODE, MODE one of:
   group      starts a grandchild (sleep) in its process group, then serves
   flaky      its tool `change` announces a new tool list; the second
              tools/list fails, the third never answers, the fourth has `new`
+  asker      its tool asks the person to open three addresses (one too long,
+             one with a user name, one fine), sends a completion notice with
+             a 100 KB id, then refuses the call (-32042) listing 10,000
+             addresses, its message naming the client's three answers
 """
 
 import json
@@ -39,6 +43,21 @@ def send(obj):
 
 def tool(name):
     return {"name": name, "description": name, "inputSchema": {"type": "object", "properties": {}}}
+
+
+def ask(req_id, params):
+    """Sends a question and reads lines until its answer: the action, or
+    the error's code."""
+    send({"jsonrpc": "2.0", "id": req_id, "method": "elicitation/create", "params": params})
+    while True:
+        reply = json.loads(sys.stdin.readline())
+        if reply.get("id") == req_id:
+            result = reply.get("result")
+            return result["action"] if result else "error %s" % reply["error"]["code"]
+
+
+def address(i, url):
+    return {"mode": "url", "message": "m%d" % i, "url": url, "elicitationId": str(i)}
 
 
 PAGES = {None: (["t1", "t2"], "p2"), "p2": (["t3", "t4"], "p3"), "p3": (["t5"], None)}
@@ -86,6 +105,18 @@ for line in sys.stdin:
             sys.stdout.flush()
         elif mode == "die":
             os._exit(9)
+        elif mode == "asker":
+            seen = [
+                ask("e1", address(1, "https://a.example/" + "x" * 10000)),
+                ask("e2", address(2, "https://bank.example@evil.example/")),
+                ask("e3", address(3, "https://ok.example/")),
+            ]
+            send({"jsonrpc": "2.0", "method": "notifications/elicitation/complete",
+                  "params": {"elicitationId": "i" * 100000}})
+            listed = [address(i, "https://e%d.example/" % i) for i in range(10000)]
+            send({"jsonrpc": "2.0", "id": mid, "error": {
+                "code": -32042, "message": "seen: " + ",".join(seen),
+                "data": {"elicitations": listed}}})
         elif mode == "flaky":
             send({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})
             send({"jsonrpc": "2.0", "id": mid, "result": {
