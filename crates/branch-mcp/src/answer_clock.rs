@@ -51,14 +51,17 @@ impl Asking {
 /// One server's questions, seen by its client handler and by its calls,
 /// and how many of our requests to it are in flight.
 #[derive(Debug, Clone)]
-pub(crate) struct AnswerClock(Arc<watch::Sender<Asking>>, Arc<AtomicUsize>);
+pub(crate) struct AnswerClock {
+    asking: Arc<watch::Sender<Asking>>,
+    in_flight: Arc<AtomicUsize>,
+}
 
 impl Default for AnswerClock {
     fn default() -> Self {
-        Self(
-            Arc::new(watch::Sender::new(Asking::default())),
-            Arc::new(AtomicUsize::new(0)),
-        )
+        Self {
+            asking: Arc::new(watch::Sender::new(Asking::default())),
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
     }
 }
 
@@ -86,7 +89,7 @@ pub(crate) struct OpenQuestion(AnswerClock);
 impl Drop for OpenQuestion {
     fn drop(&mut self) {
         let now = Instant::now();
-        self.0.0.send_modify(|a| {
+        self.0.asking.send_modify(|a| {
             a.open = a.open.saturating_sub(1);
             if a.open == 0 {
                 if let Some(since) = a.since.take() {
@@ -103,7 +106,7 @@ impl AnswerClock {
     /// Marks a question open until the returned guard is dropped.
     pub(crate) fn open(&self) -> OpenQuestion {
         let now = Instant::now();
-        self.0.send_modify(|a| {
+        self.asking.send_modify(|a| {
             if a.open == 0 {
                 a.since = Some(now);
             }
@@ -115,7 +118,7 @@ impl AnswerClock {
     /// Whether a request of ours to the server is in flight (one run by
     /// [`AnswerClock::within`]).
     pub(crate) fn busy(&self) -> bool {
-        self.1.load(Ordering::SeqCst) > 0
+        self.in_flight.load(Ordering::SeqCst) > 0
     }
 
     /// Runs `call` for at most `limit` of the server's time: the time a
@@ -123,8 +126,8 @@ impl AnswerClock {
     /// all) is not counted. `None` when the deadline passed; `call` is then
     /// dropped. Meanwhile the server is [`AnswerClock::busy`].
     pub(crate) async fn within<F: Future>(&self, limit: Duration, call: F) -> Option<F::Output> {
-        let _in_flight = InFlight::start(&self.1);
-        let mut seen = self.0.subscribe();
+        let _in_flight = InFlight::start(&self.in_flight);
+        let mut seen = self.asking.subscribe();
         let start = Instant::now();
         let at_start = seen.borrow_and_update().paused(start);
         let mut call = std::pin::pin!(call);
