@@ -96,15 +96,9 @@ async fn connected(mode: &str, tag: &str) -> (McpServers, Branch) {
 /// 10,000 addresses asks the person about the first few only.
 #[tokio::test]
 async fn a_servers_addresses_are_checked_and_bounded() {
-    use branch_mcp::{Asks, ElicitAnswer, ElicitHook, Elicitation, MAX_URLS_PER_ERROR};
-    use std::sync::{Arc, Mutex};
+    use branch_mcp::{Asks, ElicitAnswer, MAX_URLS_PER_ERROR};
     let tag = support::tag("asker");
-    let asked: Arc<Mutex<Vec<Elicitation>>> = Arc::default();
-    let seen = Arc::clone(&asked);
-    let hook: ElicitHook = Arc::new(move |q| {
-        seen.lock().unwrap().push(q);
-        Box::pin(async { ElicitAnswer::Accept(serde_json::Map::new()) })
-    });
+    let (hook, asked) = support::asking_hook(ElicitAnswer::Accept(serde_json::Map::new()));
     let offered = policy().allow_url_elicitation(true);
     let servers = McpServers::connect_asking(&raw("asker", &tag), &offered, None, None, Some(hook))
         .await

@@ -462,17 +462,12 @@ async fn a_servers_question_reaches_the_hook_and_only_fitting_answers_go_back() 
 /// tells the model what they said.
 #[tokio::test]
 async fn a_server_asks_the_person_to_open_an_address() {
-    use branch_mcp::{Asks, ElicitAnswer, ElicitHook, Elicitation};
+    use branch_mcp::{Asks, ElicitAnswer};
     let Some(python) = support::python() else {
         return;
     };
     let tag = support::tag("py-elicit-url");
-    let asked: Arc<Mutex<Vec<Elicitation>>> = Arc::default();
-    let seen = Arc::clone(&asked);
-    let hook: ElicitHook = Arc::new(move |q| {
-        seen.lock().unwrap().push(q);
-        Box::pin(async { ElicitAnswer::Accept(serde_json::Map::new()) })
-    });
+    let (hook, asked) = support::asking_hook(ElicitAnswer::Accept(serde_json::Map::new()));
     let config = stdio_config(&python, &tag);
     let policy = McpPolicy::new().allow_command(&python);
     let offered = policy.clone().allow_url_elicitation(true);

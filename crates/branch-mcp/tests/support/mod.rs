@@ -128,3 +128,19 @@ pub async fn assert_gone(needle: &str) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The questions a hook was asked, in order.
+pub type Asked = std::sync::Arc<std::sync::Mutex<Vec<branch_mcp::Elicitation>>>;
+
+/// A hook that keeps every question it is asked and gives each the same
+/// answer.
+pub fn asking_hook(answer: branch_mcp::ElicitAnswer) -> (branch_mcp::ElicitHook, Asked) {
+    let asked = Asked::default();
+    let seen = std::sync::Arc::clone(&asked);
+    let hook: branch_mcp::ElicitHook = std::sync::Arc::new(move |q| {
+        seen.lock().unwrap().push(q);
+        let answer = answer.clone();
+        Box::pin(async move { answer })
+    });
+    (hook, asked)
+}
